@@ -1,0 +1,175 @@
+// Package cell is redis-cell compatibility: CL.THROTTLE's argument rules,
+// error texts and 5-integer reply, on top of the exact decision of package
+// gcra. Protocol adapters use it so that the rounding to seconds and the -1
+// of the wire format live in one place.
+package cell
+
+import (
+	"errors"
+	"math"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+)
+
+// Error texts of redis-cell, as they follow the "-" of a RESP error.
+const (
+	// UsageError is redis-cell's reply to a wrong number of arguments.
+	UsageError = "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
+	// ParseErrorPrefix precedes the verbatim argument that is not an i64.
+	ParseErrorPrefix = "Cell error: Store error: Couldn't parse as integer: "
+	// ZeroRateError is redis-cell's reply when the emission interval is 0.
+	ZeroRateError = "Cell error: Store error: Zero rates are not supported"
+)
+
+// Errors for the inputs redis-cell accepts and mishandles; Funnel refuses
+// them and changes nothing. Their texts keep redis-cell's "Cell" error code.
+var (
+	// ErrUsage is a wrong number of arguments.
+	ErrUsage = errors.New(UsageError)
+	// ErrZeroRate is a count or period of zero, or period/count under 1 ns.
+	ErrZeroRate = errors.New(ZeroRateError)
+	// ErrNegative is a negative max_burst, count, period or quantity.
+	ErrNegative = errors.New("Cell error: max_burst, count, period and quantity must not be negative")
+	// ErrIntervalTooShort is an emission interval period/count under 1 µs.
+	ErrIntervalTooShort = errors.New("Cell error: period/count must be at least 1 microsecond")
+	// ErrOverflow is a max_burst, period, or cost that overflows int64 ns.
+	ErrOverflow = errors.New("Cell error: value overflows 64-bit nanoseconds")
+)
+
+// ParseError is an argument that is not a valid i64.
+type ParseError struct {
+	// Arg is the argument, verbatim.
+	Arg string
+}
+
+// Error returns redis-cell's text for the argument.
+func (e *ParseError) Error() string { return ParseErrorPrefix + e.Arg }
+
+// Args are CL.THROTTLE's parsed arguments.
+type Args struct {
+	// Key is the key, as bytes in a string (keys are binary-safe).
+	Key string
+	// Params are the funnel's parameters.
+	Params gcra.Params
+	// Quantity is the number of units asked for (1 when omitted).
+	Quantity int64
+}
+
+// Parse parses the arguments of CL.THROTTLE after the command name:
+// key max_burst count period [quantity]. The checks follow redis-cell's
+// order: arity, then each integer in turn, then zero rates; then Funnel's own
+// refusals (negative values, intervals under 1 µs, overflow).
+func Parse(args [][]byte) (Args, error) {
+	if len(args) != 4 && len(args) != 5 {
+		return Args{}, ErrUsage
+	}
+	var n [4]int64
+	n[3] = 1
+	for i, a := range args[1:] {
+		v, ok := ParseInt(a)
+		if !ok {
+			return Args{}, &ParseError{Arg: string(a)}
+		}
+		n[i] = v
+	}
+	burst, count, period, quantity := n[0], n[1], n[2], n[3]
+	if count == 0 || period == 0 {
+		return Args{}, ErrZeroRate
+	}
+	if period > math.MaxInt64/int64(time.Second) || period < math.MinInt64/int64(time.Second) {
+		// redis-cell computes in i128 here; a period this long
+		// (over 292 years) has no int64 nanosecond form.
+		if burst < 0 || count < 0 || period < 0 || quantity < 0 {
+			return Args{}, ErrNegative
+		}
+		return Args{}, ErrOverflow
+	}
+	p, err := gcra.NewParams(burst, count, time.Duration(period)*time.Second)
+	if err == nil && quantity < 0 {
+		err = gcra.ErrNegative
+	}
+	if err != nil {
+		return Args{}, Translate(err)
+	}
+	return Args{Key: string(args[0]), Params: p, Quantity: quantity}, nil
+}
+
+// Translate maps gcra's errors to this package's; others pass unchanged.
+func Translate(err error) error {
+	switch {
+	case errors.Is(err, gcra.ErrZeroRate):
+		return ErrZeroRate
+	case errors.Is(err, gcra.ErrNegative):
+		return ErrNegative
+	case errors.Is(err, gcra.ErrIntervalTooShort):
+		return ErrIntervalTooShort
+	case errors.Is(err, gcra.ErrOverflow):
+		return ErrOverflow
+	}
+	return err
+}
+
+// ParseInt parses b as Rust's str::parse::<i64> does: an optional single
+// leading '+' or '-', then one or more ASCII digits, within int64. It
+// allocates nothing.
+func ParseInt(b []byte) (int64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	neg := false
+	switch b[0] {
+	case '+':
+		b = b[1:]
+	case '-':
+		neg = true
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, false
+	}
+	// Accumulate negatively so that math.MinInt64 parses.
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := int64(c - '0')
+		if v < (math.MinInt64+d)/10 {
+			return 0, false
+		}
+		v = v*10 - d
+	}
+	if !neg {
+		if v == math.MinInt64 {
+			return 0, false
+		}
+		v = -v
+	}
+	return v, true
+}
+
+// Seconds rounds d to whole seconds as redis-cell's reply does: truncate
+// toward zero, then add one if the sub-second part holds at least one whole
+// millisecond. So 2s → 2, 2.001s → 3, 10ms → 1, 0.6ms → 0, -0.5s → 0.
+func Seconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if (d%time.Second)/time.Millisecond > 0 {
+		s++
+	}
+	return s
+}
+
+// Reply returns the 5 integers of CL.THROTTLE's reply for r: limited (0 or
+// 1), limit, remaining, retry_after in seconds (-1 when allowed or when the
+// request can never be admitted) and reset_after in seconds.
+func Reply(r funnel.Result) [5]int64 {
+	out := [5]int64{1, r.Limit, r.Remaining, -1, Seconds(r.ResetAfter)}
+	if r.Allowed {
+		out[0] = 0
+	} else if r.RetryAfter != funnel.Never {
+		out[3] = Seconds(r.RetryAfter)
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+// Package funnel is an exact rate limiter: a funnel ("leaky bucket as a
+// meter", computed as GCRA) per key, served from an in-memory store or from
+// Redis.
+//
+// A Limit says how many units a key may spend per period and how large a
+// burst it may spend at once. A Limiter applies limits to keys through a
+// Store:
+//
+//	lim := funnel.New(memstore.New(memstore.Options{}))
+//	res, err := lim.Allow(ctx, "user:42", funnel.PerMinute(30).WithBurst(15))
+//	if err == nil && !res.Allowed {
+//		// refuse; res.RetryAfter says when to come back
+//	}
+//
+// The decision itself lives in package gcra; its results agree to the
+// nanosecond with redis-cell's CL.THROTTLE.
+package funnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/funnelrl/funnel/gcra"
+)
+
+// ErrInvalidLimit is returned (wrapped, with the reason) for a Limit that
+// cannot be applied: see Limit.Validate.
+var ErrInvalidLimit = errors.New("funnel: invalid limit")
+
+// ErrInvalidQuantity is returned (wrapped, with the reason) for a negative
+// quantity, or one whose cost overflows int64 nanoseconds.
+var ErrInvalidQuantity = errors.New("funnel: invalid quantity")
+
+// Never is the RetryAfter of a refused request that no amount of waiting
+// would admit, because its quantity is above the limit.
+const Never = gcra.Never
+
+// Limit is a rate limit: Count units per Period, with Burst extra units that
+// may be spent at once. It is a small value type, safe to copy and compare.
+//
+// Burst has redis-cell's meaning (max_burst): a full bucket admits Burst+1
+// units at once, and then one unit every Period/Count. The constructors set
+// Burst to Count-1, so that PerMinute(30) admits 30 at once and then one every
+// two seconds; use WithBurst to choose another burst.
+//
+// The zero Limit is not valid (it has no rate); IsZero reports it.
+type Limit struct {
+	// Count is the number of units that leak per Period.
+	Count int64
+	// Period is the time in which Count units leak.
+	Period time.Duration
+	// Burst is the number of units beyond the first that a full bucket admits
+	// at once (redis-cell's max_burst).
+	Burst int64
+}
+
+// Per returns a limit of count units per period, with burst count-1.
+func Per(count int64, period time.Duration) Limit {
+	burst := count - 1
+	if burst < 0 {
+		burst = 0
+	}
+	return Limit{Count: count, Period: period, Burst: burst}
+}
+
+// PerSecond returns a limit of count units per second, with burst count-1.
+func PerSecond(count int64) Limit { return Per(count, time.Second) }
+
+// PerMinute returns a limit of count units per minute, with burst count-1.
+func PerMinute(count int64) Limit { return Per(count, time.Minute) }
+
+// PerHour returns a limit of count units per hour, with burst count-1.
+func PerHour(count int64) Limit { return Per(count, time.Hour) }
+
+// PerDay returns a limit of count units per 24 hours, with burst count-1.
+func PerDay(count int64) Limit { return Per(count, 24*time.Hour) }
+
+// WithBurst returns a copy of l with Burst set to burst (redis-cell's
+// max_burst: a full bucket admits burst+1 units at once).
+func (l Limit) WithBurst(burst int64) Limit {
+	l.Burst = burst
+	return l
+}
+
+// String formats l as "30 per 1m0s, burst 15".
+func (l Limit) String() string {
+	return fmt.Sprintf("%d per %v, burst %d", l.Count, l.Period, l.Burst)
+}
+
+// IsZero reports whether l is the zero Limit.
+func (l Limit) IsZero() bool { return l == Limit{} }
+
+// Validate reports whether l can be applied. The error wraps ErrInvalidLimit
+// and one of gcra's errors: zero count or period (or an emission interval
+// that truncates to 0 ns), a negative field, an emission interval
+// Period/Count under one microsecond, or an interval·(Burst+1) that overflows
+// int64 nanoseconds.
+func (l Limit) Validate() error {
+	_, err := l.Params()
+	return err
+}
+
+// Params returns the precomputed GCRA parameters of l, or the error that
+// Validate reports.
+func (l Limit) Params() (gcra.Params, error) {
+	p, err := gcra.NewParams(l.Burst, l.Count, l.Period)
+	if err != nil {
+		return gcra.Params{}, fmt.Errorf("%w %v: %w", ErrInvalidLimit, l, err)
+	}
+	return p, nil
+}
+
+// Result is the answer to one request.
+type Result struct {
+	// Allowed reports whether the request was admitted and charged.
+	Allowed bool
+	// Limit is the number of units a full bucket admits at once (Burst+1).
+	Limit int64
+	// Remaining is how many more units could be admitted right now.
+	Remaining int64
+	// RetryAfter is zero when allowed. When refused it is the time after
+	// which the same request would be admitted, or Never when its quantity
+	// exceeds Limit.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full again.
+	ResetAfter time.Duration
+}
+
+// ResultOf converts a gcra result under parameters p to a Result.
+func ResultOf(p gcra.Params, r gcra.Result) Result {
+	return Result{
+		Allowed:    r.Allowed,
+		Limit:      p.Limit,
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter,
+	}
+}
+
+// Store applies funnel decisions to keys. Implementations must be safe for
+// concurrent use, and apply each decision atomically per key at the store's
+// own current time (one clock for every caller of the store).
+type Store interface {
+	// Throttle applies a request for quantity units of key under p, at the
+	// store's current time, and returns the result. A refused request changes
+	// nothing. Quantity 0 peeks without charging. Errors from gcra (negative
+	// quantity, overflow) are returned unchanged and change nothing.
+	Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (Result, error)
+	// Reset forgets key, so that its next request finds a full bucket.
+	// Resetting a key that has no state is not an error.
+	Reset(ctx context.Context, key string) error
+}
+
+// Limiter applies limits to keys through a Store. It is safe for concurrent
+// use; the zero Limiter is not usable, build one with New.
+type Limiter struct {
+	store Store
+}
+
+// New returns a Limiter over store.
+func New(store Store) *Limiter { return &Limiter{store: store} }
+
+// Allow is shorthand for AllowN(ctx, key, limit, 1).
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN asks for n units of key under limit, now. If the result is allowed
+// the units are charged; if not, nothing changes and RetryAfter says when the
+// same request would pass. n = 0 is the same as Peek.
+//
+// The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
+// or is the store's error.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	p, err := limit.Params()
+	if err != nil {
+		return Result{}, err
+	}
+	if n < 0 {
+		return Result{}, fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, gcra.ErrNegative)
+	}
+	r, err := l.store.Throttle(ctx, key, p, n)
+	if errors.Is(err, gcra.ErrOverflow) {
+		err = fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, err)
+	}
+	return r, err
+}
+
+// Peek reports the state of key under limit without charging anything:
+// Remaining and ResetAfter as they are now. It is always Allowed.
+func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.AllowN(ctx, key, limit, 0)
+}
+
+// Reset forgets key, giving it a full bucket.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	return l.store.Reset(ctx, key)
+}

@@ -1,0 +1,178 @@
+// Package gcra is the funnel's pure decision: the generic cell rate algorithm
+// ("leaky bucket as a meter") in integer nanoseconds.
+//
+// The package reads no clock, takes no lock and does no I/O. Every store and
+// every protocol of Funnel calls Decide, so they all agree to the nanosecond.
+// The arithmetic reproduces redis-cell's CL.THROTTLE (limit = burst+1, a
+// request landing exactly on the boundary is allowed, remaining computed from
+// whole microseconds), except that inputs for which redis-cell overflows or
+// produces nonsense are refused with an error and change nothing.
+//
+// Per key the only state is the theoretical arrival time (TAT) in nanoseconds.
+// A TAT at or before now is the same as no state at all, so a store may forget
+// a key as soon as its TAT has passed.
+package gcra
+
+import (
+	"errors"
+	"math"
+	"time"
+)
+
+// Errors returned by NewParams and Decide. Each leaves the key unchanged.
+var (
+	// ErrZeroRate means the count or the period is zero, or the emission
+	// interval period/count truncates to zero nanoseconds.
+	ErrZeroRate = errors.New("gcra: zero rates are not supported")
+	// ErrNegative means a burst, count, period or quantity is negative.
+	ErrNegative = errors.New("gcra: burst, count, period and quantity must not be negative")
+	// ErrIntervalTooShort means the emission interval period/count is under
+	// one microsecond, too fine for remaining to be computed.
+	ErrIntervalTooShort = errors.New("gcra: emission interval (period/count) must be at least 1µs")
+	// ErrOverflow means interval·(burst+1), interval·quantity or the new
+	// theoretical arrival time does not fit in an int64 of nanoseconds.
+	ErrOverflow = errors.New("gcra: value overflows int64 nanoseconds")
+)
+
+// Never is the RetryAfter of a refused request that no amount of waiting
+// would admit, because its quantity is above the limit.
+const Never = time.Duration(math.MaxInt64)
+
+// MinInterval is the shortest emission interval NewParams accepts.
+const MinInterval = time.Microsecond
+
+// Params are the precomputed parameters of one funnel. The zero value is not
+// valid; build Params with NewParams. Params are small values, safe to copy
+// and to share between goroutines.
+type Params struct {
+	// Burst is redis-cell's max_burst: the bucket holds Burst+1 units.
+	Burst int64
+	// Limit is Burst+1, the number of units a full bucket admits at once.
+	Limit int64
+	// Interval is the emission interval T = period/count in nanoseconds: the
+	// time one unit takes to leak out of the bucket.
+	Interval int64
+	// Tolerance is the delay variation tolerance T·Limit in nanoseconds: the
+	// time a full bucket takes to drain.
+	Tolerance int64
+	// intervalMicros is whole_µs(Interval), the divisor of remaining.
+	intervalMicros int64
+}
+
+// NewParams returns the parameters of a funnel that admits count units per
+// period with burst extra units (redis-cell's max_burst: a full bucket admits
+// burst+1 units at once).
+//
+// The emission interval is period/count truncated to whole nanoseconds,
+// computed in float64 as redis-cell computes it (for every period under 104
+// days this equals the integer quotient). Errors, in the order they are
+// checked: ErrZeroRate, ErrNegative, ErrIntervalTooShort, ErrOverflow.
+func NewParams(burst, count int64, period time.Duration) (Params, error) {
+	if count == 0 || period == 0 {
+		return Params{}, ErrZeroRate
+	}
+	t := truncFloat(float64(period) / float64(count))
+	if t == 0 {
+		return Params{}, ErrZeroRate
+	}
+	if burst < 0 || count < 0 || period < 0 {
+		return Params{}, ErrNegative
+	}
+	if t < int64(MinInterval) {
+		return Params{}, ErrIntervalTooShort
+	}
+	if burst == math.MaxInt64 {
+		return Params{}, ErrOverflow
+	}
+	limit := burst + 1
+	dvt, ok := mul(t, limit)
+	if !ok {
+		return Params{}, ErrOverflow
+	}
+	return Params{Burst: burst, Limit: limit, Interval: t, Tolerance: dvt, intervalMicros: t / 1000}, nil
+}
+
+// truncFloat converts f to int64 as Rust's `as i64` does: toward zero,
+// saturating at the int64 bounds (Go leaves out-of-range conversions
+// implementation-defined).
+func truncFloat(f float64) int64 {
+	switch {
+	case f != f:
+		return 0
+	case f >= math.MaxInt64: // float64(MaxInt64) is 2^63
+		return math.MaxInt64
+	case f <= math.MinInt64:
+		return math.MinInt64
+	}
+	return int64(f)
+}
+
+// mul returns a·b and whether it fits in an int64; a and b are not negative.
+func mul(a, b int64) (int64, bool) {
+	if a == 0 || b == 0 {
+		return 0, true
+	}
+	if a > math.MaxInt64/b {
+		return 0, false
+	}
+	return a * b, true
+}
+
+// Result is the outcome of one decision, in exact nanoseconds.
+type Result struct {
+	// Allowed reports whether the request was admitted (and charged).
+	Allowed bool
+	// Remaining is how many more units could be admitted right now after this
+	// decision, computed as redis-cell does: whole microseconds of free
+	// capacity divided by whole microseconds of the interval.
+	Remaining int64
+	// RetryAfter is zero when allowed; when refused, the time until the same
+	// request would be admitted, or Never if its quantity exceeds the limit.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full again (the key's state
+	// is then the same as absent).
+	ResetAfter time.Duration
+}
+
+// Decide applies a request for quantity units at time now (nanoseconds since
+// an epoch shared by all calls for the key) to a key whose theoretical arrival
+// time is tat. A key without state has tat 0, or any value at or before now.
+//
+// It returns the key's new TAT and the result. When the request is refused,
+// or err is not nil, the returned TAT equals tat and nothing must be stored.
+// A quantity of 0 is a peek: it is always allowed and does not move the TAT.
+func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
+	if quantity < 0 {
+		return tat, Result{}, ErrNegative
+	}
+	inc, ok := mul(p.Interval, quantity)
+	if !ok {
+		return tat, Result{}, ErrOverflow
+	}
+	base := tat
+	if now > tat {
+		base = now
+	}
+	var r Result
+	ttl := base - now // time until the bucket is full, before this request
+	switch {
+	case inc > p.Tolerance:
+		// More than a full bucket: no wait would admit it.
+		r.RetryAfter = Never
+	case ttl > p.Tolerance-inc:
+		// Admitted once now reaches base + inc - Tolerance.
+		r.RetryAfter = time.Duration(ttl - (p.Tolerance - inc))
+	default:
+		if base > math.MaxInt64-inc {
+			return tat, Result{}, ErrOverflow
+		}
+		r.Allowed = true
+		tat = base + inc
+		ttl += inc
+	}
+	r.ResetAfter = time.Duration(ttl)
+	if next := p.Tolerance - ttl; next > -p.Interval {
+		r.Remaining = truncFloat(float64(next/1000) / float64(p.intervalMicros))
+	}
+	return tat, r, nil
+}

@@ -1,0 +1,3 @@
+module github.com/funnelrl/funnel
+
+go 1.24
