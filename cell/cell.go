@@ -161,11 +161,26 @@ func Seconds(d time.Duration) int64 {
 	return s
 }
 
-// Reply returns the 5 integers of CL.THROTTLE's reply for r: limited (0 or
-// 1), limit, remaining, retry_after in seconds (-1 when allowed or when the
-// request can never be admitted) and reset_after in seconds.
-func Reply(r funnel.Result) [5]int64 {
-	out := [5]int64{1, r.Limit, r.Remaining, -1, Seconds(r.ResetAfter)}
+// Remaining computes redis-cell's remaining from the exact time to reset:
+// the free capacity tolerance - reset and the interval are each truncated to
+// whole microseconds and divided in float64, truncating toward zero; 0 when
+// the free capacity is not above -interval. Because of the truncation it can
+// exceed the limit by a little, or show 1 on a refused request, exactly as
+// redis-cell does.
+func Remaining(p gcra.Params, reset time.Duration) int64 {
+	next := p.Tolerance - int64(reset)
+	if next <= -p.Interval {
+		return 0
+	}
+	return int64(float64(next/1000) / float64(p.Interval/1000))
+}
+
+// Reply returns the 5 integers of CL.THROTTLE's reply for a result r under
+// parameters p: limited (0 or 1), limit, remaining, retry_after in seconds
+// (-1 when allowed or when the request can never be admitted) and
+// reset_after in seconds.
+func Reply(p gcra.Params, r funnel.Result) [5]int64 {
+	out := [5]int64{1, p.Limit, Remaining(p, r.ResetAfter), -1, Seconds(r.ResetAfter)}
 	if r.Allowed {
 		out[0] = 0
 	} else if r.RetryAfter != funnel.Never {

@@ -4,8 +4,8 @@
 // The package reads no clock, takes no lock and does no I/O. Every store and
 // every protocol of Funnel calls Decide, so they all agree to the nanosecond.
 // The arithmetic reproduces redis-cell's CL.THROTTLE (limit = burst+1, a
-// request landing exactly on the boundary is allowed, remaining computed from
-// whole microseconds), except that inputs for which redis-cell overflows or
+// request landing exactly on the boundary is allowed, nothing is charged when
+// refused), except that inputs for which redis-cell overflows or
 // produces nonsense are refused with an error and change nothing.
 //
 // Per key the only state is the theoretical arrival time (TAT) in nanoseconds.
@@ -55,8 +55,6 @@ type Params struct {
 	// Tolerance is the delay variation tolerance T·Limit in nanoseconds: the
 	// time a full bucket takes to drain.
 	Tolerance int64
-	// intervalMicros is whole_µs(Interval), the divisor of remaining.
-	intervalMicros int64
 }
 
 // NewParams returns the parameters of a funnel that admits count units per
@@ -89,7 +87,7 @@ func NewParams(burst, count int64, period time.Duration) (Params, error) {
 	if !ok {
 		return Params{}, ErrOverflow
 	}
-	return Params{Burst: burst, Limit: limit, Interval: t, Tolerance: dvt, intervalMicros: t / 1000}, nil
+	return Params{Burst: burst, Limit: limit, Interval: t, Tolerance: dvt}, nil
 }
 
 // truncFloat converts f to int64 as Rust's `as i64` does: toward zero,
@@ -123,8 +121,10 @@ type Result struct {
 	// Allowed reports whether the request was admitted (and charged).
 	Allowed bool
 	// Remaining is how many more units could be admitted right now after this
-	// decision, computed as redis-cell does: whole microseconds of free
-	// capacity divided by whole microseconds of the interval.
+	// decision: the free capacity (Tolerance - ResetAfter) divided by the
+	// interval, rounded down; never negative and never above the limit.
+	// (redis-cell rounds both operands to whole microseconds first; package
+	// cell reproduces that from ResetAfter for its wire format.)
 	Remaining int64
 	// RetryAfter is zero when allowed; when refused, the time until the same
 	// request would be admitted, or Never if its quantity exceeds the limit.
@@ -171,8 +171,8 @@ func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 		ttl += inc
 	}
 	r.ResetAfter = time.Duration(ttl)
-	if next := p.Tolerance - ttl; next > -p.Interval {
-		r.Remaining = truncFloat(float64(next/1000) / float64(p.intervalMicros))
+	if next := p.Tolerance - ttl; next > 0 {
+		r.Remaining = next / p.Interval
 	}
 	return tat, r, nil
 }

@@ -178,11 +178,12 @@ var stepCases = []stepCase{
 		},
 	},
 	{
-		// Limited with remaining ≥ 1: T = 1999 ns, whole_µs(T) = 1.
+		// On the wire, limited with remaining 1 (redis-cell divides whole
+		// microseconds: 1 µs free / 1 µs): T = 1999 ns. Exactly, 0 remain.
 		name: "RoundingArtefact", params: [3]int64{0, 500250, 1},
 		steps: []step{
 			{At: 0, Quantity: 1, Want: allowed(1, 0, 1999), Wire: []int64{0, 1, 0, -1, 0}},
-			{At: 1000, Quantity: 1, Want: refused(1, 1, 999, 999), Wire: []int64{1, 1, 1, 0, 0}},
+			{At: 1000, Quantity: 1, Want: refused(1, 0, 999, 999), Wire: []int64{1, 1, 1, 0, 0}},
 			{At: 1999, Quantity: 1, Want: allowed(1, 0, 1999), Wire: []int64{0, 1, 0, -1, 0}},
 		},
 	},
@@ -225,7 +226,7 @@ var stepCases = []stepCase{
 		name: "SubSecondPeriod", params: [3]int64{2, 7}, period: 10 * ms,
 		steps: []step{
 			{At: 0, Quantity: 3, Want: allowed(3, 0, 3*1428571)},
-			{At: 1428570, Quantity: 1, Want: refused(3, 1, 1, 3*1428571-1428570)},
+			{At: 1428570, Quantity: 1, Want: refused(3, 0, 1, 3*1428571-1428570)},
 			{At: 1428571, Quantity: 1, Want: allowed(3, 0, 3*1428571)},
 		},
 	},
@@ -246,7 +247,7 @@ func runSteps(t *testing.T, newStore NewStore, tc stepCase) {
 			t.Fatalf("step %d (at %v, quantity %d):\n got %+v\nwant %+v", i, sp.At, sp.Quantity, got, sp.Want)
 		}
 		if sp.Wire != nil {
-			if w := cell.Reply(got); fmt.Sprint(w[:]) != fmt.Sprint(sp.Wire) {
+			if w := cell.Reply(p, got); fmt.Sprint(w[:]) != fmt.Sprint(sp.Wire) {
 				t.Fatalf("step %d (at %v, quantity %d): wire reply %v, want %v", i, sp.At, sp.Quantity, w, sp.Wire)
 			}
 		}
