@@ -1,0 +1,27 @@
+// Package bench compares Funnel's in-memory store with other Go rate
+// limiters. It is a module of its own, so that the limiters it compares
+// against never enter Funnel's go.mod.
+//
+// The package has no API: everything is in its benchmarks. One run of
+//
+//	go test -run '^$' -bench . -benchmem -cpu 1,2 -count 1 | tee bench.txt
+//	go run ./cmd/benchtable < bench.txt
+//
+// measures, with the same limit for every limiter:
+//
+//   - BenchmarkAllow/hot/<limiter>: every request is for one key;
+//   - BenchmarkAllow/keys100k/<limiter>: requests for 100,000 keys in a
+//     precomputed random order;
+//   - BenchmarkMemoryPerKey/<limiter>: the heap a limiter keeps for each of
+//     1,000,000 distinct keys (metric B/key, next to key-B, the length of
+//     one key);
+//
+// and cmd/benchtable turns that output into markdown tables.
+//
+// The limiters are Funnel's memstore (through Store.Throttle with
+// precomputed parameters, and through Limiter.Allow), sethvargo/go-limiter's
+// memorystore, throttled's GCRA limiter over its memstore, ulule/limiter's
+// memory store, and golang.org/x/time/rate: a single *rate.Limiter for the
+// hot key (a reference that keeps no per-key state), and a naive
+// map[string]*rate.Limiter behind a sync.Mutex for the keyed runs.
+package bench
