@@ -1,0 +1,357 @@
+// Command benchtable reads the output of the bench module's benchmarks
+// (go test -bench ... -benchmem) on standard input and prints markdown
+// tables: one of throughput, with a row per scenario and GOMAXPROCS, and one
+// of memory per key.
+//
+//	go test -run '^$' -bench . -benchmem -cpu 1,2 -count 1 | tee bench.txt
+//	go run ./cmd/benchtable < bench.txt
+//
+// In the throughput table each cell is the median ns/op and allocs/op of a
+// limiter, and the last columns give each Funnel variant's ns/op divided by
+// that of the fastest other keyed limiter of the row (below 1 means Funnel
+// is faster). The x/time/rate rows are references and are not counted among
+// the keyed limiters: a single *rate.Limiter keeps no per-key state, and the
+// map of limiters behind a mutex is the benchmark's own naive construction,
+// which never forgets a key.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	runs, cpu, err := parse(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	if len(runs.order) == 0 {
+		fmt.Fprintln(os.Stderr, "benchtable: no benchmark results on standard input")
+		os.Exit(1)
+	}
+	render(os.Stdout, runs, cpu)
+}
+
+// id names one benchmark at one GOMAXPROCS.
+type id struct {
+	name  string // without "Benchmark" and without the -N suffix
+	procs int
+}
+
+// results holds every metric of every benchmark, in the order first seen.
+type results struct {
+	order   []id
+	metrics map[id]map[string][]float64 // unit -> one value per run
+}
+
+// get returns the median of the values of unit for i, and whether there are
+// any.
+func (r *results) get(i id, unit string) (float64, bool) {
+	v := r.metrics[i][unit]
+	if len(v) == 0 {
+		return 0, false
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2, true
+	}
+	return s[len(s)/2], true
+}
+
+// parse reads benchmark result lines ("BenchmarkX-2  100  12.3 ns/op ...")
+// and returns them with the "cpu:" header, if any. Other lines are skipped.
+func parse(in io.Reader) (*results, string, error) {
+	r := &results{metrics: make(map[id]map[string][]float64)}
+	cpu := ""
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if c, ok := strings.CutPrefix(line, "cpu: "); ok {
+			cpu = strings.TrimSpace(c)
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || len(f)%2 != 0 {
+			continue
+		}
+		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
+			continue // not a result line, e.g. a benchmark's log output
+		}
+		i := splitName(strings.TrimPrefix(f[0], "Benchmark"))
+		m := r.metrics[i]
+		if m == nil {
+			m = make(map[string][]float64)
+			r.metrics[i] = m
+			r.order = append(r.order, i)
+		}
+		for k := 2; k+1 < len(f); k += 2 {
+			v, err := strconv.ParseFloat(f[k], 64)
+			if err != nil {
+				return nil, "", fmt.Errorf("%s: bad value %q", f[0], f[k])
+			}
+			m[f[k+1]] = append(m[f[k+1]], v)
+		}
+	}
+	return r, cpu, sc.Err()
+}
+
+// splitName splits the -N GOMAXPROCS suffix off a benchmark name; without
+// one, GOMAXPROCS was 1. (The bench module's names never end in digits.)
+func splitName(name string) id {
+	if k := strings.LastIndexByte(name, '-'); k >= 0 {
+		if n, err := strconv.Atoi(name[k+1:]); err == nil && n > 0 {
+			return id{name[:k], n}
+		}
+	}
+	return id{name, 1}
+}
+
+// known are the limiters of the bench module with their column titles, in
+// column order. Others follow, in the order first seen.
+var known = []struct{ name, label string }{
+	{"funnel-memstore", "Funnel Store.Throttle"},
+	{"funnel-limiter", "Funnel Limiter.Allow"},
+	{"sethvargo", "sethvargo/go-limiter"},
+	{"throttled", "throttled GCRA"},
+	{"ulule", "ulule/limiter"},
+	{"xrate-single", "x/time/rate single (ref)"},
+	{"xrate-map", "x/time/rate map+mutex (naive)"},
+}
+
+// rank is the position of limiter in known, or len(known).
+func rank(limiter string) int {
+	for k, l := range known {
+		if l.name == limiter {
+			return k
+		}
+	}
+	return len(known)
+}
+
+func label(limiter string) string {
+	if k := rank(limiter); k < len(known) {
+		return known[k].label
+	}
+	return limiter
+}
+
+func isFunnel(limiter string) bool    { return strings.HasPrefix(limiter, "funnel-") }
+func isReference(limiter string) bool { return strings.HasPrefix(limiter, "xrate-") }
+
+// row is one line of a table: a scenario (or limiter) at one GOMAXPROCS.
+type row struct {
+	key   string
+	procs int
+}
+
+// collect groups the benchmarks named prefix+"<key>/<limiter>" (or
+// prefix+"<limiter>" when nested is false) into rows and columns, in the
+// order first seen (known limiters first, in their order), with rows of the
+// same key sorted by GOMAXPROCS.
+func collect(r *results, prefix string, nested bool) (rows []row, cols []string, cell map[row]map[string]id) {
+	cell = make(map[row]map[string]id)
+	for _, i := range r.order {
+		rest, ok := strings.CutPrefix(i.name, prefix)
+		if !ok {
+			continue
+		}
+		key, limiter := rest, rest
+		if nested {
+			k := strings.LastIndexByte(rest, '/')
+			if k < 0 {
+				continue
+			}
+			key, limiter = rest[:k], rest[k+1:]
+		}
+		rw := row{key, i.procs}
+		if cell[rw] == nil {
+			cell[rw] = make(map[string]id)
+			rows = append(rows, rw)
+		}
+		cell[rw][limiter] = i
+		if !slices.Contains(cols, limiter) {
+			cols = append(cols, limiter)
+		}
+	}
+	slices.SortStableFunc(cols, func(a, b string) int { return rank(a) - rank(b) })
+	keyOrder := make(map[string]int)
+	for _, rw := range rows {
+		if _, ok := keyOrder[rw.key]; !ok {
+			keyOrder[rw.key] = len(keyOrder)
+		}
+	}
+	slices.SortStableFunc(rows, func(a, b row) int {
+		if d := keyOrder[a.key] - keyOrder[b.key]; d != 0 {
+			return d
+		}
+		return a.procs - b.procs
+	})
+	return rows, cols, cell
+}
+
+// render prints the throughput and memory tables.
+func render(w io.Writer, r *results, cpu string) {
+	if cpu != "" {
+		fmt.Fprintf(w, "CPU: %s\n\n", cpu)
+	}
+	throughputTable(w, r)
+	memoryTable(w, r)
+}
+
+func throughputTable(w io.Writer, r *results) {
+	rows, cols, cell := collect(r, "Allow/", true)
+	if len(rows) == 0 {
+		return
+	}
+	var funnels []string
+	for _, c := range cols {
+		if isFunnel(c) {
+			funnels = append(funnels, c)
+		}
+	}
+	fmt.Fprintln(w, "### Throughput: ns/op (allocs/op), lower is better")
+	fmt.Fprintln(w)
+	head := []string{"scenario", "cpu"}
+	for _, c := range cols {
+		head = append(head, label(c))
+	}
+	for _, f := range funnels {
+		head = append(head, label(f)+" ÷ fastest other keyed")
+	}
+	writeRow(w, head)
+	writeRule(w, len(head))
+	var notes []string
+	for _, rw := range rows {
+		line := []string{rw.key, strconv.Itoa(rw.procs)}
+		best, bestName := 0.0, ""
+		for _, c := range cols {
+			i, ok := cell[rw][c]
+			ns, okNs := r.get(i, "ns/op")
+			if !ok || !okNs {
+				line = append(line, "—")
+				continue
+			}
+			text := formatNs(ns)
+			if allocs, ok := r.get(i, "allocs/op"); ok {
+				text += " (" + formatNum(allocs) + ")"
+			}
+			for _, m := range []struct{ unit, what, mark string }{
+				{"denied/op", "refused", "†"},
+				{"errors/op", "returned an error", "‡"},
+			} {
+				if v, ok := r.get(i, m.unit); ok && v > 0 {
+					text += " " + m.mark
+					notes = append(notes, fmt.Sprintf("%s %s, %s, cpu %d: %.2f%% of requests %s.",
+						m.mark, label(c), rw.key, rw.procs, 100*v, m.what))
+				}
+			}
+			line = append(line, text)
+			if !isFunnel(c) && !isReference(c) && (bestName == "" || ns < best) {
+				best, bestName = ns, c
+			}
+		}
+		for _, f := range funnels {
+			ns, ok := r.get(cell[rw][f], "ns/op")
+			if _, in := cell[rw][f]; !in || !ok || bestName == "" {
+				line = append(line, "—")
+				continue
+			}
+			line = append(line, fmt.Sprintf("%.2f× (vs %s)", ns/best, label(bestName)))
+		}
+		writeRow(w, line)
+	}
+	fmt.Fprintln(w)
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+	}
+}
+
+// target is the memory budget per key that the memory table checks, beside
+// the key's own length.
+const target = 64
+
+func memoryTable(w io.Writer, r *results) {
+	rows, _, cell := collect(r, "MemoryPerKey/", false)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Memory per key (1,000,000 keys)")
+	fmt.Fprintln(w)
+	head := []string{"limiter", "cpu", "B/key", "key length (B)", "B/key − key length",
+		fmt.Sprintf("≤ %d B + key?", target), "allocs/key", "ns/key (insert)"}
+	writeRow(w, head)
+	writeRule(w, len(head))
+	for _, rw := range rows {
+		i := cell[rw][rw.key]
+		line := []string{label(rw.key), strconv.Itoa(rw.procs)}
+		perKey, okPer := r.get(i, "B/key")
+		keyLen, okLen := r.get(i, "key-B")
+		line = append(line, metric(r, i, "B/key"), metric(r, i, "key-B"))
+		if okPer && okLen {
+			over := perKey - keyLen
+			verdict := "yes"
+			if over > target {
+				verdict = "no"
+			}
+			line = append(line, fmt.Sprintf("%.1f", over), verdict)
+		} else {
+			line = append(line, "—", "—")
+		}
+		line = append(line, metric(r, i, "allocs/key"), metric(r, i, "ns/key"))
+		writeRow(w, line)
+	}
+	fmt.Fprintln(w)
+}
+
+// metric formats the median of unit for i, or a dash.
+func metric(r *results, i id, unit string) string {
+	v, ok := r.get(i, unit)
+	if !ok {
+		return "—"
+	}
+	return formatNum(v)
+}
+
+// formatNs formats a duration in ns with at least three significant digits.
+func formatNs(ns float64) string {
+	switch {
+	case ns >= 1000:
+		return strconv.FormatFloat(ns, 'f', 0, 64)
+	case ns >= 10:
+		return strconv.FormatFloat(ns, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(ns, 'f', 2, 64)
+	}
+}
+
+// formatNum formats v as an integer when it is one, else with one or two
+// decimals.
+func formatNum(v float64) string {
+	switch {
+	case v == float64(int64(v)):
+		return strconv.FormatInt(int64(v), 10)
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+func writeRow(w io.Writer, cells []string) {
+	fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+}
+
+func writeRule(w io.Writer, n int) {
+	fmt.Fprintln(w, "|"+strings.Repeat(" --- |", n))
+}
