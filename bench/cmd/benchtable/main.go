@@ -36,6 +36,11 @@ func main() {
 		os.Exit(1)
 	}
 	render(os.Stdout, runs, cpu)
+	if runs.failed {
+		// The tables above may lack rows: say so, even behind a pipe.
+		fmt.Fprintln(os.Stderr, "benchtable: the benchmark run reported a failure")
+		os.Exit(1)
+	}
 }
 
 // id names one benchmark at one GOMAXPROCS.
@@ -48,6 +53,7 @@ type id struct {
 type results struct {
 	order   []id
 	metrics map[id]map[string][]float64 // unit -> one value per run
+	failed  bool                        // a FAIL line was seen
 }
 
 // get returns the median of the values of unit for i, and whether there are
@@ -66,7 +72,8 @@ func (r *results) get(i id, unit string) (float64, bool) {
 }
 
 // parse reads benchmark result lines ("BenchmarkX-2  100  12.3 ns/op ...")
-// and returns them with the "cpu:" header, if any. Other lines are skipped.
+// and returns them with the "cpu:" header, if any, noting whether a FAIL line
+// was seen. Other lines are skipped.
 func parse(in io.Reader) (*results, string, error) {
 	r := &results{metrics: make(map[id]map[string][]float64)}
 	cpu := ""
@@ -79,6 +86,10 @@ func parse(in io.Reader) (*results, string, error) {
 			continue
 		}
 		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "FAIL" || len(f) > 1 && f[0] == "---" && f[1] == "FAIL:" {
+			r.failed = true
+			continue
+		}
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || len(f)%2 != 0 {
 			continue
 		}

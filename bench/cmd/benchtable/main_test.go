@@ -76,4 +76,7 @@ func TestParseSkipsNoise(t *testing.T) {
 	if len(r.order) != 0 {
 		t.Errorf("parsed %v from noise", r.order)
 	}
+	if !r.failed {
+		t.Error("the FAIL line went unnoticed")
+	}
 }
