@@ -1,0 +1,25 @@
+# Funnel's build. `make test` is the whole test suite; `make bench` the
+# side-by-side benchmarks.
+GO ?= go
+
+.PHONY: test vet fmt-check deps fuzz bench
+test: deps fmt-check vet
+	$(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# deps installs what the tests need and the machine lacks.
+deps:
+	@bash scripts/deps.sh
+
+# fuzz runs each fuzz target for FUZZTIME (their seed corpora run in `make test`).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./gcra/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseInt$$' -fuzztime $(FUZZTIME) ./cell/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cell/

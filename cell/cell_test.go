@@ -1,0 +1,205 @@
+package cell
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+)
+
+func args(s string) [][]byte {
+	var out [][]byte
+	for _, f := range strings.Fields(s) {
+		out = append(out, []byte(f))
+	}
+	return out
+}
+
+func TestParse(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Args
+		err  string
+	}{
+		{in: "user123 15 30 60", want: Args{Key: "user123", Quantity: 1, Params: gcra.Params{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 32e9}}},
+		{in: "k +15 030 60 -0", want: Args{Key: "k", Quantity: 0, Params: gcra.Params{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 32e9}}},
+		{in: "k 0 1 1 5", want: Args{Key: "k", Quantity: 5, Params: gcra.Params{Limit: 1, Interval: 1e9, Tolerance: 1e9}}},
+		{in: "", err: UsageError},
+		{in: "k", err: UsageError},
+		{in: "k 1 2", err: UsageError},
+		{in: "k 1 2 3 4 5", err: UsageError},
+		{in: "k 1.5 30 60", err: ParseErrorPrefix + "1.5"},
+		{in: "k 15 1e3 60", err: ParseErrorPrefix + "1e3"},
+		{in: "k 15 30 0x10", err: ParseErrorPrefix + "0x10"},
+		{in: "k 15 30 60 q", err: ParseErrorPrefix + "q"},
+		{in: "k 15 30 60 9223372036854775808", err: ParseErrorPrefix + "9223372036854775808"},
+		{in: "k 15 30 60 +-1", err: ParseErrorPrefix + "+-1"},
+		// Integers are parsed in order before any range check.
+		{in: "k -1 x 60", err: ParseErrorPrefix + "x"},
+		{in: "k 15 0 60", err: ZeroRateError},
+		{in: "k 15 30 0", err: ZeroRateError},
+		{in: "k -1 0 60", err: ZeroRateError},
+		{in: "k 0 2000000000 1", err: ZeroRateError},
+		// Funnel's own refusals where redis-cell misbehaves.
+		{in: "k -1 30 60", err: ErrNegative.Error()},
+		{in: "k 1 -30 60", err: ErrNegative.Error()},
+		{in: "k 1 -30 -60", err: ErrNegative.Error()},
+		{in: "k 1 30 60 -1", err: ErrNegative.Error()},
+		{in: "k 0 10000000 1", err: ErrIntervalTooShort.Error()},
+		{in: "k 9223372036854775807 1 1", err: ErrOverflow.Error()},
+		{in: "k 0 1 9223372036854775807", err: ErrOverflow.Error()},
+		{in: "k 0 1 -9223372036854775808", err: ErrNegative.Error()},
+		{in: "k 5 1 3000000000", err: ErrOverflow.Error()},
+	} {
+		got, err := Parse(args(c.in))
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("Parse(%q) error %v, want %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
+func TestParseBinaryKey(t *testing.T) {
+	key := []byte{0xff, 0, '\r', '\n'}
+	got, err := Parse([][]byte{key, []byte("1"), []byte("1"), []byte("1")})
+	if err != nil || got.Key != string(key) {
+		t.Fatalf("%q, %v", got.Key, err)
+	}
+	key[0] = 'x' // the parsed key must not alias the argument
+	if got.Key[0] != 0xff {
+		t.Fatal("key aliases the argument buffer")
+	}
+}
+
+func TestParseErrorType(t *testing.T) {
+	_, err := Parse(args("k 1 2 x"))
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Arg != "x" {
+		t.Fatalf("%#v", err)
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	for _, c := range []struct {
+		in   time.Duration
+		want int64
+	}{
+		{2 * time.Second, 2}, {2001 * time.Millisecond, 3}, {10 * time.Millisecond, 1},
+		{600 * time.Microsecond, 0}, {time.Second + 500, 1}, {-500 * time.Millisecond, 0},
+		{-time.Second, -1}, {0, 0}, {time.Millisecond, 1}, {999 * time.Microsecond, 0},
+		{2*time.Second + 999999999, 3}, {gcra.Never, 9223372037},
+	} {
+		if got := Seconds(c.in); got != c.want {
+			t.Errorf("Seconds(%v) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+func TestReply(t *testing.T) {
+	p, _ := gcra.NewParams(15, 30, time.Minute)
+	for _, c := range []struct {
+		r    funnel.Result
+		want [5]int64
+	}{
+		{funnel.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * time.Second}, [5]int64{0, 16, 15, -1, 2}},
+		{funnel.Result{Limit: 16, RetryAfter: 2 * time.Second, ResetAfter: 32 * time.Second}, [5]int64{1, 16, 0, 2, 32}},
+		{funnel.Result{Limit: 16, RetryAfter: gcra.Never, ResetAfter: 0}, [5]int64{1, 16, 16, -1, 0}},
+		{funnel.Result{Limit: 16, RetryAfter: 1, ResetAfter: 30*time.Second + 1}, [5]int64{1, 16, 0, 0, 30}},
+	} {
+		if got := Reply(p, c.r); got != c.want {
+			t.Errorf("Reply(%+v) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
+// Remaining reproduces redis-cell's microsecond arithmetic, artefacts
+// included.
+func TestRemaining(t *testing.T) {
+	mk := func(burst, count int64, period time.Duration) gcra.Params {
+		p, err := gcra.NewParams(burst, count, period)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		p     gcra.Params
+		reset time.Duration
+		want  int64
+	}{
+		{mk(15, 30, time.Minute), 2 * time.Second, 15},
+		{mk(20, 1500, time.Second), 666666, 20},
+		{mk(0, 500250, time.Second), 999, 1},                  // refused, yet 1 µs free / 1 µs
+		{mk(1000, 93, 10*time.Millisecond), 0, 1005},          // T = 107526 ns: above the limit
+		{mk(4, 1, time.Second), 5*time.Second + 999, 0},       // free capacity just under 0
+		{mk(4, 1, time.Second), 6*time.Second - 1, 0},         // next > -T: 0
+		{mk(4, 1, time.Second), 500 * time.Millisecond, 4},    // 4.5 → 4
+		{mk(0, 1e6, time.Second), 0, 1},                       // T = 1 µs
+		{mk(0, 1, math.MaxInt64), 0, 1},                       // T = 292 years
+		{mk(0, 1, math.MaxInt64), math.MaxInt64 / 2, 0},       // half of it
+		{mk(9, 10, time.Second), 700*time.Millisecond - 1, 3}, // 300000 µs / 100000 µs
+	} {
+		if got := Remaining(c.p, c.reset); got != c.want {
+			t.Errorf("Remaining(T=%d, tol=%d, reset=%d) = %d, want %d", c.p.Interval, c.p.Tolerance, c.reset, got, c.want)
+		}
+	}
+}
+
+// FuzzParseInt checks ParseInt against strconv: the same accepted strings
+// (strconv also takes '_' only with base 0, which is not used here).
+func FuzzParseInt(f *testing.F) {
+	for _, s := range []string{"0", "-0", "+15", "015", "9223372036854775807", "-9223372036854775808",
+		"9223372036854775808", "", "+", "-", "1.5", "1e3", "0x10", " 1", "+-1", "--1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := ParseInt([]byte(s))
+		want, err := strconv.ParseInt(s, 10, 64)
+		if ok != (err == nil) || got != want && ok {
+			t.Fatalf("ParseInt(%q) = %d, %v; strconv %d, %v", s, got, ok, want, err)
+		}
+	})
+}
+
+// FuzzParse checks that Parse never panics and that whatever it accepts is a
+// valid funnel.
+func FuzzParse(f *testing.F) {
+	f.Add("user123", "15", "30", "60", "")
+	f.Add("k", "-1", "0", "60", "1")
+	f.Add("k", "0", "1", "9223372036854775807", "")
+	f.Add("\xff", "9223372036854775807", "1", "1", "9223372036854775807")
+	f.Fuzz(func(t *testing.T, key, a, b, c, q string) {
+		in := [][]byte{[]byte(key), []byte(a), []byte(b), []byte(c)}
+		if q != "" {
+			in = append(in, []byte(q))
+		}
+		got, err := Parse(in)
+		if err != nil {
+			return
+		}
+		if got.Key != key || got.Quantity < 0 || got.Params.Interval < int64(time.Microsecond) ||
+			got.Params.Limit != got.Params.Burst+1 || got.Params.Tolerance/got.Params.Limit != got.Params.Interval {
+			t.Fatalf("Parse accepted %q into %+v", in, got)
+		}
+	})
+}
+
+func BenchmarkParse(b *testing.B) {
+	in := args("user:12345 15 30 60 1")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Parse(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel/internal/version"
+)
+
+func TestRun(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{nil, 2, "", "Usage:"},
+		{[]string{"version"}, 0, "funnel " + version.Version, ""},
+		{[]string{"help"}, 0, "funnel serve", ""},
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{[]string{"serve", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
+		{[]string{"serve", "extra"}, 2, "", `unexpected argument "extra"`},
+		{[]string{"serve", "--store", "redis://127.0.0.1:1"}, 1, "", "not available yet"},
+		{[]string{"serve", "--store", "etcd://x"}, 1, "", `unknown store "etcd://x"`},
+		{[]string{"serve", "--max-keys", "-1"}, 1, "", "negative"},
+		{[]string{"serve"}, 0, "store=memory", ""},
+	} {
+		var out, errb bytes.Buffer
+		code := run(canceled, c.args, &out, &errb)
+		if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
+			t.Errorf("run(%q) = %d\nstdout: %s\nstderr: %s\nwant %d, stdout containing %q, stderr containing %q",
+				c.args, code, out.String(), errb.String(), c.code, c.stdout, c.stderr)
+		}
+	}
+}
+
+func TestServeStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var out bytes.Buffer
+	go func() { done <- run(ctx, []string{"serve"}, &out, &out) }()
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}

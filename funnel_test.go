@@ -1,0 +1,93 @@
+package funnel_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/memstore"
+)
+
+func TestConstructors(t *testing.T) {
+	for _, c := range []struct {
+		got, want funnel.Limit
+	}{
+		{funnel.PerSecond(10), funnel.Limit{Count: 10, Period: time.Second, Burst: 9}},
+		{funnel.PerMinute(30), funnel.Limit{Count: 30, Period: time.Minute, Burst: 29}},
+		{funnel.PerHour(1), funnel.Limit{Count: 1, Period: time.Hour, Burst: 0}},
+		{funnel.PerDay(0), funnel.Limit{Count: 0, Period: 24 * time.Hour, Burst: 0}},
+		{funnel.Per(5, 3*time.Second).WithBurst(0), funnel.Limit{Count: 5, Period: 3 * time.Second}},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %+v, want %+v", c.got, c.want)
+		}
+	}
+	if !(funnel.Limit{}).IsZero() || funnel.PerSecond(1).IsZero() {
+		t.Error("IsZero")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		l    funnel.Limit
+		want error
+	}{
+		{funnel.PerSecond(10), nil},
+		{funnel.Limit{}, gcra.ErrZeroRate},
+		{funnel.PerSecond(0), gcra.ErrZeroRate},
+		{funnel.PerSecond(10).WithBurst(-1), gcra.ErrNegative},
+		{funnel.Per(-10, time.Second), gcra.ErrNegative},
+		{funnel.Per(10, -time.Second), gcra.ErrNegative},
+		{funnel.PerSecond(2e6), gcra.ErrIntervalTooShort},
+		{funnel.PerSecond(1).WithBurst(math.MaxInt64 / 2), gcra.ErrOverflow},
+	} {
+		err := c.l.Validate()
+		if !errors.Is(err, c.want) || (c.want != nil && !errors.Is(err, funnel.ErrInvalidLimit)) {
+			t.Errorf("%v: Validate() = %v, want %v", c.l, err, c.want)
+		}
+	}
+}
+
+func TestLimiterRejectsBadInput(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	lim := funnel.New(s)
+	ctx := context.Background()
+	if _, err := lim.Allow(ctx, "k", funnel.Limit{}); !errors.Is(err, funnel.ErrInvalidLimit) {
+		t.Errorf("zero limit: %v", err)
+	}
+	if _, err := lim.AllowN(ctx, "k", funnel.PerSecond(1), -1); !errors.Is(err, funnel.ErrInvalidQuantity) {
+		t.Errorf("negative n: %v", err)
+	}
+	if _, err := lim.AllowN(ctx, "k", funnel.PerSecond(1), math.MaxInt64); !errors.Is(err, funnel.ErrInvalidQuantity) || !errors.Is(err, gcra.ErrOverflow) {
+		t.Errorf("huge n: %v", err)
+	}
+	// Nothing was charged by the refused calls.
+	if r, err := lim.Peek(ctx, "k", funnel.PerSecond(1)); err != nil || r.Remaining != 1 {
+		t.Errorf("after bad input: %+v, %v", r, err)
+	}
+}
+
+func TestLimiterReset(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	lim := funnel.New(s)
+	ctx := context.Background()
+	limit := funnel.PerHour(1)
+	if r, _ := lim.Allow(ctx, "k", limit); !r.Allowed {
+		t.Fatal("first refused")
+	}
+	if r, _ := lim.Allow(ctx, "k", limit); r.Allowed {
+		t.Fatal("second allowed")
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := lim.Allow(ctx, "k", limit); !r.Allowed {
+		t.Fatal("refused after reset")
+	}
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what Funnel's tests need when the machine lacks it: Go on PATH,
+# and redis-server / redis-cli (Debian's packages), as root or through sudo.
+set -euo pipefail
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "deps: go is not on PATH; install Go 1.24 or newer" >&2
+  exit 1
+fi
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+      echo "deps: need ${missing[*]} and cannot install as $(id -un); install them and rerun" >&2
+      exit 1
+    fi
+  fi
+  echo "deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian's package starts a redis-server on 6379; tests start their own.
+  $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true
+fi
