@@ -65,10 +65,8 @@ type Store struct {
 
 type shard struct {
 	mu      sync.Mutex
-	idx     map[string]uint32 // key -> slot in tats
-	tats    []int64
-	free    []uint32
-	peak    int // largest len(idx) since the map was last rebuilt
+	tats    map[string]int64 // key -> theoretical arrival time
+	peak    int              // largest len(tats) since the map was last rebuilt
 	evicted uint64
 	expired uint64
 	_       [48]byte // keep neighbouring shards' locks on separate cache lines
@@ -103,7 +101,7 @@ func New(opts Options) *Store {
 		s.perCap = opts.MaxKeys / n
 	}
 	for i := range s.shards {
-		s.shards[i].idx = make(map[string]uint32)
+		s.shards[i].tats = make(map[string]int64)
 	}
 	every := opts.SweepInterval
 	if every == 0 {
@@ -141,17 +139,12 @@ func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity 
 	now := s.Now()
 	sh := s.shard(key)
 	sh.mu.Lock()
-	i, ok := sh.idx[key]
-	var tat int64
-	if ok {
-		tat = sh.tats[i]
-	}
+	tat, ok := sh.tats[key]
 	newTAT, r, err := gcra.Decide(now, tat, p, quantity)
-	if err == nil && r.Allowed {
-		switch {
-		case ok:
-			sh.tats[i] = newTAT
-		case newTAT > now:
+	if err == nil && r.Allowed && newTAT != tat {
+		if ok {
+			sh.tats[key] = newTAT
+		} else if newTAT > now {
 			sh.insert(key, newTAT, now, s.perCap)
 		}
 	}
@@ -169,32 +162,23 @@ func (s *Store) TAT(key string) (int64, bool) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, ok := sh.idx[key]
-	if !ok || sh.tats[i] <= now {
+	tat, ok := sh.tats[key]
+	if !ok || tat <= now {
 		return 0, false
 	}
-	return sh.tats[i], true
+	return tat, true
 }
 
 // insert adds key, which is not in the shard. The caller holds the lock.
 func (sh *shard) insert(key string, tat, now int64, perCap int) {
-	if perCap > 0 && len(sh.idx) >= perCap {
+	if perCap > 0 && len(sh.tats) >= perCap {
 		sh.makeRoom(now)
-	}
-	var i uint32
-	if n := len(sh.free); n > 0 {
-		i = sh.free[n-1]
-		sh.free = sh.free[:n-1]
-		sh.tats[i] = tat
-	} else {
-		i = uint32(len(sh.tats))
-		sh.tats = append(sh.tats, tat)
 	}
 	// The caller's string may alias a larger buffer (a network read, say):
 	// keep a copy of just the key.
-	sh.idx[strings.Clone(key)] = i
-	if len(sh.idx) > sh.peak {
-		sh.peak = len(sh.idx)
+	sh.tats[strings.Clone(key)] = tat
+	if len(sh.tats) > sh.peak {
+		sh.peak = len(sh.tats)
 	}
 }
 
@@ -202,9 +186,9 @@ func (sh *shard) insert(key string, tat, now int64, perCap int) {
 // of a sample, or else the sampled key whose TAT is nearest to now.
 func (sh *shard) makeRoom(now int64) {
 	victim, min, seen, dropped := "", int64(0), 0, false
-	for k, i := range sh.idx { // map iteration starts at a random place
-		if t := sh.tats[i]; t <= now {
-			sh.remove(k, i)
+	for k, t := range sh.tats { // map iteration starts at a random place
+		if t <= now {
+			delete(sh.tats, k)
 			sh.expired++
 			dropped = true
 		} else if victim == "" || t < min {
@@ -215,23 +199,16 @@ func (sh *shard) makeRoom(now int64) {
 		}
 	}
 	if !dropped && victim != "" {
-		sh.remove(victim, sh.idx[victim])
+		delete(sh.tats, victim)
 		sh.evicted++
 	}
-}
-
-func (sh *shard) remove(key string, i uint32) {
-	delete(sh.idx, key)
-	sh.free = append(sh.free, i)
 }
 
 // Reset forgets key.
 func (s *Store) Reset(_ context.Context, key string) error {
 	sh := s.shard(key)
 	sh.mu.Lock()
-	if i, ok := sh.idx[key]; ok {
-		sh.remove(key, i)
-	}
+	delete(sh.tats, key)
 	sh.mu.Unlock()
 	return nil
 }
@@ -253,14 +230,14 @@ func (sh *shard) sweep(now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := 0
-	for k, i := range sh.idx {
-		if sh.tats[i] <= now {
-			sh.remove(k, i)
+	for k, t := range sh.tats {
+		if t <= now {
+			delete(sh.tats, k)
 			n++
 		}
 	}
 	sh.expired += uint64(n)
-	if sh.peak >= 1024 && len(sh.idx) <= sh.peak/4 {
+	if sh.peak >= 1024 && len(sh.tats) <= sh.peak/4 {
 		sh.rebuild()
 	}
 	return n
@@ -268,13 +245,11 @@ func (sh *shard) sweep(now int64) int {
 
 // rebuild copies the shard into right-sized structures (Go maps never shrink).
 func (sh *shard) rebuild() {
-	idx := make(map[string]uint32, len(sh.idx))
-	tats := make([]int64, 0, len(sh.idx))
-	for k, i := range sh.idx {
-		idx[k] = uint32(len(tats))
-		tats = append(tats, sh.tats[i])
+	tats := make(map[string]int64, len(sh.tats))
+	for k, t := range sh.tats {
+		tats[k] = t
 	}
-	sh.idx, sh.tats, sh.free, sh.peak = idx, tats, nil, len(idx)
+	sh.tats, sh.peak = tats, len(tats)
 }
 
 func (s *Store) sweepEvery(every time.Duration) {
@@ -308,7 +283,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += len(sh.idx)
+		st.Keys += len(sh.tats)
 		st.Expired += sh.expired
 		st.Evicted += sh.evicted
 		sh.mu.Unlock()

@@ -280,10 +280,12 @@ func BenchmarkThrottleManyKeys(b *testing.B) {
 	s := memstore.New(memstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
-	p := params(b, 1<<20, 1e6, time.Second)
+	// 10/s: a key touched every few ms keeps its state between touches.
+	p := params(b, 1<<30, 10, time.Second)
 	keys := make([]string, 100000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user:%07d", i)
+		s.Throttle(ctx, keys[i], p, 1)
 	}
 	var seed atomic.Uint64
 	b.ReportAllocs()
