@@ -6,8 +6,8 @@
 //	go test -run '^$' -bench . -benchmem -cpu 1,2 -count 1 | tee bench.txt
 //	go run ./cmd/benchtable < bench.txt
 //
-// In the throughput table each cell is the median ns/op and allocs/op of a
-// limiter, and the last columns give each Funnel variant's ns/op divided by
+// In the throughput table each cell is the median ns/op, allocs/op and B/op
+// of a limiter, and the last columns give each Funnel variant's ns/op divided by
 // that of the fastest other keyed limiter of the row (below 1 means Funnel
 // is faster). The x/time/rate rows are references and are not counted among
 // the keyed limiters: a single *rate.Limiter keeps no per-key state, and the
@@ -228,7 +228,7 @@ func throughputTable(w io.Writer, r *results) {
 			funnels = append(funnels, c)
 		}
 	}
-	fmt.Fprintln(w, "### Throughput: ns/op (allocs/op), lower is better")
+	fmt.Fprintln(w, "### Throughput: ns/op (allocs/op; B/op), lower is better")
 	fmt.Fprintln(w)
 	head := []string{"scenario", "cpu"}
 	for _, c := range cols {
@@ -251,8 +251,10 @@ func throughputTable(w io.Writer, r *results) {
 				continue
 			}
 			text := formatNs(ns)
-			if allocs, ok := r.get(i, "allocs/op"); ok {
-				text += " (" + formatNum(allocs) + ")"
+			allocs, okA := r.get(i, "allocs/op")
+			bytes, okB := r.get(i, "B/op")
+			if okA && okB {
+				text += " (" + formatNum(allocs) + "; " + formatNum(bytes) + " B)"
 			}
 			for _, m := range []struct{ unit, what, mark string }{
 				{"denied/op", "refused", "†"},

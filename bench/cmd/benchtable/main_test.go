@@ -53,12 +53,12 @@ func TestRender(t *testing.T) {
 	for _, want := range []string{
 		"| scenario | cpu | Funnel Store.Throttle | sethvargo/go-limiter | throttled GCRA | ulule/limiter | x/time/rate single (ref) | Funnel Store.Throttle ÷ fastest other keyed |",
 		// hot, cpu 1: 50 vs sethvargo's 100; x/time/rate (10) is not counted.
-		"| hot | 1 | 50.0 (0) | 100.0 (0) | — | — | 10.0 (0) | 0.50× (vs sethvargo/go-limiter) |",
+		"| hot | 1 | 50.0 (0; 0 B) | 100.0 (0; 0 B) | — | — | 10.0 (0; 0 B) | 0.50× (vs sethvargo/go-limiter) |",
 		// hot, cpu 2: sethvargo (40) beats throttled (228.5), whose errors are flagged.
-		"| hot | 2 | 80.0 (0) | 40.0 (0) | 228.5 (0) ‡ | — | — | 2.00× (vs sethvargo/go-limiter) |",
+		"| hot | 2 | 80.0 (0; 0 B) | 40.0 (0; 0 B) | 228.5 (0; 2 B) ‡ | — | — | 2.00× (vs sethvargo/go-limiter) |",
 		"‡ throttled GCRA, hot, cpu 2: 1.86% of requests returned an error.",
 		// keys100k: the median of three runs is 700.
-		"| keys100k | 1 | 700.0 (0) | — | — | 1200 (2) | — | 0.58× (vs ulule/limiter) |",
+		"| keys100k | 1 | 700.0 (0; 0 B) | — | — | 1200 (2; 32 B) | — | 0.58× (vs ulule/limiter) |",
 		"| Funnel Store.Throttle | 1 | 80.16 | 12 | 68.2 | no | 2.01 | 824.9 |",
 		"| ulule/limiter | 1 | 193.6 | 12 | 181.6 | no | 6.36 | 1228 |",
 	} {
