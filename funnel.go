@@ -148,9 +148,13 @@ type Store interface {
 	// nothing. Quantity 0 peeks without charging. Errors from gcra (negative
 	// quantity, overflow) are returned unchanged and change nothing.
 	Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (Result, error)
-	// Reset forgets key, so that its next request finds a full bucket.
-	// Resetting a key that has no state is not an error.
-	Reset(ctx context.Context, key string) error
+	// Reset forgets key, so that its next request finds a full bucket, and
+	// reports whether the key held state. Resetting a key that has no state
+	// is not an error.
+	Reset(ctx context.Context, key string) (bool, error)
+	// TTL returns the time until key's bucket is full again (its theoretical
+	// arrival time minus now), and false when the key holds no state.
+	TTL(ctx context.Context, key string) (time.Duration, bool, error)
 }
 
 // Limiter applies limits to keys through a Store. It is safe for concurrent
@@ -196,5 +200,9 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 
 // Reset forgets key, giving it a full bucket.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	return l.store.Reset(ctx, key)
+	_, err := l.store.Reset(ctx, key)
+	return err
 }
+
+// Store returns the store the limiter applies its limits through.
+func (l *Limiter) Store() Store { return l.store }

@@ -155,10 +155,24 @@ func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity 
 	return funnel.ResultOf(p, r), nil
 }
 
+// TTL returns the time until key's bucket is full again, and false when the
+// key holds no state. It never fails.
+func (s *Store) TTL(_ context.Context, key string) (time.Duration, bool, error) {
+	now := s.Now()
+	tat, ok := s.tatAt(key, now)
+	if !ok {
+		return 0, false, nil
+	}
+	return time.Duration(tat - now), true, nil
+}
+
 // TAT returns key's theoretical arrival time and true, or 0 and false when
 // the key holds no state at the store's current time.
 func (s *Store) TAT(key string) (int64, bool) {
-	now := s.Now()
+	return s.tatAt(key, s.Now())
+}
+
+func (s *Store) tatAt(key string, now int64) (int64, bool) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -204,13 +218,15 @@ func (sh *shard) makeRoom(now int64) {
 	}
 }
 
-// Reset forgets key.
-func (s *Store) Reset(_ context.Context, key string) error {
+// Reset forgets key and reports whether it held state. It never fails.
+func (s *Store) Reset(_ context.Context, key string) (bool, error) {
+	now := s.Now()
 	sh := s.shard(key)
 	sh.mu.Lock()
+	tat, ok := sh.tats[key]
 	delete(sh.tats, key)
 	sh.mu.Unlock()
-	return nil
+	return ok && tat > now, nil
 }
 
 // Sweep drops every key whose TAT has passed and returns how many it dropped.

@@ -314,11 +314,20 @@ func testReset(t *testing.T, newStore NewStore) {
 	if r, _ := st.Throttle(ctx, "r", p, 1); r.Allowed {
 		t.Fatalf("empty bucket allowed a request: %+v", r)
 	}
-	if err := st.Reset(ctx, "r"); err != nil {
-		t.Fatal(err)
+	if ttl, ok, err := st.TTL(ctx, "r"); err != nil || !ok || ttl != 3*time.Minute {
+		t.Fatalf("TTL = %v, %v, %v; want 3m0s, true", ttl, ok, err)
 	}
-	if err := st.Reset(ctx, "never-seen"); err != nil {
-		t.Fatalf("reset of an absent key: %v", err)
+	if existed, err := st.Reset(ctx, "r"); err != nil || !existed {
+		t.Fatalf("Reset = %v, %v; want true", existed, err)
+	}
+	if existed, err := st.Reset(ctx, "r"); err != nil || existed {
+		t.Fatalf("second Reset = %v, %v; want false", existed, err)
+	}
+	if existed, err := st.Reset(ctx, "never-seen"); err != nil || existed {
+		t.Fatalf("reset of an absent key: %v, %v", existed, err)
+	}
+	if ttl, ok, err := st.TTL(ctx, "r"); err != nil || ok || ttl != 0 {
+		t.Fatalf("TTL after reset = %v, %v, %v; want 0, false", ttl, ok, err)
 	}
 	r, err := st.Throttle(ctx, "r", p, 0)
 	if err != nil {
@@ -375,7 +384,16 @@ func testExpiry(t *testing.T, newStore NewStore) {
 	if r, _ := st.Throttle(ctx, "e", p, 0); r.ResetAfter != 1 || r.Remaining != 9 {
 		t.Fatalf("1 ns before reset: %+v", r)
 	}
+	if ttl, ok, err := st.TTL(ctx, "e"); err != nil || !ok || ttl != 1 {
+		t.Fatalf("TTL 1 ns before reset = %v, %v, %v", ttl, ok, err)
+	}
 	clock.Add(1)
+	if ttl, ok, err := st.TTL(ctx, "e"); err != nil || ok || ttl != 0 {
+		t.Fatalf("TTL at reset = %v, %v, %v; want 0, false", ttl, ok, err)
+	}
+	if existed, err := st.Reset(ctx, "e"); err != nil || existed {
+		t.Fatalf("Reset of a full bucket = %v, %v; want false", existed, err)
+	}
 	if r, _ := st.Throttle(ctx, "e", p, 0); r != allowed(10, 10, 0) {
 		t.Fatalf("at reset: %+v", r)
 	}
