@@ -23,3 +23,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./gcra/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseInt$$' -fuzztime $(FUZZTIME) ./cell/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cell/
+
+# bench runs the side-by-side benchmarks of bench/ (a module of its own, so
+# that the limiters it compares never enter go.mod) and prints them as
+# markdown tables; the raw output stays in bench/bench.txt. About 75 s.
+bench:
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count 1 | tee bench.txt
+	cd bench && $(GO) run ./cmd/benchtable < bench.txt
