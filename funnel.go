@@ -33,6 +33,10 @@ var ErrInvalidLimit = errors.New("funnel: invalid limit")
 // quantity, or one whose cost overflows int64 nanoseconds.
 var ErrInvalidQuantity = errors.New("funnel: invalid quantity")
 
+// ErrUnavailable is wrapped by the errors of a store that cannot be reached
+// (a network store that is down or too slow).
+var ErrUnavailable = errors.New("funnel: store unavailable")
+
 // Never is the RetryAfter of a refused request that no amount of waiting
 // would admit, because its quantity is above the limit.
 const Never = gcra.Never
@@ -126,6 +130,11 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
+	// Fallback reports that the store could not decide (it was unreachable
+	// or too slow) and Allowed is its configured fail-open (true) or
+	// fail-closed (false) answer rather than a decision. Remaining,
+	// RetryAfter and ResetAfter are then zero.
+	Fallback bool
 }
 
 // ResultOf converts a gcra result under parameters p to a Result.
