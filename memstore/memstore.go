@@ -2,10 +2,12 @@
 // contention, and free of allocations when deciding for a key it already
 // holds.
 //
-// Per key it keeps one int64, the theoretical arrival time. A key whose TAT
-// has passed is the same as an absent key, so such keys are forgotten: on
-// access, by a background sweep (one goroutine per store, never one per key),
-// and first when the store is full and must evict. Memory therefore follows
+// Per key it keeps one int64, the theoretical arrival time, in one small
+// allocation with the key's bytes. Deciding for a key the store holds takes
+// no lock: the TAT is updated by compare-and-swap. A key whose TAT has passed
+// is the same as an absent key, so such keys are forgotten: by a background
+// sweep (one goroutine per store, never one per key), and first when the
+// store is full and must evict. Tables shrink when keys go, so memory follows
 // the keys that are active now.
 package memstore
 
@@ -13,10 +15,12 @@ import (
 	"context"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
@@ -52,7 +56,7 @@ const evictionSample = 8
 // one with New and stop its sweep with Close.
 type Store struct {
 	shards []shard
-	mask   uint64
+	shift  uint // shard index = hash >> shift
 	seed   maphash.Seed
 	now    func() int64 // nil: the monotonic real clock below
 	start  time.Time
@@ -64,12 +68,13 @@ type Store struct {
 }
 
 type shard struct {
-	mu      sync.Mutex
-	tats    map[string]int64 // key -> theoretical arrival time
-	peak    int              // largest len(tats) since the map was last rebuilt
+	table   atomic.Pointer[table]
+	mu      sync.Mutex // serialises the writers of table and the fields below
+	live    int        // keys held
+	tombs   int        // tombstones in table
 	evicted uint64
 	expired uint64
-	_       [48]byte // keep neighbouring shards' locks on separate cache lines
+	_       [64]byte // keep neighbouring shards' locks on separate cache lines
 }
 
 // New returns a Store configured by opts. Call Close when done with it.
@@ -90,7 +95,7 @@ func New(opts Options) *Store {
 	}
 	s := &Store{
 		shards: make([]shard, n),
-		mask:   uint64(n - 1),
+		shift:  uint(64 - bits.Len(uint(n-1))),
 		seed:   maphash.MakeSeed(),
 		now:    opts.Now,
 		start:  time.Now(),
@@ -101,7 +106,7 @@ func New(opts Options) *Store {
 		s.perCap = opts.MaxKeys / n
 	}
 	for i := range s.shards {
-		s.shards[i].tats = make(map[string]int64)
+		s.shards[i].table.Store(newTable(minSlots))
 	}
 	every := opts.SweepInterval
 	if every == 0 {
@@ -129,30 +134,155 @@ func (s *Store) Now() int64 {
 	return s.base + int64(time.Since(s.start))
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
+// hash returns key's hash: never 0 (an empty slot), the shard from its top
+// bits and the slot from its bottom bits.
+func (s *Store) hash(key string) (uint64, *shard) {
+	h := maphash.String(s.seed, key)
+	if h == 0 {
+		h = 1
+	}
+	if len(s.shards) == 1 {
+		return h, &s.shards[0]
+	}
+	return h, &s.shards[h>>s.shift]
 }
 
 // Throttle applies a request for quantity units of key under p at the
-// store's current time. It never blocks on I/O and ignores ctx.
+// store's current time. It never blocks on I/O and ignores ctx. The key may
+// alias a buffer the caller reuses: the store copies a key it keeps.
 func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
 	now := s.Now()
-	sh := s.shard(key)
-	sh.mu.Lock()
-	tat, ok := sh.tats[key]
-	newTAT, r, err := gcra.Decide(now, tat, p, quantity)
-	if err == nil && r.Allowed && newTAT != tat {
-		if ok {
-			sh.tats[key] = newTAT
-		} else if newTAT > now {
-			sh.insert(key, newTAT, now, s.perCap)
+	h, sh := s.hash(key)
+	if e := sh.table.Load().find(h, key); e != nil {
+		if r, err, ok := decideOn(e, now, p, quantity); ok {
+			return r, err
 		}
 	}
-	sh.mu.Unlock()
+	return s.throttleLocked(sh, h, key, now, p, quantity)
+}
+
+// decideOn applies the decision to entry e. It reports false, having
+// changed nothing, when e has been deleted meanwhile.
+func decideOn(e *entry, now int64, p gcra.Params, quantity int64) (funnel.Result, error, bool) {
+	for {
+		tat := e.tat.Load()
+		if tat == dead {
+			return funnel.Result{}, nil, false
+		}
+		newTAT, r, err := gcra.Decide(now, tat, p, quantity)
+		if err != nil {
+			return funnel.Result{}, err, true
+		}
+		// Refusals and peeks change nothing; a charge must land on the TAT
+		// it was computed from, or be computed again.
+		if !r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT) {
+			return funnel.ResultOf(p, r), nil, true
+		}
+	}
+}
+
+// throttleLocked decides for a key that was not found without the lock.
+func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcra.Params, quantity int64) (funnel.Result, error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.table.Load().find(h, key); e != nil {
+		// Deletions hold the lock, so e is live until we return.
+		r, err, _ := decideOn(e, now, p, quantity)
+		return r, err
+	}
+	newTAT, r, err := gcra.Decide(now, 0, p, quantity)
 	if err != nil {
 		return funnel.Result{}, err
 	}
+	if r.Allowed && newTAT > now {
+		sh.insert(h, newEntry(key, newTAT), now, s.perCap)
+	}
 	return funnel.ResultOf(p, r), nil
+}
+
+// insert adds e, whose key is absent. The caller holds the lock.
+func (sh *shard) insert(h uint64, e *entry, now int64, perCap int) {
+	if perCap > 0 && sh.live >= perCap {
+		sh.makeRoom(now)
+	}
+	t := sh.table.Load()
+	if used := sh.live + sh.tombs + 1; used*4 > len(t.slots)*3 {
+		t = sh.rebuild(sh.live + 1)
+	}
+	if !t.put(h, e) {
+		sh.tombs--
+	}
+	sh.live++
+}
+
+// rebuild replaces the table by one sized for n keys (at most half full),
+// holding the live entries and no tombstones. The caller holds the lock.
+func (sh *shard) rebuild(n int) *table {
+	size := minSlots
+	for size < 2*n {
+		size *= 2
+	}
+	old := sh.table.Load()
+	t := newTable(size)
+	for i := range old.slots {
+		s := &old.slots[i]
+		if e := s.e.Load(); e != nil {
+			t.put(s.hash.Load(), e)
+		}
+	}
+	sh.table.Store(t)
+	sh.tombs = 0
+	return t
+}
+
+// remove deletes the entry in slot s if its TAT is still tat (any TAT when
+// tat is dead), and returns the TAT it had and whether it was removed. The
+// caller holds the lock.
+func (sh *shard) remove(s *slot, tat int64) (int64, bool) {
+	e := s.e.Load()
+	if tat == dead {
+		tat = e.tat.Swap(dead)
+	} else if !e.tat.CompareAndSwap(tat, dead) {
+		return e.tat.Load(), false
+	}
+	s.e.Store(nil)
+	sh.live--
+	sh.tombs++
+	return tat, true
+}
+
+// makeRoom frees at least one place in a full shard: it drops the keys of a
+// sample whose TAT has passed, or else the sampled key whose TAT is nearest
+// to now. The caller holds the lock.
+func (sh *shard) makeRoom(now int64) {
+	t := sh.table.Load()
+	start := uint64(cheaprand()) & t.mask
+	var victim *slot
+	var min int64
+	seen, dropped := 0, false
+	for i, n := start, 0; n <= int(t.mask) && seen < evictionSample; i, n = (i+1)&t.mask, n+1 {
+		s := &t.slots[i]
+		e := s.e.Load()
+		if e == nil {
+			continue
+		}
+		seen++
+		tat := e.tat.Load()
+		if tat <= now {
+			if _, ok := sh.remove(s, tat); ok {
+				sh.expired++
+				dropped = true
+			}
+		} else if victim == nil || tat < min {
+			victim, min = s, tat
+		}
+	}
+	if !dropped && victim != nil {
+		// If a concurrent charge moved its TAT, evict it all the same: the
+		// bound on keys is firm.
+		sh.remove(victim, dead)
+		sh.evicted++
+	}
 }
 
 // TTL returns the time until key's bucket is full again, and false when the
@@ -173,66 +303,36 @@ func (s *Store) TAT(key string) (int64, bool) {
 }
 
 func (s *Store) tatAt(key string, now int64) (int64, bool) {
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	tat, ok := sh.tats[key]
-	if !ok || tat <= now {
+	h, sh := s.hash(key)
+	e := sh.table.Load().find(h, key)
+	if e == nil {
+		return 0, false
+	}
+	tat := e.tat.Load()
+	if tat <= now { // dead is below any now
 		return 0, false
 	}
 	return tat, true
 }
 
-// insert adds key, which is not in the shard. The caller holds the lock.
-func (sh *shard) insert(key string, tat, now int64, perCap int) {
-	if perCap > 0 && len(sh.tats) >= perCap {
-		sh.makeRoom(now)
-	}
-	// The caller's string may alias a larger buffer (a network read, say):
-	// keep a copy of just the key.
-	sh.tats[strings.Clone(key)] = tat
-	if len(sh.tats) > sh.peak {
-		sh.peak = len(sh.tats)
-	}
-}
-
-// makeRoom frees at least one slot in a full shard: it drops the expired keys
-// of a sample, or else the sampled key whose TAT is nearest to now.
-func (sh *shard) makeRoom(now int64) {
-	victim, min, seen, dropped := "", int64(0), 0, false
-	for k, t := range sh.tats { // map iteration starts at a random place
-		if t <= now {
-			delete(sh.tats, k)
-			sh.expired++
-			dropped = true
-		} else if victim == "" || t < min {
-			victim, min = k, t
-		}
-		if seen++; seen == evictionSample {
-			break
-		}
-	}
-	if !dropped && victim != "" {
-		delete(sh.tats, victim)
-		sh.evicted++
-	}
-}
-
 // Reset forgets key and reports whether it held state. It never fails.
 func (s *Store) Reset(_ context.Context, key string) (bool, error) {
 	now := s.Now()
-	sh := s.shard(key)
+	h, sh := s.hash(key)
 	sh.mu.Lock()
-	tat, ok := sh.tats[key]
-	delete(sh.tats, key)
-	sh.mu.Unlock()
-	return ok && tat > now, nil
+	defer sh.mu.Unlock()
+	sl := sh.table.Load().findSlot(h, key)
+	if sl == nil {
+		return false, nil
+	}
+	tat, _ := sh.remove(sl, dead)
+	return tat > now, nil
 }
 
 // Sweep drops every key whose TAT has passed and returns how many it dropped.
-// A shard that has shrunk to a quarter of its peak is rebuilt, so that memory
-// is given back after a burst of keys. The background sweep calls Sweep; it
-// is exported for tests and for callers that disable the background sweep.
+// A table left mostly empty is rebuilt smaller, so that memory is given back
+// after a burst of keys. The background sweep calls Sweep; it is exported
+// for tests and for callers that disable the background sweep.
 func (s *Store) Sweep() int {
 	now := s.Now()
 	total := 0
@@ -245,27 +345,25 @@ func (s *Store) Sweep() int {
 func (sh *shard) sweep(now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	t := sh.table.Load()
 	n := 0
-	for k, t := range sh.tats {
-		if t <= now {
-			delete(sh.tats, k)
-			n++
+	for i := range t.slots {
+		s := &t.slots[i]
+		e := s.e.Load()
+		if e == nil {
+			continue
+		}
+		if tat := e.tat.Load(); tat <= now {
+			if _, ok := sh.remove(s, tat); ok {
+				n++
+			}
 		}
 	}
 	sh.expired += uint64(n)
-	if sh.peak >= 1024 && len(sh.tats) <= sh.peak/4 {
-		sh.rebuild()
+	if len(t.slots) > minSlots && (sh.live*8 < len(t.slots) || sh.tombs*4 > len(t.slots)) {
+		sh.rebuild(sh.live)
 	}
 	return n
-}
-
-// rebuild copies the shard into right-sized structures (Go maps never shrink).
-func (sh *shard) rebuild() {
-	tats := make(map[string]int64, len(sh.tats))
-	for k, t := range sh.tats {
-		tats[k] = t
-	}
-	sh.tats, sh.peak = tats, len(tats)
 }
 
 func (s *Store) sweepEvery(every time.Duration) {
@@ -291,6 +389,8 @@ type Stats struct {
 	Expired uint64
 	// Evicted counts keys dropped to respect MaxKeys while still limited.
 	Evicted uint64
+	// Bytes estimates the memory held by the keys: their tables and entries.
+	Bytes int64
 }
 
 // Stats returns the store's counters.
@@ -299,10 +399,32 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += len(sh.tats)
+		st.Keys += sh.live
 		st.Expired += sh.expired
 		st.Evicted += sh.evicted
+		t := sh.table.Load()
+		st.Bytes += int64(len(t.slots)) * int64(unsafe.Sizeof(slot{}))
+		for j := range t.slots {
+			if e := t.slots[j].e.Load(); e != nil {
+				st.Bytes += int64(e.size())
+			}
+		}
 		sh.mu.Unlock()
 	}
 	return st
 }
+
+// Len returns the number of keys held.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.live
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// cheaprand returns a pseudo-random number, for choosing where to sample.
+func cheaprand() uint32 { return uint32(rand.Uint64()) }

@@ -280,8 +280,9 @@ func BenchmarkThrottleManyKeys(b *testing.B) {
 	s := memstore.New(memstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
-	// 10/s: a key touched every few ms keeps its state between touches.
-	p := params(b, 1<<30, 10, time.Second)
+	// One per minute with a deep burst: every key keeps its state (and is
+	// allowed) for the whole run, however slow the machine.
+	p := params(b, 1<<26, 1, time.Minute)
 	keys := make([]string, 100000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user:%07d", i)
@@ -296,4 +297,83 @@ func BenchmarkThrottleManyKeys(b *testing.B) {
 			s.Throttle(ctx, keys[r.IntN(len(keys))], p, 1)
 		}
 	})
+}
+
+// A hot key stays exact while its shard is rebuilt, swept and evicted from
+// under the lock-free readers: other keys come and go in the same (single)
+// shard, with expiries, resets and table growth and shrinkage, all at once.
+func TestExactWhileTableChanges(t *testing.T) {
+	s, clock := newStore(t, memstore.Options{Shards: 1, SweepInterval: -1})
+	ctx := context.Background()
+	hot := params(t, 4, 10, time.Second) // T = 100 ms, limit 5
+	churn := params(t, 0, 1, time.Millisecond)
+	const steps, stepLen = 30, 250 * time.Millisecond
+	var admitted atomic.Int64
+	stop := make(chan struct{})
+	churnDone := make(chan struct{})
+	go func() {
+		defer close(churnDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := fmt.Sprint("churn", i%3000)
+			s.Throttle(ctx, k, churn, 1)
+			switch i % 97 {
+			case 0:
+				s.Sweep()
+			case 1:
+				s.Reset(ctx, fmt.Sprint("churn", (i+7)%3000))
+			}
+		}
+	}()
+	for i := 0; i < steps; i++ {
+		clock.Set(storetest.Epoch + int64(i)*int64(stepLen))
+		done := make(chan struct{})
+		for w := 0; w < 4; w++ {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for j := 0; j < 200; j++ {
+					if r, err := s.Throttle(ctx, "hot", hot, 1); err != nil {
+						t.Error(err)
+						return
+					} else if r.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		for w := 0; w < 4; w++ {
+			<-done
+		}
+	}
+	close(stop)
+	<-churnDone
+	want := hot.Limit + int64(steps-1)*int64(stepLen)/hot.Interval
+	if got := admitted.Load(); got != want {
+		t.Fatalf("admitted %d, want exactly %d", got, want)
+	}
+}
+
+// With a bound on keys, eviction and charges race; the bound holds.
+func TestEvictionUnderContention(t *testing.T) {
+	s, _ := newStore(t, memstore.Options{Shards: 2, MaxKeys: 64, SweepInterval: -1})
+	p := params(t, 10, 1, time.Hour)
+	done := make(chan struct{})
+	for w := 0; w < 4; w++ {
+		go func(w int) {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < 3000; i++ {
+				s.Throttle(context.Background(), fmt.Sprint("k", (i*7+w)%500), p, 1)
+			}
+		}(w)
+	}
+	for w := 0; w < 4; w++ {
+		<-done
+	}
+	if st := s.Stats(); st.Keys > 64 || st.Evicted == 0 {
+		t.Fatalf("stats %+v", st)
+	}
 }
