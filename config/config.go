@@ -1,0 +1,173 @@
+// Package config is the configuration of `funnel serve`: its types, its
+// defaults, strict parsing of the YAML file, and validation.
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the configuration of the daemon. Its YAML form uses the names in
+// the yaml tags; every field is optional.
+type Config struct {
+	// RESP is the Redis-protocol listen address.
+	RESP string `yaml:"resp"`
+	// HTTP is the HTTP/JSON listen address.
+	HTTP string `yaml:"http"`
+	// GRPC is the Envoy rate-limit service listen address.
+	GRPC string `yaml:"grpc"`
+	// Store is "memory" or a Redis URL (redis://, rediss://,
+	// redis-cluster://).
+	Store string `yaml:"store"`
+	// MaxKeys bounds the memory store's keys; 0 means no bound.
+	MaxKeys int `yaml:"max_keys"`
+	// RequirePass is the password of the "default" user of the RESP server;
+	// empty means no authentication unless UsersFile names users.
+	RequirePass string `yaml:"requirepass"`
+	// UsersFile names a file of RESP users, one "name password" per line
+	// ('#' starts a comment).
+	UsersFile string `yaml:"users_file"`
+	// MaxClients bounds the RESP server's connected clients; 0 means 10000.
+	MaxClients int `yaml:"max_clients"`
+	// IdleTimeout disconnects idle RESP clients; 0 means never.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// ShutdownTimeout bounds a graceful shutdown; 0 means 10 seconds.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+}
+
+// Default returns the configuration of a plain `funnel serve`.
+func Default() Config {
+	return Config{
+		RESP:            "127.0.0.1:6380",
+		HTTP:            "127.0.0.1:8080",
+		GRPC:            "127.0.0.1:8081",
+		Store:           "memory",
+		ShutdownTimeout: 10 * time.Second,
+		LogLevel:        "info",
+	}
+}
+
+// ErrInvalid is wrapped by every validation and parsing error.
+var ErrInvalid = errors.New("config: invalid")
+
+// Parse reads a YAML configuration from r over base (usually Default()):
+// fields the file sets replace base's. Decoding is strict: an unknown field,
+// a duplicate field or a value of the wrong type is an error that names the
+// file (name), the line and the field.
+func Parse(r io.Reader, name string, base Config) (Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20+1))
+	if err != nil {
+		return base, fmt.Errorf("config: reading %s: %w", name, err)
+	}
+	if len(data) > 1<<20 {
+		return base, fmt.Errorf("%w: %s: larger than 1 MiB", ErrInvalid, name)
+	}
+	cfg := base
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return base, fmt.Errorf("%w: %s: %s", ErrInvalid, name, strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			msgs[i] = name + ": " + strings.ReplaceAll(m, " in type config.Config", "")
+		}
+		return base, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
+	}
+	return cfg, nil
+}
+
+// Load reads the configuration file at path over base.
+func Load(path string, base Config) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return base, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f, path, base)
+}
+
+// Validate reports whether c can be served.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)
+	}
+	switch {
+	case c.RESP == "":
+		return bad("resp: an address is required")
+	case c.Store == "":
+		return bad("store: memory or a Redis URL is required")
+	case c.Store != "memory" && !strings.HasPrefix(c.Store, "redis://") &&
+		!strings.HasPrefix(c.Store, "rediss://") && !strings.HasPrefix(c.Store, "redis-cluster://"):
+		return bad("store %q: want memory, redis://, rediss:// or redis-cluster://", c.Store)
+	case c.MaxKeys < 0:
+		return bad("max_keys %d is negative", c.MaxKeys)
+	case c.MaxClients < 0:
+		return bad("max_clients %d is negative", c.MaxClients)
+	case c.IdleTimeout < 0:
+		return bad("idle_timeout %v is negative", c.IdleTimeout)
+	case c.ShutdownTimeout < 0:
+		return bad("shutdown_timeout %v is negative", c.ShutdownTimeout)
+	}
+	if _, err := c.Level(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Level returns the slog level named by LogLevel.
+func (c Config) Level() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return 0, fmt.Errorf("%w: log_level %q: want debug, info, warn or error", ErrInvalid, c.LogLevel)
+	}
+	return l, nil
+}
+
+// ParseUsers reads a users file: one "name password" per line, blank lines
+// and lines starting with '#' ignored. A name may appear once.
+func ParseUsers(r io.Reader, name string) (map[string]string, error) {
+	users := map[string]string{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%w: %s:%d: want \"name password\"", ErrInvalid, name, n)
+		}
+		if _, dup := users[f[0]]; dup {
+			return nil, fmt.Errorf("%w: %s:%d: user %q appears twice", ErrInvalid, name, n, f[0])
+		}
+		users[f[0]] = f[1]
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("config: reading %s: %w", name, err)
+	}
+	return users, nil
+}
+
+// LoadUsers reads the users file at path.
+func LoadUsers(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	return ParseUsers(f, path)
+}

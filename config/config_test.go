@@ -1,0 +1,94 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	in := `
+resp: 0.0.0.0:7000
+store: memory
+max_keys: 1000
+requirepass: s3cret
+idle_timeout: 5m
+log_level: debug
+`
+	got, err := Parse(strings.NewReader(in), "funnel.yaml", Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.RESP, want.MaxKeys, want.RequirePass, want.IdleTimeout, want.LogLevel = "0.0.0.0:7000", 1000, "s3cret", 5*time.Minute, "debug"
+	if got != want {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	got, err := Parse(strings.NewReader(""), "empty.yaml", Default())
+	if err != nil || got != Default() {
+		t.Fatalf("%+v, %v", got, err)
+	}
+}
+
+func TestParseErrorsNameFileLineField(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"resp: x\nbogus: 1\n", `funnel.yaml: line 2: field bogus not found`},
+		{"max_keys: many\n", `funnel.yaml: line 1: cannot unmarshal !!str ` + "`many`"},
+		{"resp: a\nresp: b\n", `funnel.yaml: line 2: mapping key "resp" already defined at line 1`},
+		{"idle_timeout: soon\n", `funnel.yaml: line 1: cannot unmarshal !!str ` + "`soon`"},
+		{"- a\n- b\n", `funnel.yaml: line 1: cannot unmarshal !!seq`},
+	} {
+		_, err := Parse(strings.NewReader(c.in), "funnel.yaml", Default())
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", c.in, err, c.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.RESP = "" }, "resp: an address is required"},
+		{func(c *Config) { c.Store = "etcd://x" }, `store "etcd://x"`},
+		{func(c *Config) { c.MaxKeys = -1 }, "max_keys -1 is negative"},
+		{func(c *Config) { c.MaxClients = -1 }, "max_clients -1 is negative"},
+		{func(c *Config) { c.IdleTimeout = -time.Second }, "idle_timeout -1s is negative"},
+		{func(c *Config) { c.LogLevel = "loud" }, `log_level "loud"`},
+		{func(c *Config) { c.Store = "redis://127.0.0.1:6379/0" }, ""},
+		{func(c *Config) { c.LogLevel = "WARN" }, ""},
+	} {
+		cfg := Default()
+		c.mod(&cfg)
+		err := cfg.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", cfg, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate() = %v, want %q", err, c.want)
+		}
+	}
+}
+
+func TestParseUsers(t *testing.T) {
+	users, err := ParseUsers(strings.NewReader("# users\nalice pw1\n\n  bob   pw2  \n"), "users")
+	if err != nil || len(users) != 2 || users["alice"] != "pw1" || users["bob"] != "pw2" {
+		t.Fatalf("%v, %v", users, err)
+	}
+	for _, in := range []string{"alice\n", "alice pw extra\n", "a x\na y\n"} {
+		if _, err := ParseUsers(strings.NewReader(in), "users"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseUsers(%q) = %v", in, err)
+		}
+	}
+}
