@@ -13,9 +13,9 @@ const (
 	// rate limiter has no use for arguments that large.)
 	DefaultMaxBulkLen = 512 << 10
 	// DefaultMaxArrayLen is the default largest argument count of a
-	// multibulk command: 1024*1024, Redis's limit until 6.2. Memory is bounded
-	// by MaxQueryBuffer, not by this count: arguments are only allocated as
-	// their bytes arrive.
+	// multibulk command: 1024*1024, the limit of older Redis versions (newer
+	// ones accept up to 2^31-1). Memory is bounded by MaxQueryBuffer, not by
+	// this count: room for arguments is only allocated as their bytes arrive.
 	DefaultMaxArrayLen = 1024 * 1024
 	// DefaultMaxInlineLen is the default longest inline command line, and
 	// the longest count line of a multibulk command: 64 KiB, as in Redis
@@ -36,10 +36,12 @@ type Limits struct {
 	// MaxArrayLen is the largest argument count of a multibulk command. A
 	// larger count is ErrInvalidMultibulkLength.
 	MaxArrayLen int
-	// MaxInlineLen is the longest inline command line, and the longest count
-	// line ("*3", "$11") of a multibulk command, in bytes, excluding the line
-	// ending. A longer line is ErrTooBigInlineRequest, ErrTooBigMbulkCount or
-	// ErrTooBigBulkCount.
+	// MaxInlineLen is the longest line that a Reader accepts, in bytes: the
+	// bytes before the "\n" of an inline command (so a "\r" before it
+	// counts), or before the "\r" of a multibulk count line ("*3", "$11").
+	// A longer line is ErrTooBigInlineRequest, ErrTooBigMbulkCount or
+	// ErrTooBigBulkCount. It also bounds the argument count of an inline
+	// command, which MaxArrayLen does not.
 	MaxInlineLen int
 	// MaxQueryBuffer is the largest encoded size, in bytes, of one command;
 	// the Reader's buffer never grows past it. A larger command is
@@ -93,6 +95,15 @@ const (
 // commands as redis-server does, from a buffer that it refills from the
 // underlying io.Reader only when the buffered bytes do not hold a complete
 // command.
+//
+// Like redis-server, a Reader skips the byte after each "\r" of a count line
+// and the two bytes after a bulk without checking that they are "\n" and
+// "\r\n". Unlike redis-server, it decides that a line is too long from the
+// line alone, and not from how many bytes happen to be buffered, so that the
+// outcome never depends on how the input was split into reads; and it reads
+// count lines as binary, where a NUL byte is an invalid digit (redis-server
+// stops at it, as at the end of a C string). In inline commands, it does
+// stop at a NUL byte, as redis-server does.
 //
 // Create one with NewReader; the zero Reader is not usable. A Reader is not
 // safe for concurrent use.

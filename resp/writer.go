@@ -93,8 +93,8 @@ func (w *Writer) Flush() error {
 	return err
 }
 
-// done flushes the buffer if it has grown past flushThreshold.
-func (w *Writer) done() {
+// autoFlush flushes the buffer if it has grown past flushThreshold.
+func (w *Writer) autoFlush() {
 	if len(w.buf) >= flushThreshold {
 		w.Flush()
 	}
@@ -125,7 +125,7 @@ func (w *Writer) appendHeader(prefix byte, n int64) {
 // written as a space.
 func (w *Writer) WriteSimpleString(s string) {
 	w.appendLine('+', s)
-	w.done()
+	w.autoFlush()
 }
 
 // WriteError writes an error reply. msg is the whole text after '-', which
@@ -134,13 +134,13 @@ func (w *Writer) WriteSimpleString(s string) {
 // or LF in msg is written as a space, as Redis does.
 func (w *Writer) WriteError(msg string) {
 	w.appendLine('-', msg)
-	w.done()
+	w.autoFlush()
 }
 
 // WriteInt writes an integer reply.
 func (w *Writer) WriteInt(n int64) {
 	w.appendHeader(':', n)
-	w.done()
+	w.autoFlush()
 }
 
 // WriteBulk writes a bulk string reply holding b, which may be any bytes. A
@@ -149,7 +149,7 @@ func (w *Writer) WriteBulk(b []byte) {
 	w.appendHeader('$', int64(len(b)))
 	w.buf = append(w.buf, b...)
 	w.buf = append(w.buf, '\r', '\n')
-	w.done()
+	w.autoFlush()
 }
 
 // WriteBulkString writes a bulk string reply holding s, which may be any
@@ -158,7 +158,7 @@ func (w *Writer) WriteBulkString(s string) {
 	w.appendHeader('$', int64(len(s)))
 	w.buf = append(w.buf, s...)
 	w.buf = append(w.buf, '\r', '\n')
-	w.done()
+	w.autoFlush()
 }
 
 // WriteNull writes a null: "_" in RESP3, and the null bulk string "$-1" in
@@ -169,7 +169,7 @@ func (w *Writer) WriteNull() {
 	} else {
 		w.buf = append(w.buf, "$-1\r\n"...)
 	}
-	w.done()
+	w.autoFlush()
 }
 
 // WriteNullArray writes a null array: "_" in RESP3, and "*-1" in RESP2.
@@ -179,7 +179,7 @@ func (w *Writer) WriteNullArray() {
 	} else {
 		w.buf = append(w.buf, "*-1\r\n"...)
 	}
-	w.done()
+	w.autoFlush()
 }
 
 // WriteArray writes the header of an array of n elements, which the caller
@@ -190,7 +190,7 @@ func (w *Writer) WriteArray(n int) {
 		return
 	}
 	w.appendHeader('*', int64(n))
-	w.done()
+	w.autoFlush()
 }
 
 // WriteMap writes the header of a map of n key-value pairs, which the caller
@@ -206,7 +206,7 @@ func (w *Writer) WriteMap(n int) {
 	default:
 		w.appendHeader('*', 2*int64(n))
 	}
-	w.done()
+	w.autoFlush()
 }
 
 // WriteSet writes the header of a set of n elements, which the caller then
@@ -221,7 +221,7 @@ func (w *Writer) WriteSet(n int) {
 	default:
 		w.appendHeader('*', int64(n))
 	}
-	w.done()
+	w.autoFlush()
 }
 
 // WriteDouble writes a floating-point number: ",f" in RESP3, and a bulk
@@ -238,7 +238,7 @@ func (w *Writer) WriteDouble(f float64) {
 	}
 	w.buf = append(w.buf, text...)
 	w.buf = append(w.buf, '\r', '\n')
-	w.done()
+	w.autoFlush()
 }
 
 // appendDouble appends the text of f as Redis writes it.
@@ -267,7 +267,7 @@ func (w *Writer) WriteBool(v bool) {
 	default:
 		w.buf = append(w.buf, ":0\r\n"...)
 	}
-	w.done()
+	w.autoFlush()
 }
 
 // WriteVerbatim writes a verbatim string: text in the format named by
@@ -287,5 +287,5 @@ func (w *Writer) WriteVerbatim(format, text string) {
 	w.buf = append(w.buf, ':')
 	w.buf = append(w.buf, text...)
 	w.buf = append(w.buf, '\r', '\n')
-	w.done()
+	w.autoFlush()
 }
