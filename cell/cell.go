@@ -62,38 +62,49 @@ type Args struct {
 // order: arity, then each integer in turn, then zero rates; then Funnel's own
 // refusals (negative values, intervals under 1 µs, overflow).
 func Parse(args [][]byte) (Args, error) {
+	p, q, err := ParseParams(args)
+	if err != nil {
+		return Args{}, err
+	}
+	return Args{Key: string(args[0]), Params: p, Quantity: q}, nil
+}
+
+// ParseParams is Parse without the key: it checks the same arguments (key
+// included, for the arity) and returns the parameters and the quantity. It
+// allocates nothing, so a server can use the key argument in place.
+func ParseParams(args [][]byte) (gcra.Params, int64, error) {
 	if len(args) != 4 && len(args) != 5 {
-		return Args{}, ErrUsage
+		return gcra.Params{}, 0, ErrUsage
 	}
 	var n [4]int64
 	n[3] = 1
 	for i, a := range args[1:] {
 		v, ok := ParseInt(a)
 		if !ok {
-			return Args{}, &ParseError{Arg: string(a)}
+			return gcra.Params{}, 0, &ParseError{Arg: string(a)}
 		}
 		n[i] = v
 	}
 	burst, count, period, quantity := n[0], n[1], n[2], n[3]
 	if count == 0 || period == 0 {
-		return Args{}, ErrZeroRate
+		return gcra.Params{}, 0, ErrZeroRate
 	}
 	if period > math.MaxInt64/int64(time.Second) || period < math.MinInt64/int64(time.Second) {
 		// redis-cell computes in i128 here; a period this long
 		// (over 292 years) has no int64 nanosecond form.
 		if burst < 0 || count < 0 || period < 0 || quantity < 0 {
-			return Args{}, ErrNegative
+			return gcra.Params{}, 0, ErrNegative
 		}
-		return Args{}, ErrOverflow
+		return gcra.Params{}, 0, ErrOverflow
 	}
 	p, err := gcra.NewParams(burst, count, time.Duration(period)*time.Second)
 	if err == nil && quantity < 0 {
 		err = gcra.ErrNegative
 	}
 	if err != nil {
-		return Args{}, Translate(err)
+		return gcra.Params{}, 0, Translate(err)
 	}
-	return Args{Key: string(args[0]), Params: p, Quantity: quantity}, nil
+	return p, quantity, nil
 }
 
 // Translate maps gcra's errors to this package's; others pass unchanged.

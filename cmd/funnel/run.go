@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/daemon"
 	"github.com/funnelrl/funnel/internal/version"
 )
@@ -28,7 +29,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(ctx, args[1:], stdout, stderr)
+		return serve(ctx, args[1:], stdout, stderr, nil)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "funnel", version.Version)
 		return 0
@@ -40,15 +41,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg := daemon.DefaultConfig()
+// serve runs `funnel serve`. ready, when not nil, receives the daemon once
+// it listens (for tests).
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(*daemon.Daemon)) int {
+	def := config.Default()
 	fs := flag.NewFlagSet("funnel serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.RESP, "resp", cfg.RESP, "Redis-protocol listen `address`")
-	fs.StringVar(&cfg.HTTP, "http", cfg.HTTP, "HTTP/JSON listen `address`")
-	fs.StringVar(&cfg.GRPC, "grpc", cfg.GRPC, "Envoy rate-limit service (gRPC) listen `address`")
-	fs.StringVar(&cfg.Store, "store", cfg.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
-	fs.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "bound on the memory store's keys (0: no bound)")
+	var f config.Config
+	configFile := fs.String("config", "", "YAML configuration `file`; flags given on the command line override it")
+	fs.StringVar(&f.RESP, "resp", def.RESP, "Redis-protocol listen `address`")
+	fs.StringVar(&f.HTTP, "http", def.HTTP, "HTTP/JSON listen `address` (not available yet)")
+	fs.StringVar(&f.GRPC, "grpc", def.GRPC, "Envoy rate-limit service listen `address` (not available yet)")
+	fs.StringVar(&f.Store, "store", def.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
+	fs.IntVar(&f.MaxKeys, "max-keys", def.MaxKeys, "bound on the memory store's keys (0: none)")
+	fs.StringVar(&f.RequirePass, "requirepass", def.RequirePass, "`password` that RESP clients must give with AUTH")
+	fs.StringVar(&f.UsersFile, "users-file", def.UsersFile, "`file` of RESP users, one \"name password\" per line")
+	fs.IntVar(&f.MaxClients, "max-clients", def.MaxClients, "bound on connected RESP clients (0: 10000)")
+	fs.DurationVar(&f.IdleTimeout, "idle-timeout", def.IdleTimeout, "close RESP clients idle this long (0: never)")
+	fs.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "bound on a graceful shutdown")
+	fs.StringVar(&f.LogLevel, "log-level", def.LogLevel, "`level`: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -59,16 +70,61 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "funnel serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stdout, nil))
+	cfg := def
+	if *configFile != "" {
+		var err error
+		if cfg, err = config.Load(*configFile, def); err != nil {
+			fmt.Fprintln(stderr, "funnel serve:", err)
+			return 1
+		}
+	}
+	fs.Visit(func(fl *flag.Flag) { override(&cfg, f, fl.Name) })
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "funnel serve:", err)
+		return 1
+	}
+	level, _ := cfg.Level()
+	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: level}))
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "funnel serve:", err)
 		return 1
 	}
 	defer d.Close()
+	if ready != nil {
+		ready(d)
+	}
 	if err := d.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "funnel serve:", err)
 		return 1
 	}
 	return 0
+}
+
+// override copies the field of flag name from the flags f into cfg.
+func override(cfg *config.Config, f config.Config, name string) {
+	switch name {
+	case "resp":
+		cfg.RESP = f.RESP
+	case "http":
+		cfg.HTTP = f.HTTP
+	case "grpc":
+		cfg.GRPC = f.GRPC
+	case "store":
+		cfg.Store = f.Store
+	case "max-keys":
+		cfg.MaxKeys = f.MaxKeys
+	case "requirepass":
+		cfg.RequirePass = f.RequirePass
+	case "users-file":
+		cfg.UsersFile = f.UsersFile
+	case "max-clients":
+		cfg.MaxClients = f.MaxClients
+	case "idle-timeout":
+		cfg.IdleTimeout = f.IdleTimeout
+	case "shutdown-timeout":
+		cfg.ShutdownTimeout = f.ShutdownTimeout
+	case "log-level":
+		cfg.LogLevel = f.LogLevel
+	}
 }

@@ -26,9 +26,11 @@ func TestRun(t *testing.T) {
 		{[]string{"serve", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
 		{[]string{"serve", "extra"}, 2, "", `unexpected argument "extra"`},
 		{[]string{"serve", "--store", "redis://127.0.0.1:1"}, 1, "", "not available yet"},
-		{[]string{"serve", "--store", "etcd://x"}, 1, "", `unknown store "etcd://x"`},
+		{[]string{"serve", "--store", "etcd://x"}, 1, "", `store "etcd://x": want memory`},
 		{[]string{"serve", "--max-keys", "-1"}, 1, "", "negative"},
-		{[]string{"serve"}, 0, "store=memory", ""},
+		{[]string{"serve", "--resp", "127.0.0.1:0"}, 0, "store=memory", ""},
+		{[]string{"serve", "--resp", "127.0.0.1:0", "--log-level", "loud"}, 1, "", `log_level "loud"`},
+		{[]string{"serve", "--config", "/nonexistent/funnel.yaml"}, 1, "", "no such file"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(canceled, c.args, &out, &errb)
@@ -43,7 +45,7 @@ func TestServeStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	var out bytes.Buffer
-	go func() { done <- run(ctx, []string{"serve"}, &out, &out) }()
+	go func() { done <- run(ctx, []string{"serve", "--resp", "127.0.0.1:0"}, &out, &out) }()
 	cancel()
 	select {
 	case code := <-done:

@@ -7,84 +7,136 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/version"
 	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/resp"
 )
-
-// Config is the daemon's configuration.
-type Config struct {
-	// RESP is the address of the Redis-protocol listener.
-	RESP string
-	// HTTP is the address of the HTTP/JSON listener.
-	HTTP string
-	// GRPC is the address of the Envoy rate-limit service listener.
-	GRPC string
-	// Store is "memory" or a Redis URL.
-	Store string
-	// MaxKeys bounds the memory store's keys; zero means no bound.
-	MaxKeys int
-}
-
-// DefaultConfig returns the configuration of a plain `funnel serve`.
-func DefaultConfig() Config {
-	return Config{
-		RESP:  "127.0.0.1:6380",
-		HTTP:  "127.0.0.1:8080",
-		GRPC:  "127.0.0.1:8081",
-		Store: "memory",
-	}
-}
 
 // ErrNotAvailable is returned for a configured feature this build does not
 // serve yet.
 var ErrNotAvailable = errors.New("daemon: not available yet")
 
-// Validate reports whether c can be served.
-func (c Config) Validate() error {
-	switch {
-	case c.Store == "memory":
-	case strings.HasPrefix(c.Store, "redis://"), strings.HasPrefix(c.Store, "rediss://"),
-		strings.HasPrefix(c.Store, "redis-cluster://"):
-		return fmt.Errorf("%w: the Redis store (--store %s); use --store memory", ErrNotAvailable, c.Store)
-	default:
-		return fmt.Errorf("daemon: unknown store %q: want memory, redis://, rediss:// or redis-cluster://", c.Store)
-	}
-	if c.MaxKeys < 0 {
-		return fmt.Errorf("daemon: max keys %d is negative", c.MaxKeys)
-	}
-	return nil
-}
-
-// Daemon is a running Funnel server.
+// Daemon is a Funnel server: a store and the protocol listeners in front of
+// it. Build one with New, serve with Run, release with Close.
 type Daemon struct {
-	cfg   Config
+	cfg   config.Config
 	log   *slog.Logger
-	store *memstore.Store
-	// Limiter is the limiter over the configured store.
-	Limiter *funnel.Limiter
+	store funnel.Store
+	close func() error // releases the store
+
+	respLn  net.Listener
+	respSrv *resp.Server
 }
 
-// New builds a daemon from cfg; Run serves it.
-func New(cfg Config, log *slog.Logger) (*Daemon, error) {
+// New validates cfg, opens the store and binds the listeners, so that the
+// addresses are known (and in use) before Run.
+func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	store := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys})
-	return &Daemon{cfg: cfg, log: log, store: store, Limiter: funnel.New(store)}, nil
+	d := &Daemon{cfg: cfg, log: log}
+	if err := d.openStore(); err != nil {
+		return nil, err
+	}
+	users := map[string]string{}
+	if cfg.UsersFile != "" {
+		u, err := config.LoadUsers(cfg.UsersFile)
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		users = u
+	}
+	ln, err := net.Listen("tcp", cfg.RESP)
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("daemon: resp listener: %w", err)
+	}
+	d.respLn = ln
+	d.respSrv = resp.NewServer(d.store, resp.Config{
+		Password:    cfg.RequirePass,
+		Users:       users,
+		MaxClients:  cfg.MaxClients,
+		IdleTimeout: cfg.IdleTimeout,
+		Logger:      log,
+	})
+	return d, nil
 }
 
-// Run serves until ctx ends, then shuts down and returns nil.
+func (d *Daemon) openStore() error {
+	switch {
+	case d.cfg.Store == "memory":
+		s := memstore.New(memstore.Options{MaxKeys: d.cfg.MaxKeys})
+		d.store, d.close = s, s.Close
+		return nil
+	case strings.HasPrefix(d.cfg.Store, "redis"):
+		return fmt.Errorf("%w: the Redis store (--store %s); use --store memory", ErrNotAvailable, redact(d.cfg.Store))
+	}
+	return fmt.Errorf("daemon: unknown store %q", redact(d.cfg.Store))
+}
+
+// redact hides the password of a store URL.
+func redact(u string) string {
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return u
+	}
+	return u[:scheme+3] + "xxxxx" + u[at:]
+}
+
+// RESPAddr returns the address the RESP listener is bound to.
+func (d *Daemon) RESPAddr() net.Addr { return d.respLn.Addr() }
+
+// Store returns the daemon's store.
+func (d *Daemon) Store() funnel.Store { return d.store }
+
+// Run serves until ctx ends or a listener fails, then shuts down
+// gracefully: it stops accepting, lets clients finish the commands they
+// have sent, flushes their replies and closes their connections, waiting at
+// most the configured shutdown timeout.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.log.Info("funnel started", "version", version.Version, "store", d.cfg.Store)
-	d.log.Warn("network listeners are not available in this build yet; the library API is",
-		"resp", d.cfg.RESP, "http", d.cfg.HTTP, "grpc", d.cfg.GRPC)
-	<-ctx.Done()
-	d.log.Info("funnel stopping")
-	return nil
+	d.log.Info("funnel started", "version", version.Version, "store", redact(d.cfg.Store),
+		"resp", d.respLn.Addr().String())
+	def := config.Default()
+	if d.cfg.HTTP != "" && d.cfg.HTTP != def.HTTP {
+		d.log.Warn("the HTTP API is not available in this version yet; --http is ignored", "http", d.cfg.HTTP)
+	}
+	if d.cfg.GRPC != "" && d.cfg.GRPC != def.GRPC {
+		d.log.Warn("the Envoy rate-limit service is not available in this version yet; --grpc is ignored", "grpc", d.cfg.GRPC)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- d.respSrv.Serve(d.respLn) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		err = fmt.Errorf("daemon: resp server: %w", err)
+	}
+	timeout := d.cfg.ShutdownTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	d.log.Info("funnel stopping", "timeout", timeout)
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if serr := d.respSrv.Shutdown(sctx); serr != nil {
+		d.log.Warn("shutdown did not finish in time; connections closed", "err", serr)
+	}
+	d.log.Info("funnel stopped")
+	return err
 }
 
-// Close releases the daemon's resources.
-func (d *Daemon) Close() error { return d.store.Close() }
+// Close releases the listeners and the store. Call it after Run returns,
+// or instead of Run.
+func (d *Daemon) Close() error {
+	d.respSrv.Close()
+	d.respLn.Close()
+	return d.close()
+}

@@ -1,0 +1,846 @@
+package resp
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/funnelrl/funnel/cell"
+	"github.com/funnelrl/funnel/internal/version"
+)
+
+// command describes one command: how it runs and what COMMAND reports.
+type command struct {
+	name     string
+	arity    int // as in Redis: n exactly, or -n for at least n
+	flags    []string
+	firstKey int
+	lastKey  int
+	step     int
+	noAuth   bool // may run before authentication
+	run      func(c *conn, args [][]byte)
+	doc      commandDoc
+}
+
+type commandDoc struct {
+	summary    string
+	since      string
+	group      string
+	complexity string
+	args       []argDoc
+}
+
+type argDoc struct {
+	name     string
+	typ      string // "key", "integer", "string", "pure-token", "oneof", "block"
+	optional bool
+	multiple bool
+	token    string
+}
+
+// commands is the command table, by lower-case name.
+var commands map[string]*command
+
+func init() {
+	list := []*command{
+		{name: "cl.throttle", arity: -1, flags: []string{"write", "module"}, firstKey: 1, lastKey: 1, step: 1, run: cmdThrottle,
+			doc: commandDoc{summary: "Applies a rate limit (GCRA funnel) to a key, as redis-cell's CL.THROTTLE.", since: "0.1.0", group: "module", complexity: "O(1)",
+				args: []argDoc{{name: "key", typ: "key"}, {name: "max_burst", typ: "integer"}, {name: "count", typ: "integer"},
+					{name: "period", typ: "integer"}, {name: "quantity", typ: "integer", optional: true}}}},
+		{name: "ping", arity: -1, flags: []string{"fast", "stale"}, run: cmdPing,
+			doc: commandDoc{summary: "Returns the server's liveliness response.", since: "1.0.0", group: "connection", complexity: "O(1)",
+				args: []argDoc{{name: "message", typ: "string", optional: true}}}},
+		{name: "echo", arity: 2, flags: []string{"fast", "stale"}, run: cmdEcho,
+			doc: commandDoc{summary: "Returns the given string.", since: "1.0.0", group: "connection", complexity: "O(1)",
+				args: []argDoc{{name: "message", typ: "string"}}}},
+		{name: "hello", arity: -1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdHello,
+			doc: commandDoc{summary: "Handshakes with the server: protocol version, authentication, client name.", since: "6.0.0", group: "connection", complexity: "O(1)",
+				args: []argDoc{{name: "protover", typ: "integer", optional: true}, {name: "auth", typ: "block", token: "AUTH", optional: true},
+					{name: "clientname", typ: "string", token: "SETNAME", optional: true}}}},
+		{name: "auth", arity: -2, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdAuth,
+			doc: commandDoc{summary: "Authenticates the connection.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
+				args: []argDoc{{name: "username", typ: "string", optional: true}, {name: "password", typ: "string"}}}},
+		{name: "client", arity: -2, flags: []string{"noscript", "loading", "stale"}, run: cmdClient,
+			doc: commandDoc{summary: "A container for client connection commands: ID, GETNAME, SETNAME, INFO, LIST, SETINFO, NO-EVICT, NO-TOUCH.", since: "2.4.0", group: "connection", complexity: "Depends on subcommand."}},
+		{name: "select", arity: 2, flags: []string{"loading", "stale", "fast"}, run: cmdSelect,
+			doc: commandDoc{summary: "Changes the selected database; Funnel has database 0 only.", since: "1.0.0", group: "connection", complexity: "O(1)",
+				args: []argDoc{{name: "index", typ: "integer"}}}},
+		{name: "command", arity: -1, flags: []string{"loading", "stale"}, run: cmdCommand,
+			doc: commandDoc{summary: "Returns detailed information about the commands: COUNT, DOCS, INFO, LIST.", since: "2.8.13", group: "server", complexity: "O(N) where N is the total number of commands"}},
+		{name: "info", arity: -1, flags: []string{"loading", "stale"}, run: cmdInfo,
+			doc: commandDoc{summary: "Returns information and statistics about the server.", since: "1.0.0", group: "server", complexity: "O(1)",
+				args: []argDoc{{name: "section", typ: "string", optional: true, multiple: true}}}},
+		{name: "quit", arity: -1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdQuit,
+			doc: commandDoc{summary: "Closes the connection.", since: "1.0.0", group: "connection", complexity: "O(1)"}},
+		{name: "reset", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdReset,
+			doc: commandDoc{summary: "Resets the connection.", since: "6.2.0", group: "connection", complexity: "O(1)"}},
+		{name: "del", arity: -2, flags: []string{"write"}, firstKey: 1, lastKey: -1, step: 1, run: cmdDel,
+			doc: commandDoc{summary: "Deletes limiter keys: their next request finds a full bucket.", since: "1.0.0", group: "generic", complexity: "O(N) where N is the number of keys",
+				args: []argDoc{{name: "key", typ: "key", multiple: true}}}},
+		{name: "exists", arity: -2, flags: []string{"readonly", "fast"}, firstKey: 1, lastKey: -1, step: 1, run: cmdExists,
+			doc: commandDoc{summary: "Counts the given limiter keys that hold state (a bucket not full).", since: "1.0.0", group: "generic", complexity: "O(N) where N is the number of keys",
+				args: []argDoc{{name: "key", typ: "key", multiple: true}}}},
+		{name: "pttl", arity: 2, flags: []string{"readonly", "fast"}, firstKey: 1, lastKey: 1, step: 1, run: cmdPTTL,
+			doc: commandDoc{summary: "Returns the milliseconds until a limiter key's bucket is full again, or -2.", since: "2.6.0", group: "generic", complexity: "O(1)",
+				args: []argDoc{{name: "key", typ: "key"}}}},
+		{name: "config", arity: -2, flags: []string{"admin", "noscript", "loading", "stale"}, run: cmdConfig,
+			doc: commandDoc{summary: "Reads the server's configuration (CONFIG GET); Funnel's is set by its flags and file.", since: "2.0.0", group: "server", complexity: "O(N) where N is the number of parameters"}},
+		{name: "ttl", arity: 2, flags: []string{"readonly", "fast"}, firstKey: 1, lastKey: 1, step: 1, run: cmdTTL,
+			doc: commandDoc{summary: "Returns the seconds until a limiter key's bucket is full again, or -2.", since: "1.0.0", group: "generic", complexity: "O(1)",
+				args: []argDoc{{name: "key", typ: "key"}}}},
+	}
+	commands = make(map[string]*command, len(list))
+	for _, c := range list {
+		commands[c.name] = c
+	}
+}
+
+// commandNames returns the table's names, sorted.
+func commandNames() []string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// lookup finds the command named by name, in any case, without allocating.
+func (c *conn) lookup(name []byte) *command {
+	if len(name) > len(c.lower) {
+		return nil
+	}
+	l := c.lower[:len(name)]
+	for i, b := range name {
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		l[i] = b
+	}
+	return commands[string(l)]
+}
+
+// exec runs one command and appends its reply.
+func (c *conn) exec(args [][]byte) {
+	cmd := c.lookup(args[0])
+	if cmd == nil {
+		c.unknownCommand(args)
+		return
+	}
+	if !c.authed && !cmd.noAuth {
+		c.wr.WriteError("NOAUTH Authentication required.")
+		return
+	}
+	if (cmd.arity > 0 && len(args) != cmd.arity) || len(args) < -cmd.arity {
+		c.wr.WriteError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	}
+	cmd.run(c, args)
+}
+
+// unknownCommand replies as Redis does, quoting up to 128 bytes of the name
+// and of each argument, and at most 128 bytes of arguments in all.
+func (c *conn) unknownCommand(args [][]byte) {
+	var b strings.Builder
+	b.WriteString("ERR unknown command '")
+	b.Write(trunc(args[0], 128))
+	b.WriteString("', with args beginning with: ")
+	for _, a := range args[1:] {
+		if b.Len() >= 128+60 {
+			break
+		}
+		b.WriteByte('\'')
+		b.Write(trunc(a, 128))
+		b.WriteString("' ")
+	}
+	c.wr.WriteError(b.String())
+}
+
+func trunc(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// str returns b as a string without copying. The string aliases the read
+// buffer: it must not be kept past the current command.
+func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+func cmdThrottle(c *conn, args [][]byte) {
+	p, q, err := cell.ParseParams(args[1:])
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	// The key aliases the read buffer; stores copy a key they keep.
+	res, err := c.s.store.Throttle(context.Background(), str(args[1]), p, q)
+	if err != nil {
+		c.storeError(err)
+		return
+	}
+	if res.Allowed {
+		c.batch.allowed++
+	} else {
+		c.batch.limited++
+	}
+	reply := cell.Reply(p, res)
+	c.wr.WriteArray(5)
+	for _, v := range reply {
+		c.wr.WriteInt(v)
+	}
+}
+
+// storeError replies to a store failure: errors of the decision itself are
+// the client's (their text is safe to send); anything else is logged and
+// answered with a generic error, never the detail.
+func (c *conn) storeError(err error) {
+	if e := cell.Translate(err); e != err {
+		c.wr.WriteError(e.Error())
+		return
+	}
+	c.s.log.Error("resp: store failed", "err", err)
+	c.wr.WriteError("ERR store unavailable")
+}
+
+func cmdPing(c *conn, args [][]byte) {
+	switch len(args) {
+	case 1:
+		c.wr.WriteSimpleString("PONG")
+	case 2:
+		c.wr.WriteBulk(args[1])
+	default:
+		c.wr.WriteError("ERR wrong number of arguments for 'ping' command")
+	}
+}
+
+func cmdEcho(c *conn, args [][]byte) { c.wr.WriteBulk(args[1]) }
+
+func cmdSelect(c *conn, args [][]byte) {
+	n, ok := cell.ParseInt(args[1])
+	switch {
+	case !ok:
+		c.wr.WriteError("ERR value is not an integer or out of range")
+	case n != 0:
+		c.wr.WriteError("ERR DB index is out of range")
+	default:
+		c.wr.WriteSimpleString("OK")
+	}
+}
+
+func cmdQuit(c *conn, _ [][]byte) {
+	c.wr.WriteSimpleString("OK")
+	c.quit = true
+}
+
+func cmdReset(c *conn, _ [][]byte) {
+	c.wr.SetProtocol(2)
+	c.mu.Lock()
+	c.name, c.user, c.proto = "", "default", 2
+	c.mu.Unlock()
+	c.authed = !c.s.authRequired()
+	c.wr.WriteSimpleString("RESET")
+}
+
+// checkPassword reports whether user's password is pass, in constant time.
+func (c *conn) checkPassword(user, pass []byte) bool {
+	var want string
+	switch u := string(user); {
+	case u == "default" && c.s.cfg.Password != "":
+		want = c.s.cfg.Password
+	case u == "default" && !c.s.authRequired():
+		return true // the default user has no password: any is accepted
+	default:
+		p, ok := c.s.cfg.Users[u]
+		if !ok {
+			subtle.ConstantTimeCompare(pass, pass)
+			return false
+		}
+		want = p
+	}
+	return subtle.ConstantTimeCompare(pass, []byte(want)) == 1
+}
+
+func (c *conn) login(user, pass []byte) bool {
+	if !c.checkPassword(user, pass) {
+		c.s.log.Warn("resp: authentication failed", "client", c.id, "addr", c.nc.RemoteAddr(), "user", string(user))
+		return false
+	}
+	c.authed = true
+	c.mu.Lock()
+	c.user = string(user)
+	c.mu.Unlock()
+	return true
+}
+
+func cmdAuth(c *conn, args [][]byte) {
+	var user, pass []byte
+	switch len(args) {
+	case 2:
+		if c.s.cfg.Password == "" && len(c.s.cfg.Users) == 0 {
+			c.wr.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+			return
+		}
+		user, pass = []byte("default"), args[1]
+	case 3:
+		user, pass = args[1], args[2]
+	default:
+		c.wr.WriteError("ERR syntax error")
+		return
+	}
+	if !c.login(user, pass) {
+		c.wr.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
+		return
+	}
+	c.wr.WriteSimpleString("OK")
+}
+
+func cmdHello(c *conn, args [][]byte) {
+	proto := int64(c.wr.Protocol())
+	if len(args) >= 2 {
+		v, ok := cell.ParseInt(args[1])
+		if !ok {
+			c.wr.WriteError("ERR Protocol version is not an integer or out of range")
+			return
+		}
+		if v != 2 && v != 3 {
+			c.wr.WriteError("NOPROTO unsupported protocol version")
+			return
+		}
+		proto = v
+	}
+	var user, pass, name []byte
+	authGiven, nameGiven := false, false
+	for i := 2; i < len(args); i++ {
+		more := len(args) - 1 - i
+		switch opt := strings.ToLower(string(args[i])); {
+		case opt == "auth" && more >= 2:
+			user, pass, authGiven = args[i+1], args[i+2], true
+			i += 2
+		case opt == "setname" && more >= 1:
+			name, nameGiven = args[i+1], true
+			i++
+		default:
+			c.wr.WriteError("ERR Syntax error in HELLO option '" + string(trunc(args[i], 128)) + "'")
+			return
+		}
+	}
+	if authGiven && !c.login(user, pass) {
+		c.wr.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
+		return
+	}
+	if !c.authed {
+		c.wr.WriteError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
+	}
+	if nameGiven && !validClientName(name) {
+		c.wr.WriteError("ERR Client names cannot contain spaces, newlines or special characters.")
+		return
+	}
+	c.wr.SetProtocol(int(proto))
+	c.mu.Lock()
+	c.proto = int(proto)
+	if nameGiven {
+		c.name = string(name)
+	}
+	c.mu.Unlock()
+	c.wr.WriteMap(7)
+	c.wr.WriteBulkString("server")
+	c.wr.WriteBulkString("funnel")
+	c.wr.WriteBulkString("version")
+	c.wr.WriteBulkString(strings.TrimPrefix(version.Version, "v"))
+	c.wr.WriteBulkString("proto")
+	c.wr.WriteInt(proto)
+	c.wr.WriteBulkString("id")
+	c.wr.WriteInt(c.id)
+	c.wr.WriteBulkString("mode")
+	c.wr.WriteBulkString("standalone")
+	c.wr.WriteBulkString("role")
+	c.wr.WriteBulkString("master")
+	c.wr.WriteBulkString("modules")
+	c.wr.WriteArray(0)
+}
+
+// validClientName reports whether name has only the characters Redis
+// allows in a client name: '!' to '~'.
+func validClientName(name []byte) bool {
+	for _, b := range name {
+		if b < '!' || b > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func cmdClient(c *conn, args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	wrongArity := func() {
+		c.wr.WriteError("ERR wrong number of arguments for 'client|" + sub + "' command")
+	}
+	switch sub {
+	case "id":
+		if len(args) != 2 {
+			wrongArity()
+			return
+		}
+		c.wr.WriteInt(c.id)
+	case "getname":
+		if len(args) != 2 {
+			wrongArity()
+			return
+		}
+		c.mu.Lock()
+		name := c.name
+		c.mu.Unlock()
+		if name == "" {
+			c.wr.WriteNull()
+		} else {
+			c.wr.WriteBulkString(name)
+		}
+	case "setname":
+		if len(args) != 3 {
+			wrongArity()
+			return
+		}
+		if !validClientName(args[2]) {
+			c.wr.WriteError("ERR Client names cannot contain spaces, newlines or special characters.")
+			return
+		}
+		c.mu.Lock()
+		c.name = string(args[2])
+		c.mu.Unlock()
+		c.wr.WriteSimpleString("OK")
+	case "setinfo":
+		if len(args) != 4 {
+			wrongArity()
+			return
+		}
+		attr := strings.ToLower(string(args[2]))
+		if attr != "lib-name" && attr != "lib-ver" {
+			c.wr.WriteError("ERR Unrecognized option '" + string(trunc(args[2], 128)) + "'")
+			return
+		}
+		if !validClientName(args[3]) {
+			c.wr.WriteError("ERR " + attr + " cannot contain spaces, newlines or special characters.")
+			return
+		}
+		c.mu.Lock()
+		if attr == "lib-name" {
+			c.lib[0] = string(args[3])
+		} else {
+			c.lib[1] = string(args[3])
+		}
+		c.mu.Unlock()
+		c.wr.WriteSimpleString("OK")
+	case "info":
+		if len(args) != 2 {
+			wrongArity()
+			return
+		}
+		c.wr.WriteVerbatim("txt", c.info(time.Now())+"\n")
+	case "list":
+		if len(args) != 2 {
+			c.wr.WriteError("ERR syntax error")
+			return
+		}
+		now := time.Now()
+		var b strings.Builder
+		for _, o := range c.s.clients() {
+			b.WriteString(o.info(now))
+			b.WriteByte('\n')
+		}
+		c.wr.WriteVerbatim("txt", b.String())
+	case "no-evict", "no-touch":
+		if len(args) != 3 {
+			wrongArity()
+			return
+		}
+		switch strings.ToLower(string(args[2])) {
+		case "on", "off":
+			c.wr.WriteSimpleString("OK")
+		default:
+			c.wr.WriteError("ERR syntax error")
+		}
+	case "help":
+		lines := []string{
+			"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+			"GETNAME", "    Return the name of the current connection.",
+			"ID", "    Return the ID of the current connection.",
+			"INFO", "    Return information about the current client connection.",
+			"LIST", "    Return information about client connections.",
+			"SETINFO <option> <value>", "    Set client meta attr: LIB-NAME or LIB-VER.",
+			"SETNAME <name>", "    Assign the name <name> to the current connection.",
+			"NO-EVICT (ON|OFF)", "    Accepted for compatibility; has no effect.",
+			"NO-TOUCH (ON|OFF)", "    Accepted for compatibility; has no effect.",
+			"HELP", "    Print this help.",
+		}
+		c.wr.WriteArray(len(lines))
+		for _, l := range lines {
+			c.wr.WriteSimpleString(l)
+		}
+	default:
+		c.wr.WriteError("ERR unknown subcommand '" + string(trunc(args[1], 128)) + "'. Try CLIENT HELP.")
+	}
+}
+
+// clients returns the connected clients, by id.
+func (s *Server) clients() []*conn {
+	s.mu.Lock()
+	out := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c)
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// info formats the connection as a line of CLIENT LIST.
+func (c *conn) info(now time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=0 user=%s lib-name=%s lib-ver=%s resp=%d",
+		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.name, int64(now.Sub(c.created)/time.Second),
+		int64(now.Sub(c.last)/time.Second), c.user, c.lib[0], c.lib[1], c.proto)
+}
+
+func cmdDel(c *conn, args [][]byte) {
+	var n int64
+	for _, k := range args[1:] {
+		existed, err := c.s.store.Reset(context.Background(), str(k))
+		if err != nil {
+			c.storeError(err)
+			return
+		}
+		if existed {
+			n++
+		}
+	}
+	c.wr.WriteInt(n)
+}
+
+func cmdExists(c *conn, args [][]byte) {
+	var n int64
+	for _, k := range args[1:] {
+		_, ok, err := c.s.store.TTL(context.Background(), str(k))
+		if err != nil {
+			c.storeError(err)
+			return
+		}
+		if ok {
+			n++
+		}
+	}
+	c.wr.WriteInt(n)
+}
+
+func cmdPTTL(c *conn, args [][]byte) { c.ttl(args[1], time.Millisecond) }
+
+func cmdTTL(c *conn, args [][]byte) { c.ttl(args[1], time.Second) }
+
+// ttl replies with the time until key's bucket is full again in units
+// (rounded as Redis rounds: to the nearest second for TTL, down to the
+// millisecond for PTTL), or -2 when the key holds no state.
+func (c *conn) ttl(key []byte, unit time.Duration) {
+	d, ok, err := c.s.store.TTL(context.Background(), str(key))
+	if err != nil {
+		c.storeError(err)
+		return
+	}
+	if !ok {
+		c.wr.WriteInt(-2)
+		return
+	}
+	ms := int64(d / time.Millisecond)
+	if unit == time.Second {
+		c.wr.WriteInt((ms + 500) / 1000)
+		return
+	}
+	c.wr.WriteInt(ms)
+}
+
+func cmdCommand(c *conn, args [][]byte) {
+	if len(args) == 1 {
+		names := commandNames()
+		c.wr.WriteArray(len(names))
+		for _, n := range names {
+			c.commandInfo(commands[n])
+		}
+		return
+	}
+	switch sub := strings.ToLower(string(args[1])); sub {
+	case "count":
+		if len(args) != 2 {
+			c.wr.WriteError("ERR wrong number of arguments for 'command|count' command")
+			return
+		}
+		c.wr.WriteInt(int64(len(commands)))
+	case "list":
+		names := commandNames()
+		c.wr.WriteArray(len(names))
+		for _, n := range names {
+			c.wr.WriteBulkString(n)
+		}
+	case "info":
+		if len(args) == 2 {
+			names := commandNames()
+			c.wr.WriteArray(len(names))
+			for _, n := range names {
+				c.commandInfo(commands[n])
+			}
+			return
+		}
+		c.wr.WriteArray(len(args) - 2)
+		for _, a := range args[2:] {
+			if cmd := commands[strings.ToLower(string(a))]; cmd != nil {
+				c.commandInfo(cmd)
+			} else {
+				c.wr.WriteNullArray()
+			}
+		}
+	case "docs":
+		var found []*command
+		if len(args) == 2 {
+			for _, n := range commandNames() {
+				found = append(found, commands[n])
+			}
+		} else {
+			for _, a := range args[2:] {
+				if cmd := commands[strings.ToLower(string(a))]; cmd != nil {
+					found = append(found, cmd)
+				}
+			}
+		}
+		c.wr.WriteMap(len(found))
+		for _, cmd := range found {
+			c.wr.WriteBulkString(cmd.name)
+			c.commandDocs(cmd)
+		}
+	default:
+		c.wr.WriteError("ERR unknown subcommand '" + string(trunc(args[1], 128)) + "'. Try COMMAND HELP.")
+	}
+}
+
+// commandInfo writes one entry of COMMAND INFO in Redis 7's shape: name,
+// arity, flags, first key, last key, step, ACL categories, tips, key specs,
+// subcommands.
+func (c *conn) commandInfo(cmd *command) {
+	c.wr.WriteArray(10)
+	c.wr.WriteBulkString(cmd.name)
+	c.wr.WriteInt(int64(cmd.arity))
+	c.wr.WriteSet(len(cmd.flags))
+	for _, f := range cmd.flags {
+		c.wr.WriteSimpleString(f)
+	}
+	c.wr.WriteInt(int64(cmd.firstKey))
+	c.wr.WriteInt(int64(cmd.lastKey))
+	c.wr.WriteInt(int64(cmd.step))
+	c.wr.WriteSet(0) // ACL categories
+	c.wr.WriteSet(0) // tips
+	if cmd.firstKey == 0 {
+		c.wr.WriteSet(0)
+	} else {
+		// One key spec: keys from index firstKey to lastKey.
+		c.wr.WriteSet(1)
+		c.wr.WriteMap(4)
+		c.wr.WriteBulkString("flags")
+		c.wr.WriteSet(1)
+		if cmd.flags[0] == "readonly" {
+			c.wr.WriteSimpleString("RO")
+		} else {
+			c.wr.WriteSimpleString("RW")
+		}
+		c.wr.WriteBulkString("begin_search")
+		c.wr.WriteMap(2)
+		c.wr.WriteBulkString("type")
+		c.wr.WriteBulkString("index")
+		c.wr.WriteBulkString("spec")
+		c.wr.WriteMap(1)
+		c.wr.WriteBulkString("index")
+		c.wr.WriteInt(int64(cmd.firstKey))
+		c.wr.WriteBulkString("find_keys")
+		c.wr.WriteMap(2)
+		c.wr.WriteBulkString("type")
+		c.wr.WriteBulkString("range")
+		c.wr.WriteBulkString("spec")
+		c.wr.WriteMap(3)
+		c.wr.WriteBulkString("lastkey")
+		last := int64(cmd.lastKey - cmd.firstKey)
+		if cmd.lastKey < 0 {
+			last = -1
+		}
+		c.wr.WriteInt(last)
+		c.wr.WriteBulkString("keystep")
+		c.wr.WriteInt(int64(cmd.step))
+		c.wr.WriteBulkString("limit")
+		c.wr.WriteInt(0)
+		c.wr.WriteBulkString("notes")
+		c.wr.WriteBulkString("")
+	}
+	c.wr.WriteSet(0) // subcommands
+}
+
+// commandDocs writes one entry of COMMAND DOCS.
+func (c *conn) commandDocs(cmd *command) {
+	d := cmd.doc
+	n := 4
+	if len(d.args) > 0 {
+		n++
+	}
+	c.wr.WriteMap(n)
+	c.wr.WriteBulkString("summary")
+	c.wr.WriteBulkString(d.summary)
+	c.wr.WriteBulkString("since")
+	c.wr.WriteBulkString(d.since)
+	c.wr.WriteBulkString("group")
+	c.wr.WriteBulkString(d.group)
+	c.wr.WriteBulkString("complexity")
+	c.wr.WriteBulkString(d.complexity)
+	if len(d.args) == 0 {
+		return
+	}
+	c.wr.WriteBulkString("arguments")
+	c.wr.WriteArray(len(d.args))
+	for _, a := range d.args {
+		var flags []string
+		if a.optional {
+			flags = append(flags, "optional")
+		}
+		if a.multiple {
+			flags = append(flags, "multiple")
+		}
+		m := 2
+		if a.token != "" {
+			m++
+		}
+		if len(flags) > 0 {
+			m++
+		}
+		c.wr.WriteMap(m)
+		c.wr.WriteBulkString("name")
+		c.wr.WriteBulkString(a.name)
+		c.wr.WriteBulkString("type")
+		c.wr.WriteBulkString(a.typ)
+		if a.token != "" {
+			c.wr.WriteBulkString("token")
+			c.wr.WriteBulkString(a.token)
+		}
+		if len(flags) > 0 {
+			c.wr.WriteBulkString("flags")
+			c.wr.WriteSet(len(flags))
+			for _, f := range flags {
+				c.wr.WriteSimpleString(f)
+			}
+		}
+	}
+}
+
+func cmdConfig(c *conn, args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	if sub != "get" {
+		if sub == "set" || sub == "resetstat" || sub == "rewrite" {
+			c.wr.WriteError("ERR CONFIG " + strings.ToUpper(sub) + " is not supported: Funnel is configured by its flags and configuration file")
+			return
+		}
+		c.wr.WriteError("ERR unknown subcommand '" + string(trunc(args[1], 128)) + "'. Try CONFIG HELP.")
+		return
+	}
+	if len(args) < 3 {
+		c.wr.WriteError("ERR wrong number of arguments for 'config|get' command")
+		return
+	}
+	params := map[string]string{
+		"maxclients": strconv.Itoa(c.s.cfg.MaxClients),
+		"timeout":    strconv.FormatInt(int64(c.s.cfg.IdleTimeout/time.Second), 10),
+		"databases":  "1",
+		"save":       "",
+		"appendonly": "no",
+	}
+	var names []string
+	for _, a := range args[2:] {
+		pat := strings.ToLower(string(a))
+		for name := range params {
+			if ok, _ := path.Match(pat, name); ok && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	sort.Strings(names)
+	c.wr.WriteMap(len(names))
+	for _, n := range names {
+		c.wr.WriteBulkString(n)
+		c.wr.WriteBulkString(params[n])
+	}
+}
+
+// keyCounter is what a store may offer for INFO's keyspace section.
+type keyCounter interface{ Len() int }
+
+func cmdInfo(c *conn, args [][]byte) {
+	want := map[string]bool{}
+	for _, a := range args[1:] {
+		want[strings.ToLower(string(a))] = true
+	}
+	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
+	var b strings.Builder
+	section := func(name string, lines ...string) {
+		if !all && !want[strings.ToLower(name)] {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + name + "\r\n")
+		for _, l := range lines {
+			b.WriteString(l + "\r\n")
+		}
+	}
+	s := c.s
+	st := s.Stats()
+	up := time.Since(s.started)
+	port := ""
+	if _, p, err := net.SplitHostPort(c.nc.LocalAddr().String()); err == nil {
+		port = p
+	}
+	section("Server",
+		"redis_version:7.0.0",
+		"funnel_version:"+version.Version,
+		"redis_mode:standalone",
+		"os:"+runtime.GOOS,
+		"arch_bits:"+strconv.Itoa(strconv.IntSize),
+		"go_version:"+runtime.Version(),
+		"process_id:"+strconv.Itoa(os.Getpid()),
+		"tcp_port:"+port,
+		"uptime_in_seconds:"+strconv.FormatInt(int64(up/time.Second), 10),
+		"uptime_in_days:"+strconv.FormatInt(int64(up/(24*time.Hour)), 10),
+	)
+	section("Clients",
+		"connected_clients:"+strconv.Itoa(st.Clients),
+		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
+	)
+	section("Stats",
+		"total_connections_received:"+strconv.FormatInt(st.Accepted, 10),
+		"total_commands_processed:"+strconv.FormatInt(st.Commands+c.batch.commands, 10),
+		"rejected_connections:"+strconv.FormatInt(st.Rejected, 10),
+		"throttle_allowed:"+strconv.FormatInt(st.Allowed+c.batch.allowed, 10),
+		"throttle_limited:"+strconv.FormatInt(st.Limited+c.batch.limited, 10),
+	)
+	var keyspace []string
+	if kc, ok := s.store.(keyCounter); ok {
+		if n := kc.Len(); n > 0 {
+			keyspace = append(keyspace, fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", n, n))
+		}
+	}
+	section("Keyspace", keyspace...)
+	c.wr.WriteVerbatim("txt", b.String())
+}

@@ -1,0 +1,363 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/funnelrl/funnel"
+)
+
+// DefaultMaxClients is the default bound on connected clients, as in Redis.
+const DefaultMaxClients = 10000
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("resp: server closed")
+
+// Config configures a Server. The zero Config serves without authentication
+// and with the default limits.
+type Config struct {
+	// Password, when not empty, is the password of the "default" user, and
+	// clients must authenticate (AUTH or HELLO ... AUTH) before any command
+	// but AUTH, HELLO, QUIT and RESET, as with Redis's requirepass.
+	Password string
+	// Users maps further user names to their passwords. When it is not
+	// empty, clients must authenticate even if Password is empty.
+	Users map[string]string
+	// MaxClients bounds the connected clients; zero means
+	// DefaultMaxClients. A client over the bound is told
+	// "-ERR max number of clients reached" and disconnected.
+	MaxClients int
+	// IdleTimeout disconnects a client idle for that long; zero means never
+	// (Redis's timeout 0).
+	IdleTimeout time.Duration
+	// Limits bound what one client may send.
+	Limits Limits
+	// Logger receives connection-level events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves funnel decisions over the Redis protocol: redis-cell's
+// CL.THROTTLE, and the commands that Redis clients send on connect. Create
+// one with NewServer; it is safe for concurrent use.
+type Server struct {
+	store   funnel.Store
+	cfg     Config
+	log     *slog.Logger
+	started time.Time
+
+	nextID   atomic.Int64
+	closing  atomic.Bool
+	accepted atomic.Int64
+	rejected atomic.Int64
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	done      counters // of connections that have closed
+	connWG    sync.WaitGroup
+}
+
+// counters are a connection's statistics.
+type counters struct {
+	commands, allowed, limited int64
+}
+
+// NewServer returns a server of store configured by cfg.
+func NewServer(store funnel.Store, cfg Config) *Server {
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = DefaultMaxClients
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	return &Server{
+		store:     store,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		started:   time.Now(),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+	}
+}
+
+// authRequired reports whether clients must authenticate.
+func (s *Server) authRequired() bool { return s.cfg.Password != "" || len(s.cfg.Users) > 0 }
+
+// Serve accepts connections on ln and serves each in its own goroutine. It
+// returns ErrServerClosed after Shutdown or Close, or the listener's error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Out of descriptors or a transient failure: wait, as
+				// net/http does, rather than spin.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("resp: accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.accepted.Add(1)
+		if c := s.admit(nc); c != nil {
+			go c.serve()
+		}
+	}
+}
+
+// admit registers a new connection, or refuses it (and returns nil) when the
+// server is full or closing.
+func (s *Server) admit(nc net.Conn) *conn {
+	s.mu.Lock()
+	full := len(s.conns) >= s.cfg.MaxClients
+	closing := s.closing.Load()
+	var c *conn
+	if !full && !closing {
+		c = newConn(s, nc)
+		s.conns[c] = struct{}{}
+		s.connWG.Add(1)
+	}
+	s.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	if full {
+		s.rejected.Add(1)
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		io.WriteString(nc, "-ERR max number of clients reached\r\n")
+	}
+	nc.Close()
+	return nil
+}
+
+// Shutdown stops accepting connections, lets every client finish the
+// commands it has already sent, flushes their replies and closes the
+// connections. It returns when all are closed, or with ctx's error when ctx
+// ends first (the connections are then closed at once).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		// Wake clients blocked waiting for input; a client in the middle of
+		// its commands sees closing when it next would wait.
+		c.nc.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close closes the listeners and every connection at once.
+func (s *Server) Close() error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.done.commands += c.stats.commands.Load()
+	s.done.allowed += c.stats.allowed.Load()
+	s.done.limited += c.stats.limited.Load()
+	s.mu.Unlock()
+	s.connWG.Done()
+}
+
+// Stats are a server's counters.
+type Stats struct {
+	// Clients is the number of connected clients.
+	Clients int
+	// Accepted counts connections accepted, including rejected ones.
+	Accepted int64
+	// Rejected counts connections refused because of MaxClients.
+	Rejected int64
+	// Commands counts commands processed.
+	Commands int64
+	// Allowed and Limited count CL.THROTTLE decisions by outcome.
+	Allowed, Limited int64
+}
+
+// Stats returns the server's counters. Counts of a connected client are
+// brought up to date each time it has answered all the commands it sent.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{
+		Clients:  len(s.conns),
+		Accepted: s.accepted.Load(),
+		Rejected: s.rejected.Load(),
+		Commands: s.done.commands,
+		Allowed:  s.done.allowed,
+		Limited:  s.done.limited,
+	}
+	for c := range s.conns {
+		st.Commands += c.stats.commands.Load()
+		st.Allowed += c.stats.allowed.Load()
+		st.Limited += c.stats.limited.Load()
+	}
+	return st
+}
+
+// conn is one client connection.
+type conn struct {
+	s       *Server
+	nc      net.Conn
+	rd      *Reader
+	wr      *Writer
+	id      int64
+	created time.Time
+
+	// Guarded by mu: read by CLIENT INFO/LIST of other connections.
+	mu      sync.Mutex
+	name    string
+	lib     [2]string // CLIENT SETINFO lib-name, lib-ver
+	user    string
+	proto   int
+	last    time.Time // when the client last sent commands
+	lastCmd string
+
+	authed bool
+	quit   bool
+	batch  counters // since the last flush, published into stats then
+	stats  struct{ commands, allowed, limited atomic.Int64 }
+	lower  [32]byte // scratch for the lower-cased command name
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	now := time.Now()
+	return &conn{
+		s:       s,
+		nc:      nc,
+		rd:      NewReader(nc, s.cfg.Limits),
+		wr:      NewWriter(nc),
+		id:      s.nextID.Add(1),
+		created: now,
+		last:    now,
+		user:    "default",
+		proto:   2,
+		authed:  !s.authRequired(),
+	}
+}
+
+func (c *conn) serve() {
+	defer c.s.forget(c)
+	defer c.nc.Close()
+	idle := c.s.cfg.IdleTimeout
+	for {
+		if !c.rd.Ready() {
+			// Every command read so far is answered: flush once for the
+			// whole batch, then wait for more.
+			c.publish()
+			if err := c.wr.Flush(); err != nil {
+				return
+			}
+			if idle > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(idle))
+			}
+			if c.s.closing.Load() {
+				return
+			}
+		}
+		args, err := c.rd.ReadCommand()
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		c.batch.commands++
+		c.exec(args)
+		if c.quit {
+			c.publish()
+			c.wr.Flush()
+			return
+		}
+	}
+}
+
+// readFailed answers a protocol error before the connection closes.
+func (c *conn) readFailed(err error) {
+	c.publish()
+	var pe *ProtocolError
+	switch {
+	case errors.As(err, &pe):
+		c.wr.WriteError("ERR " + pe.Msg)
+		c.wr.Flush()
+		c.s.log.Debug("resp: protocol error", "client", c.id, "addr", c.nc.RemoteAddr(), "err", pe.Msg)
+	case errors.Is(err, ErrQueryBufferFull):
+		c.wr.Flush()
+		c.s.log.Warn("resp: client closed for exceeding the query buffer limit", "client", c.id, "addr", c.nc.RemoteAddr())
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
+		c.wr.Flush()
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && !c.s.closing.Load() {
+			c.s.log.Debug("resp: idle client closed", "client", c.id, "addr", c.nc.RemoteAddr())
+		}
+		c.wr.Flush()
+	}
+}
+
+// publish adds the batch's counters to the connection's statistics.
+func (c *conn) publish() {
+	b := c.batch
+	if b == (counters{}) {
+		return
+	}
+	c.batch = counters{}
+	c.stats.commands.Add(b.commands)
+	if b.allowed != 0 {
+		c.stats.allowed.Add(b.allowed)
+	}
+	if b.limited != 0 {
+		c.stats.limited.Add(b.limited)
+	}
+	c.mu.Lock()
+	c.last = time.Now()
+	c.mu.Unlock()
+}
