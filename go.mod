@@ -1,5 +1,15 @@
 module github.com/funnelrl/funnel
 
-go 1.24
+go 1.25.0
 
-require gopkg.in/yaml.v3 v3.0.1
+require (
+	github.com/redis/go-redis/v9 v9.17.3
+	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
+	github.com/redis/rueidis v1.0.79 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)

@@ -1,0 +1,309 @@
+// Package redistest starts real redis-server processes for tests: single
+// servers and Redis Clusters, on free ports of 127.0.0.1, each in a temporary
+// directory, without persistence, stopped when the test ends.
+//
+// Tests never touch a Redis they did not start (no port 6379, no FLUSHALL on
+// a shared server). When redis-server is not on PATH the test is skipped with
+// a message saying what to install; CI installs it (scripts/deps.sh).
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// StartTimeout bounds the wait for a server to answer PING after it starts.
+const StartTimeout = 15 * time.Second
+
+// Server is a redis-server process started by a test. Its methods are safe
+// for concurrent use.
+type Server struct {
+	// Addr is the server's address, "127.0.0.1:port". It stays the same
+	// across Stop and Start.
+	Addr string
+	// Port is the port of Addr.
+	Port int
+
+	tb   testing.TB
+	bin  string
+	dir  string
+	args []string // the arguments after --port
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	admin  *redis.Client
+}
+
+// StartServer starts a redis-server on a free port of 127.0.0.1 with
+// persistence off (--save '' --appendonly no) and the extra arguments given
+// (e.g. "--maxmemory", "10mb"), waits until it answers PING, and stops it when
+// the test ends. It skips the test if redis-server is not on PATH.
+func StartServer(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	bin := lookPath(tb)
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		port, err := FreePort()
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s := newServer(tb, bin, port, extra)
+		if lastErr = s.Start(); lastErr == nil {
+			return s
+		}
+		// The port may have been taken between FreePort and the bind: try
+		// another one.
+	}
+	tb.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+func lookPath(tb testing.TB) string {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Skip("redistest: redis-server is not on PATH; install it (Debian: apt-get install redis-server redis-tools) to run the Redis tests")
+	}
+	return bin
+}
+
+func newServer(tb testing.TB, bin string, port int, extra []string) *Server {
+	dir := tb.TempDir()
+	s := &Server{
+		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Port: port,
+		tb:   tb,
+		bin:  bin,
+		dir:  dir,
+		args: append([]string{
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", dir,
+			"--logfile", filepath.Join(dir, "redis.log"),
+			"--daemonize", "no",
+		}, extra...),
+	}
+	tb.Cleanup(func() {
+		s.Stop()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.admin != nil {
+			s.admin.Close()
+		}
+	})
+	return s
+}
+
+// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("no free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start starts the server again on its port after Stop (StartServer has
+// already started it), and waits until it answers PING. Starting a running
+// server is an error.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return fmt.Errorf("redis-server %s is already running", s.Addr)
+	}
+	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.Port)}, s.args...)...)
+	cmd.Dir = s.dir
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	if err := waitReady(s.Addr, exited); err != nil {
+		cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.logTail())
+	}
+	s.cmd, s.exited = cmd, exited
+	return nil
+}
+
+// MustStart is Start that fails the test on error.
+func (s *Server) MustStart() {
+	s.tb.Helper()
+	if err := s.Start(); err != nil {
+		s.tb.Fatalf("redistest: %v", err)
+	}
+}
+
+// Stop kills the server (SIGKILL, like a crash: nothing is saved) and waits
+// for it to exit. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGCONT) // in case it was paused
+	s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd, s.exited = nil, nil
+}
+
+// Running reports whether the server process is running (it may be paused).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Pause stops the process with SIGSTOP: connections stay open but nothing is
+// answered, as with a server that hangs or a network that drops packets.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.tb.Fatalf("redistest: signal %v to redis-server %s, which is not running", sig, s.Addr)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.tb.Fatalf("redistest: signal %v to redis-server %s: %v", sig, s.Addr, err)
+	}
+}
+
+// Client returns a client of this server for the test's own commands (one
+// per server, closed when the test ends). It has short timeouts, so that a
+// command to a stopped server fails quickly.
+func (s *Server) Client() *redis.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.admin == nil {
+		s.admin = redis.NewClient(&redis.Options{
+			Addr:         s.Addr,
+			DialTimeout:  2 * time.Second,
+			ReadTimeout:  5 * time.Second,
+			WriteTimeout: 5 * time.Second,
+			MaxRetries:   -1,
+			PoolSize:     4,
+			Protocol:     2,
+		})
+	}
+	return s.admin
+}
+
+// Do runs one command on the server and returns its reply, failing the test
+// on error.
+func (s *Server) Do(args ...any) any {
+	s.tb.Helper()
+	v, err := s.Client().Do(context.Background(), args...).Result()
+	if err != nil {
+		s.tb.Fatalf("redistest: %v on %s: %v", args, s.Addr, err)
+	}
+	return v
+}
+
+// Info returns the fields of INFO section as a map.
+func (s *Server) Info(section string) (map[string]string, error) {
+	txt, err := s.Client().Info(context.Background(), section).Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseFields(txt, ':'), nil
+}
+
+// Log returns the last lines of the server's log file.
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitReady polls addr with PING until the server answers PONG, the process
+// exits, or StartTimeout passes.
+func waitReady(addr string, exited <-chan struct{}) error {
+	deadline := time.Now().Add(StartTimeout)
+	last := errors.New("no answer yet")
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("exited before it answered PING (%v)", last)
+		default:
+		}
+		if last = ping(addr); last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("no PONG within %v: %v", StartTimeout, last)
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// parseFields reads "name<sep>value" lines (INFO, CLUSTER INFO).
+func parseFields(txt string, sep byte) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(txt, "\n") {
+		line = strings.TrimSpace(line)
+		if k, v, ok := strings.Cut(line, string(sep)); ok && !strings.HasPrefix(line, "#") {
+			m[k] = v
+		}
+	}
+	return m
+}

@@ -1,0 +1,335 @@
+// Package redisstore is a funnel.Store on Redis: the funnel of every key lives
+// in Redis, so that any number of processes share it.
+//
+// Each decision is one round trip: one Lua script (gcra.lua, embedded), run
+// by EVALSHA and loaded again on NOSCRIPT (after a restart, or a failover to
+// a replica that never saw it), reads the key, takes Redis's TIME as the
+// clock, decides, and writes the new state with its expiry, atomically. The
+// script reproduces gcra.Decide exactly: Lua numbers are doubles, exact only
+// to 2^53, so it works on nanoseconds split into two limbs (seconds and
+// nanoseconds); Go computes the cost and the tolerance before the call, and
+// the whole Result after it, from the time and the state the script saw.
+//
+// Keys have redis-cell's format: a string holding the theoretical arrival
+// time (TAT) as a decimal count of nanoseconds since the Unix epoch, expiring
+// when the TAT is reached. A deployment can move from redis-cell's
+// CL.THROTTLE to Funnel, or run both on the same keys during the move,
+// without resetting any limit. The store works on a single Redis, on Sentinel
+// and on Redis Cluster (one key per decision).
+//
+// When Redis cannot be reached in time, Throttle does not fail: it returns
+// the configured fail-open or fail-closed answer with Result.Fallback set,
+// and logs the failure at most once a second.
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+)
+
+//go:embed gcra.lua
+var gcraSource string
+
+// gcraScript is run by SHA, and sent whole when Redis answers NOSCRIPT.
+var gcraScript = redis.NewScript(gcraSource)
+
+// DefaultTimeout is the time a decision may take when Options.Timeout is 0.
+const DefaultTimeout = 100 * time.Millisecond
+
+// nowSlack lengthens every expiry when Options.Now is set: Redis expires keys
+// by its own clock, which does not follow the injected one, and a key must not
+// vanish while a test's clock stands still. Decisions compare TATs with the
+// injected time, so a key that outlives its TAT changes nothing.
+const nowSlack = 10 * time.Minute
+
+// ErrWrongType is wrapped by the error of an operation on a key that holds
+// something other than a TAT: a string that is not a decimal number, a number
+// beyond int64 nanoseconds, or a value of another type (a list, a hash…).
+// The key is left as it is. Its text starts with "WRONGTYPE", as Redis's own
+// error for a key of the wrong type does.
+var ErrWrongType = errors.New("WRONGTYPE redisstore: key holds something other than a TAT")
+
+// Client is the part of a go-redis client that the store uses:
+// *redis.Client, *redis.ClusterClient, *redis.Ring and redis.UniversalClient
+// all satisfy it.
+type Client interface {
+	redis.Scripter
+}
+
+// Options configure a Store. The zero value is a fail-closed store with a
+// 100 ms timeout, no key prefix, logging to slog.Default().
+type Options struct {
+	// Prefix is prepended to every key. On Redis Cluster it should not
+	// contain '{', so that a key's own hash tag still picks its slot.
+	Prefix string
+	// Timeout bounds each operation (DefaultTimeout if 0; no bound of the
+	// store's own if negative). It bounds network waits only if the client
+	// honours context deadlines: clients built by Open do; set
+	// ContextTimeoutEnabled on a client passed to New.
+	Timeout time.Duration
+	// FailOpen makes Throttle admit requests when Redis cannot be reached
+	// (fail-open). By default it refuses them (fail-closed).
+	FailOpen bool
+	// Logger receives a warning when Redis cannot be reached, at most once a
+	// second (slog.Default() if nil).
+	Logger *slog.Logger
+	// Now, for tests only, replaces Redis's TIME as the clock of every
+	// decision (nanoseconds since the Unix epoch, not negative). Redis still
+	// expires keys by its own clock, so with Now set every expiry is
+	// lengthened by ten minutes; decisions compare TATs with Now and are
+	// unaffected.
+	Now func() int64
+}
+
+// Store is a funnel.Store on Redis. It is safe for concurrent use. The zero
+// value is not usable: build a Store with New or Open.
+type Store struct {
+	client   Client
+	closer   io.Closer // the client, when the store built it
+	prefix   string
+	timeout  time.Duration
+	failOpen bool
+	log      *slog.Logger
+	now      func() int64
+	slack    string // ARGV[5] of the script: milliseconds added to expiries
+
+	lastLog    atomic.Int64 // time.Now().UnixNano() of the last failure logged
+	suppressed atomic.Int64 // failures not logged since then
+	fallbacks  atomic.Int64
+}
+
+var _ funnel.Store = (*Store)(nil)
+
+// New returns a store that keeps its state in Redis through client. Closing
+// the store does not close client.
+func New(client Client, opts Options) *Store {
+	s := &Store{
+		client:   client,
+		prefix:   opts.Prefix,
+		timeout:  opts.Timeout,
+		failOpen: opts.FailOpen,
+		log:      opts.Logger,
+		now:      opts.Now,
+		slack:    "0",
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now != nil {
+		s.slack = strconv.FormatInt(nowSlack.Milliseconds(), 10)
+	}
+	return s
+}
+
+// Client returns the client the store runs its script through.
+func (s *Store) Client() Client { return s.client }
+
+// Close closes the client if Open built it; a store built by New leaves its
+// client open.
+func (s *Store) Close() error {
+	if s.closer == nil {
+		return nil
+	}
+	return s.closer.Close()
+}
+
+// Fallbacks returns the number of Throttle calls that returned a fallback
+// answer because Redis could not be reached.
+func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
+
+// Throttle applies a request for quantity units of key under p at Redis's
+// current time (see funnel.Store). If Redis cannot be reached within the
+// timeout, the result has Fallback set, Allowed is the fail-open or
+// fail-closed answer, and the error is nil. The error is gcra.ErrNegative or
+// gcra.ErrOverflow for a request that cannot be applied, wraps ErrWrongType
+// for a key that does not hold a TAT, or is the context's error when ctx
+// ended first.
+func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+	if quantity < 0 {
+		return funnel.Result{}, gcra.ErrNegative
+	}
+	if quantity > 0 && p.Interval > math.MaxInt64/quantity {
+		return funnel.Result{}, gcra.ErrOverflow
+	}
+	cost := p.Interval * quantity
+	st, err := s.run(ctx, key, "t", strconv.FormatInt(cost, 10), strconv.FormatInt(p.Tolerance, 10), s.slack)
+	if err != nil {
+		if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
+			return funnel.Result{}, err
+		}
+		if ctx.Err() != nil {
+			return funnel.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+		}
+		s.fallbacks.Add(1)
+		s.logFailure(err)
+		return funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: p.Limit}, nil
+	}
+	_, r, derr := gcra.Decide(st.now, st.tat, p, quantity)
+	switch {
+	case st.status == 2 && errors.Is(derr, gcra.ErrOverflow):
+		return funnel.Result{}, derr
+	case st.status > 2 || derr != nil || r.Allowed != (st.status == 1):
+		return funnel.Result{}, fmt.Errorf("%w: the script answered %d where gcra.Decide answers %+v, %v (now %d, TAT %d, quantity %d, %+v)",
+			errInternal, st.status, r, derr, st.now, st.tat, quantity, p)
+	}
+	return funnel.ResultOf(p, r), nil
+}
+
+// Reset deletes key and reports whether it held state (a TAT after now). A
+// key that does not hold a TAT is left as it is, with an error wrapping
+// ErrWrongType. When Redis cannot be reached the error wraps
+// funnel.ErrUnavailable.
+func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
+	st, err := s.run(ctx, key, "d")
+	if err != nil {
+		return false, s.unavailable(ctx, err)
+	}
+	return st.tat > st.now, nil
+}
+
+// TTL returns the time until key's bucket is full again, and false when the
+// key holds no state (no TAT after now). When Redis cannot be reached the
+// error wraps funnel.ErrUnavailable.
+func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
+	st, err := s.run(ctx, key, "g")
+	if err != nil {
+		return 0, false, s.unavailable(ctx, err)
+	}
+	if st.tat <= st.now {
+		return 0, false, nil
+	}
+	return time.Duration(st.tat - st.now), true, nil
+}
+
+// errInternal marks replies that the script cannot give: a bug, never an
+// outage.
+var errInternal = errors.New("redisstore: internal error")
+
+// state is what the script saw: its status, the key's TAT (0 if absent) and
+// the time.
+type state struct {
+	status int64
+	tat    int64
+	now    int64
+}
+
+// run runs the script's operation op on key, with the store's timeout and
+// clock. Its errors wrap ErrWrongType, errInternal, or come from the client
+// (Redis is unavailable).
+func (s *Store) run(ctx context.Context, key string, op string, args ...any) (state, error) {
+	var st state
+	nowArg := ""
+	if s.now != nil {
+		st.now = s.now()
+		if st.now < 0 {
+			return st, fmt.Errorf("%w: Options.Now returned %d, before the Unix epoch", errInternal, st.now)
+		}
+		nowArg = strconv.FormatInt(st.now, 10)
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	argv := make([]any, 0, 2+len(args))
+	argv = append(argv, op, nowArg)
+	argv = append(argv, args...)
+	reply, err := gcraScript.Run(ctx, s.client, []string{s.prefix + key}, argv...).Slice()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			return st, wrongType(err.Error())
+		}
+		return st, err
+	}
+	if len(reply) < 2 {
+		return st, fmt.Errorf("%w: script reply %q", errInternal, reply)
+	}
+	var ok bool
+	if st.status, ok = reply[0].(int64); !ok {
+		return st, fmt.Errorf("%w: script reply %q", errInternal, reply)
+	}
+	if raw, isStr := reply[1].(string); isStr {
+		// The script accepted the value: decimal, an optional '+', within int64.
+		if st.tat, err = strconv.ParseInt(raw, 10, 64); err != nil || st.tat < 0 {
+			return st, fmt.Errorf("%w: the script accepted the TAT %q", errInternal, raw)
+		}
+	}
+	if s.now == nil {
+		if st.now, err = timeOf(reply); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// timeOf returns the time in the script's reply {status, tat, sec, usec} in
+// nanoseconds.
+func timeOf(reply []any) (int64, error) {
+	if len(reply) == 4 {
+		secs, _ := reply[2].(string)
+		usecs, _ := reply[3].(string)
+		sec, serr := strconv.ParseInt(secs, 10, 64)
+		usec, uerr := strconv.ParseInt(usecs, 10, 64)
+		if serr == nil && uerr == nil && sec >= 0 && sec < math.MaxInt64/int64(time.Second) && usec >= 0 && usec < 1e6 {
+			return sec*1e9 + usec*1e3, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: script reply %q has no TIME", errInternal, reply)
+}
+
+// wrongType turns a WRONGTYPE error reply into an error wrapping ErrWrongType.
+func wrongType(msg string) error {
+	detail := strings.TrimSpace(strings.TrimPrefix(msg, "WRONGTYPE"))
+	if strings.HasPrefix(detail, "Operation against") {
+		detail = "a value of another type than string"
+	}
+	return fmt.Errorf("%w (%s)", ErrWrongType, detail)
+}
+
+// unavailable returns the error of a Reset or TTL that failed with err.
+func (s *Store) unavailable(ctx context.Context, err error) error {
+	if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("redisstore: %w", ctx.Err())
+	}
+	return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
+}
+
+// logInterval is the least time between two log records of failures.
+const logInterval = time.Second
+
+// logFailure logs err, unless a failure was logged less than logInterval
+// ago: it is then only counted, and the count goes with the next record.
+func (s *Store) logFailure(err error) {
+	now := time.Now().UnixNano()
+	last := s.lastLog.Load()
+	if now-last < int64(logInterval) || !s.lastLog.CompareAndSwap(last, now) {
+		s.suppressed.Add(1)
+		return
+	}
+	policy := "fail-closed"
+	if s.failOpen {
+		policy = "fail-open"
+	}
+	s.log.Warn("redisstore: Redis unavailable, answering with the fallback policy",
+		"policy", policy, "err", err, "suppressed", s.suppressed.Swap(0))
+}
