@@ -50,7 +50,7 @@ type Server struct {
 }
 
 // StartServer starts a redis-server on a free port of 127.0.0.1 with
-// persistence off (--save '' --appendonly no) and the extra arguments given
+// persistence off (--save "" --appendonly no) and the extra arguments given
 // (e.g. "--maxmemory", "10mb"), waits until it answers PING, and stops it when
 // the test ends. It skips the test if redis-server is not on PATH.
 func StartServer(tb testing.TB, extra ...string) *Server {
