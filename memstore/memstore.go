@@ -154,8 +154,19 @@ func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity 
 	now := s.Now()
 	h, sh := s.hash(key)
 	if e := sh.table.Load().find(h, key); e != nil {
-		if r, err, ok := decideOn(e, now, p, quantity); ok {
-			return r, err
+		// decideOn, inlined by hand on this hot path.
+		for {
+			tat := e.tat.Load()
+			if tat == dead {
+				break // deleted meanwhile: decide under the lock
+			}
+			newTAT, r, err := gcra.Decide(now, tat, p, quantity)
+			if err != nil {
+				return funnel.Result{}, err
+			}
+			if !r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT) {
+				return funnel.ResultOf(p, r), nil
+			}
 		}
 	}
 	return s.throttleLocked(sh, h, key, now, p, quantity)
