@@ -54,9 +54,9 @@ local th, tl
 if raw then
   th, tl = parse(raw)
   if th == nil then
-    return redis.error_reply('WRONGTYPE key does not hold a decimal TAT')
+    return redis.error_reply('WRONGTYPE the value is not a decimal number')
   elseif not th then
-    return redis.error_reply('WRONGTYPE key holds a TAT beyond int64 nanoseconds')
+    return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
   end
 end
 

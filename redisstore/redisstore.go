@@ -298,7 +298,7 @@ func timeOf(reply []any) (int64, error) {
 func wrongType(msg string) error {
 	detail := strings.TrimSpace(strings.TrimPrefix(msg, "WRONGTYPE"))
 	if strings.HasPrefix(detail, "Operation against") {
-		detail = "a value of another type than string"
+		detail = "the value is not a string"
 	}
 	return fmt.Errorf("%w (%s)", ErrWrongType, detail)
 }

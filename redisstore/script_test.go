@@ -1,0 +1,96 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/redistest"
+)
+
+// The expiry is the time to the TAT in whole milliseconds rounded up (and
+// at least 1 ms), so that a key never vanishes while its TAT is ahead: the
+// truncation redis-cell does would forget up to a millisecond of every key,
+// and for intervals under 1 ms (PEXPIRE 0) all of it. The script runs here
+// with an injected time and no test slack, in MULTI with a PTTL.
+func TestExpiryRoundsUp(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	if err := gcraScript.Load(ctx, c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const now = 1_795_350_508_971_038_011
+	for _, tc := range []struct {
+		ttl    time.Duration
+		wantPX int64
+	}{
+		{1, 1},
+		{999_999, 1},
+		{time.Millisecond, 1},
+		{time.Millisecond + 1, 2},
+		{10*time.Millisecond - 1, 10},
+		{10 * time.Millisecond, 10},
+		{10*time.Millisecond + 1, 11},
+		{time.Hour + 1, 3_600_001},
+	} {
+		// PTTL right after the write is the PX or, if Redis's clock crossed a
+		// millisecond in between, one less: take the largest of a few tries.
+		best := int64(-3)
+		for try := 0; try < 5; try++ {
+			key := "px" + strconv.Itoa(try)
+			pipe := c.TxPipeline()
+			pipe.Del(ctx, key)
+			ev := pipe.EvalSha(ctx, gcraScript.Hash(), []string{key}, "t", strconv.FormatInt(now, 10),
+				strconv.FormatInt(int64(tc.ttl), 10), strconv.FormatInt(int64(time.Hour)*2, 10), "0")
+			pttl := pipe.PTTL(ctx, key)
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := ev.Slice(); len(st) == 0 || st[0] != int64(1) {
+				t.Fatalf("ttl %v: script answered %v", tc.ttl, st)
+			}
+			if v := pttl.Val().Milliseconds(); v > best {
+				best = v
+			}
+			if v := c.Get(ctx, key).Val(); v != strconv.FormatInt(now+int64(tc.ttl), 10) {
+				t.Fatalf("ttl %v: key holds %q", tc.ttl, v)
+			}
+		}
+		if best != tc.wantPX {
+			t.Errorf("ttl %v: PX %d, want %d", tc.ttl, best, tc.wantPX)
+		}
+	}
+}
+
+// After SCRIPT FLUSH (as after a restart, or on a replica promoted after a
+// failover that never saw the script) the store loads the script again.
+func TestReloadsOnNoscript(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	s := New(c, Options{Timeout: 10 * time.Second})
+	for i := 0; i < 3; i++ {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Throttle(ctx, "k", mustParams(t), 1)
+		if err != nil || r.Fallback || !r.Allowed {
+			t.Fatalf("after SCRIPT FLUSH: %+v, %v", r, err)
+		}
+		if ok := c.ScriptExists(ctx, gcraScript.Hash()).Val(); len(ok) != 1 || !ok[0] {
+			t.Fatal("script not loaded again")
+		}
+	}
+}
+
+func mustParams(t *testing.T) gcra.Params {
+	t.Helper()
+	p, err := gcra.NewParams(9, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
