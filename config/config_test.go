@@ -92,3 +92,45 @@ func TestParseUsers(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse checks that no input makes Parse panic, that a refused input
+// leaves the base configuration, and that accepted input is stable when
+// parsed again from the same text.
+func FuzzParse(f *testing.F) {
+	f.Add("resp: 127.0.0.1:7000\nstore: memory\n")
+	f.Add("idle_timeout: 5m\nmax_keys: 10\n")
+	f.Add("bogus: 1\n")
+	f.Add("resp: [a, b]\n")
+	f.Add("&a [*a]")
+	f.Add("users_file: /dev/null\nlog_level: warn\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		base := Default()
+		got, err := Parse(strings.NewReader(in), "fuzz.yaml", base)
+		if err != nil {
+			if got != base {
+				t.Fatalf("refused input changed the configuration: %+v", got)
+			}
+			return
+		}
+		again, err := Parse(strings.NewReader(in), "fuzz.yaml", base)
+		if err != nil || again != got {
+			t.Fatalf("second parse: %+v, %v; first %+v", again, err, got)
+		}
+	})
+}
+
+func FuzzParseUsers(f *testing.F) {
+	f.Add("alice pw\n# c\nbob x\n")
+	f.Add("a\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		users, err := ParseUsers(strings.NewReader(in), "users")
+		if err != nil {
+			return
+		}
+		for name, pass := range users {
+			if name == "" || pass == "" || strings.ContainsAny(name+pass, " \t\n") {
+				t.Fatalf("user %q password %q", name, pass)
+			}
+		}
+	})
+}
