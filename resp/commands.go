@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"fmt"
@@ -148,20 +149,25 @@ func (c *conn) exec(args [][]byte) {
 	cmd.run(c, args)
 }
 
-// unknownCommand replies as Redis does, quoting up to 128 bytes of the name
-// and of each argument, and at most 128 bytes of arguments in all.
+// unknownCommand replies as Redis 7 does: the name cut to 128 bytes, then
+// each argument quoted and cut to what is left of 128 bytes, while the
+// arguments so far are under 128 bytes. Like Redis's "%.128s", the name and
+// the arguments end at a NUL byte.
 func (c *conn) unknownCommand(args [][]byte) {
 	var b strings.Builder
 	b.WriteString("ERR unknown command '")
-	b.Write(trunc(args[0], 128))
+	b.Write(trunc(cstr(args[0]), 128))
 	b.WriteString("', with args beginning with: ")
+	n := 0 // bytes of arguments written
 	for _, a := range args[1:] {
-		if b.Len() >= 128+60 {
+		if n >= 128 {
 			break
 		}
+		a = trunc(cstr(a), 128-n)
 		b.WriteByte('\'')
-		b.Write(trunc(a, 128))
+		b.Write(a)
 		b.WriteString("' ")
+		n += len(a) + 3
 	}
 	c.wr.WriteError(b.String())
 }
@@ -169,6 +175,14 @@ func (c *conn) unknownCommand(args [][]byte) {
 func trunc(b []byte, n int) []byte {
 	if len(b) > n {
 		return b[:n]
+	}
+	return b
+}
+
+// cstr returns b up to its first NUL byte, as C's string functions see it.
+func cstr(b []byte) []byte {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
 	}
 	return b
 }
