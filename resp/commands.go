@@ -138,12 +138,13 @@ func (c *conn) exec(args [][]byte) {
 		c.unknownCommand(args)
 		return
 	}
-	if !c.authed && !cmd.noAuth {
-		c.wr.WriteError("NOAUTH Authentication required.")
-		return
-	}
+	// Redis checks the arity before the authentication.
 	if (cmd.arity > 0 && len(args) != cmd.arity) || len(args) < -cmd.arity {
 		c.wr.WriteError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	}
+	if !c.authed && !cmd.noAuth {
+		c.wr.WriteError("NOAUTH Authentication required.")
 		return
 	}
 	cmd.run(c, args)
