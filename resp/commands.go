@@ -47,6 +47,7 @@ type argDoc struct {
 	optional bool
 	multiple bool
 	token    string
+	args     []argDoc // of a "block" or "oneof"
 }
 
 // commands is the command table, by lower-case name.
@@ -66,7 +67,8 @@ func init() {
 				args: []argDoc{{name: "message", typ: "string"}}}},
 		{name: "hello", arity: -1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdHello,
 			doc: commandDoc{summary: "Handshakes with the server: protocol version, authentication, client name.", since: "6.0.0", group: "connection", complexity: "O(1)",
-				args: []argDoc{{name: "protover", typ: "integer", optional: true}, {name: "auth", typ: "block", token: "AUTH", optional: true},
+				args: []argDoc{{name: "protover", typ: "integer", optional: true}, {name: "auth", typ: "block", token: "AUTH", optional: true,
+					args: []argDoc{{name: "username", typ: "string"}, {name: "password", typ: "string"}}},
 					{name: "clientname", typ: "string", token: "SETNAME", optional: true}}}},
 		{name: "auth", arity: -2, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdAuth,
 			doc: commandDoc{summary: "Authenticates the connection.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
@@ -724,9 +726,16 @@ func (c *conn) commandDocs(cmd *command) {
 	if len(d.args) == 0 {
 		return
 	}
+	c.writeArgDocs(d.args)
+}
+
+// writeArgDocs writes the "arguments" of COMMAND DOCS: an array of maps,
+// nested for blocks (redis-cli reads a block's arguments without checking
+// that they are there).
+func (c *conn) writeArgDocs(args []argDoc) {
 	c.wr.WriteBulkString("arguments")
-	c.wr.WriteArray(len(d.args))
-	for _, a := range d.args {
+	c.wr.WriteArray(len(args))
+	for _, a := range args {
 		var flags []string
 		if a.optional {
 			flags = append(flags, "optional")
@@ -739,6 +748,9 @@ func (c *conn) commandDocs(cmd *command) {
 			m++
 		}
 		if len(flags) > 0 {
+			m++
+		}
+		if len(a.args) > 0 {
 			m++
 		}
 		c.wr.WriteMap(m)
@@ -756,6 +768,9 @@ func (c *conn) commandDocs(cmd *command) {
 			for _, f := range flags {
 				c.wr.WriteSimpleString(f)
 			}
+		}
+		if len(a.args) > 0 {
+			c.writeArgDocs(a.args)
 		}
 	}
 }
