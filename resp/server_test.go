@@ -535,3 +535,116 @@ func TestServerHello(t *testing.T) {
 		t.Errorf("GETNAME without a name in RESP3: %q", got)
 	}
 }
+
+func TestServerInfo(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, resp.Config{MaxClients: 50})
+	c := ts.dial(t)
+	c.do("CL.THROTTLE", "a", "0", "1", "60")
+	c.do("CL.THROTTLE", "a", "0", "1", "60")
+	c.do("CL.THROTTLE", "b", "0", "1", "60")
+	other := ts.dial(t)
+	other.do("PING")
+	info := c.do("INFO")
+	if !strings.HasPrefix(info, "$") {
+		t.Fatalf("INFO in RESP2 is not a bulk string: %.40q", info)
+	}
+	for _, want := range []string{"# Server\r\n", "\r\n\r\n# Clients\r\n", "\r\n\r\n# Stats\r\n", "\r\n\r\n# Keyspace\r\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO lacks %q:\n%s", want, info)
+		}
+	}
+	_, port, _ := net.SplitHostPort(ts.addr)
+	for name, want := range map[string]string{
+		"redis_version":              "7.0.0",
+		"redis_mode":                 "standalone",
+		"tcp_port":                   port,
+		"connected_clients":          "2",
+		"maxclients":                 "50",
+		"total_connections_received": "2",
+		"rejected_connections":       "0",
+		"throttle_allowed":           "2",
+		"throttle_limited":           "1",
+		"db0":                        "keys=2,expires=2,avg_ttl=0",
+	} {
+		if got := field(info, name); got != want {
+			t.Errorf("INFO %s = %q, want %q", name, got, want)
+		}
+	}
+	// total_commands_processed counts this INFO too.
+	if got := field(info, "total_commands_processed"); got != "5" {
+		t.Errorf("total_commands_processed = %q, want 5", got)
+	}
+	// Sections by name, in any case; unknown sections are empty.
+	stats := c.do("INFO", "STATS")
+	if strings.Contains(stats, "# Server") || !strings.Contains(stats, "# Stats\r\n") {
+		t.Errorf("INFO STATS: %q", stats)
+	}
+	two := c.do("info", "server", "keyspace")
+	if !strings.Contains(two, "# Server\r\n") || !strings.Contains(two, "# Keyspace\r\n") || strings.Contains(two, "# Clients") {
+		t.Errorf("INFO server keyspace: %q", two)
+	}
+	if got := c.do("INFO", "nosuch"); got != bulk("") {
+		t.Errorf("INFO nosuch = %q", got)
+	}
+	// CLIENT LIST shows both connections, by id.
+	list := c.do("CLIENT", "LIST")
+	if n := strings.Count(list, "id="); n != 2 || strings.Count(list, "\n") != 4 {
+		t.Errorf("CLIENT LIST: %q", list)
+	}
+}
+
+func TestServerCommand(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, resp.Config{})
+	c := ts.dial(t)
+	names := []string{"auth", "cl.throttle", "client", "command", "config", "del", "echo", "exists", "hello", "info", "ping", "pttl", "quit", "reset", "select", "ttl"}
+	var list []string
+	for _, n := range names {
+		list = append(list, bulk(n))
+	}
+	if got := c.do("COMMAND", "LIST"); got != array(list...) {
+		t.Errorf("COMMAND LIST = %q", got)
+	}
+	if got := c.do("COMMAND", "COUNT"); got != integer(int64(len(names))) {
+		t.Errorf("COMMAND COUNT = %q", got)
+	}
+	// COMMAND INFO in Redis 7's shape: cl.throttle as redis-cell registers
+	// it (arity -1, write, module, key at 1), with one key spec.
+	want := array(
+		bulk("cl.throttle"), integer(-1), array(simple("write"), simple("module")), integer(1), integer(1), integer(1),
+		array(), array(),
+		array("*8\r\n"+bulk("flags")+array(simple("RW"))+bulk("begin_search")+
+			"*4\r\n"+bulk("type")+bulk("index")+bulk("spec")+"*2\r\n"+bulk("index")+integer(1)+
+			bulk("find_keys")+"*4\r\n"+bulk("type")+bulk("range")+bulk("spec")+
+			"*6\r\n"+bulk("lastkey")+integer(0)+bulk("keystep")+integer(1)+bulk("limit")+integer(0)+
+			bulk("notes")+bulk("")),
+		array())
+	if got := c.do("COMMAND", "INFO", "CL.THROTTLE"); got != array(want) {
+		t.Errorf("COMMAND INFO CL.THROTTLE:\n got %q\nwant %q", got, array(want))
+	}
+	// Every command has an entry in COMMAND and COMMAND INFO.
+	all := c.do("COMMAND")
+	if !strings.HasPrefix(all, "*16\r\n") {
+		t.Errorf("COMMAND: %.40q", all)
+	}
+	if got := c.do("COMMAND", "INFO"); got != all {
+		t.Errorf("COMMAND INFO without names differs from COMMAND")
+	}
+	// COMMAND DOCS: summary, since, group, complexity and arguments,
+	// nested for HELLO's AUTH block.
+	docs := c.do("COMMAND", "DOCS", "hello", "nosuch", "PING")
+	for _, want := range []string{
+		"*4\r\n" + bulk("hello"), bulk("summary"), bulk("group") + bulk("connection"),
+		bulk("name") + bulk("auth") + bulk("type") + bulk("block") + bulk("token") + bulk("AUTH"),
+		bulk("arguments") + "*2\r\n" + "*4\r\n" + bulk("name") + bulk("username"),
+		bulk("ping"),
+	} {
+		if !strings.Contains(docs, want) {
+			t.Errorf("COMMAND DOCS lacks %q:\n%q", want, docs)
+		}
+	}
+	if all := c.do("COMMAND", "DOCS"); !strings.HasPrefix(all, "*32\r\n") {
+		t.Errorf("COMMAND DOCS: %.40q", all)
+	}
+}
