@@ -74,7 +74,7 @@ func init() {
 			doc: commandDoc{summary: "Authenticates the connection.", since: "1.0.0", group: "connection", complexity: "O(N) where N is the number of passwords defined for the user",
 				args: []argDoc{{name: "username", typ: "string", optional: true}, {name: "password", typ: "string"}}}},
 		{name: "client", arity: -2, flags: []string{"noscript", "loading", "stale"}, run: cmdClient,
-			doc: commandDoc{summary: "A container for client connection commands: ID, GETNAME, SETNAME, INFO, LIST, SETINFO, NO-EVICT, NO-TOUCH.", since: "2.4.0", group: "connection", complexity: "Depends on subcommand."}},
+			doc: commandDoc{summary: "A container for client connection commands: ID, GETNAME, SETNAME, INFO, LIST, SETINFO, TRACKING, CACHING, NO-EVICT, NO-TOUCH.", since: "2.4.0", group: "connection", complexity: "Depends on subcommand."}},
 		{name: "select", arity: 2, flags: []string{"loading", "stale", "fast"}, run: cmdSelect,
 			doc: commandDoc{summary: "Changes the selected database; Funnel has database 0 only.", since: "1.0.0", group: "connection", complexity: "O(1)",
 				args: []argDoc{{name: "index", typ: "integer"}}}},
@@ -477,6 +477,43 @@ func cmdClient(c *conn, args [][]byte) {
 			b.WriteByte('\n')
 		}
 		c.wr.WriteVerbatim("txt", b.String())
+	case "tracking":
+		// Client-side caching is not served: tracking in OPTIN mode is
+		// accepted (rueidis asks for it on connect) because, with CLIENT
+		// CACHING refused, no key is ever opted in, so there is never
+		// anything to invalidate. Every other mode would track reads.
+		if len(args) < 3 {
+			wrongArity()
+			return
+		}
+		switch strings.ToLower(string(args[2])) {
+		case "off":
+			c.wr.WriteSimpleString("OK")
+		case "on":
+			optin, other := false, false
+			for _, a := range args[3:] {
+				switch strings.ToLower(string(a)) {
+				case "optin":
+					optin = true
+				case "noloop":
+				default:
+					other = true
+				}
+			}
+			if !optin || other {
+				c.wr.WriteError("ERR client-side caching is not supported: only CLIENT TRACKING ON OPTIN is accepted, and no key is ever opted in")
+				return
+			}
+			c.wr.WriteSimpleString("OK")
+		default:
+			c.wr.WriteError("ERR syntax error")
+		}
+	case "caching":
+		if len(args) != 3 {
+			wrongArity()
+			return
+		}
+		c.wr.WriteError("ERR client-side caching is not supported: CLIENT CACHING is refused")
 	case "no-evict", "no-touch":
 		if len(args) != 3 {
 			wrongArity()
@@ -497,6 +534,8 @@ func cmdClient(c *conn, args [][]byte) {
 			"LIST", "    Return information about client connections.",
 			"SETINFO <option> <value>", "    Set client meta attr: LIB-NAME or LIB-VER.",
 			"SETNAME <name>", "    Assign the name <name> to the current connection.",
+			"TRACKING (ON OPTIN|OFF)", "    Accepted for compatibility: no key is ever tracked.",
+			"CACHING (YES|NO)", "    Refused: client-side caching is not supported.",
 			"NO-EVICT (ON|OFF)", "    Accepted for compatibility; has no effect.",
 			"NO-TOUCH (ON|OFF)", "    Accepted for compatibility; has no effect.",
 			"HELP", "    Print this help.",
