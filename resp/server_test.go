@@ -648,3 +648,30 @@ func TestServerCommand(t *testing.T) {
 		t.Errorf("COMMAND DOCS: %.40q", all)
 	}
 }
+
+func TestServerClientTracking(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, resp.Config{})
+	c := ts.dial(t)
+	const refused = "ERR client-side caching is not supported: only CLIENT TRACKING ON OPTIN is accepted, and no key is ever opted in"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTIN"}, simple("OK")},
+		{[]string{"CLIENT", "TRACKING", "on", "noloop", "optin"}, simple("OK")},
+		{[]string{"CLIENT", "TRACKING", "OFF"}, simple("OK")},
+		{[]string{"CLIENT", "TRACKING", "ON"}, errr(refused)},
+		{[]string{"CLIENT", "TRACKING", "ON", "BCAST"}, errr(refused)},
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTIN", "REDIRECT", "7"}, errr(refused)},
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTOUT"}, errr(refused)},
+		{[]string{"CLIENT", "TRACKING", "MAYBE"}, errr("ERR syntax error")},
+		{[]string{"CLIENT", "TRACKING"}, errr("ERR wrong number of arguments for 'client|tracking' command")},
+		{[]string{"CLIENT", "CACHING", "YES"}, errr("ERR client-side caching is not supported: CLIENT CACHING is refused")},
+		{[]string{"CLIENT", "CACHING"}, errr("ERR wrong number of arguments for 'client|caching' command")},
+	} {
+		if got := c.do(tc.args...); got != tc.want {
+			t.Errorf("%q:\n got %q\nwant %q", tc.args, got, tc.want)
+		}
+	}
+}
