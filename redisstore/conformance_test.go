@@ -32,6 +32,7 @@ func conformance(client redisstore.Client) storetest.NewStore {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
@@ -39,6 +40,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })

@@ -157,6 +157,7 @@ func sat(a, b int64) int64 {
 // against gcra.Decide, for cases near the limits and thousands of random
 // ones over the whole int64 range.
 func TestExactAgainstDecide(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
@@ -224,6 +225,7 @@ func TestExactAgainstDecide(t *testing.T) {
 // requests at injected times one nanosecond apart around each slot, and
 // checks every result against gcra.Decide run on the side.
 func TestArrivalsOneNanosecondApart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	var now atomic.Int64

@@ -32,6 +32,7 @@ func redisTime(t testing.TB, c redis.Cmdable) int64 {
 // What the store writes is redis-cell's format: a decimal count of ns since
 // the Unix epoch, expiring when that instant is reached.
 func TestWritesRedisCellFormat(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
@@ -74,6 +75,7 @@ func TestWritesRedisCellFormat(t *testing.T) {
 
 // A key written by redis-cell (SET k <ns> PX <ms>) is honoured.
 func TestReadsRedisCellKeys(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
@@ -123,6 +125,7 @@ func TestReadsRedisCellKeys(t *testing.T) {
 // A key holding anything but a TAT gets a WRONGTYPE error from every
 // operation, and is left exactly as it was.
 func TestWrongType(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
@@ -184,6 +187,7 @@ func TestWrongType(t *testing.T) {
 // The largest TAT is valid: refused, peeked, and a new TAT one past it is
 // an overflow that writes nothing.
 func TestMaxTAT(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()

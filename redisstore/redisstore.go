@@ -107,9 +107,8 @@ type Store struct {
 	now      func() int64
 	slack    string // ARGV[5] of the script: milliseconds added to expiries
 
-	lastLog    atomic.Int64 // time.Now().UnixNano() of the last failure logged
-	suppressed atomic.Int64 // failures not logged since then
-	fallbacks  atomic.Int64
+	logs      logLimiter
+	fallbacks atomic.Int64
 }
 
 var _ funnel.Store = (*Store)(nil)
@@ -178,7 +177,7 @@ func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantit
 			return funnel.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
 		}
 		s.fallbacks.Add(1)
-		s.logFailure(err)
+		s.failed(err)
 		return funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: p.Limit}, nil
 	}
 	_, r, derr := gcra.Decide(st.now, st.tat, p, quantity)
@@ -311,19 +310,60 @@ func (s *Store) unavailable(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("redisstore: %w", ctx.Err())
 	}
+	s.reload()
 	return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
+}
+
+// stateReloader is a cluster client (*redis.ClusterClient): it keeps a map
+// of which node serves which slot.
+type stateReloader interface {
+	ReloadState(ctx context.Context)
+}
+
+// reload asks a cluster client to read the slot map again after a failure.
+// go-redis reloads it by itself only on a MOVED reply or when it is 10 s
+// old, and a dead master answers nothing: without this, decisions on its
+// slots would resume up to 10 s after a replica took over. Reloads run in
+// the background, one at a time, at most one per 200 ms.
+func (s *Store) reload() {
+	if r, ok := s.client.(stateReloader); ok {
+		r.ReloadState(context.Background())
+	}
+}
+
+// failed records a failure that Throttle answered with the fallback.
+func (s *Store) failed(err error) {
+	s.reload()
+	s.logFailure(err)
 }
 
 // logInterval is the least time between two log records of failures.
 const logInterval = time.Second
 
+// logLimiter lets a log record through at most once per logInterval and
+// counts the others.
+type logLimiter struct {
+	last       atomic.Int64 // time.Now().UnixNano() of the last record let through
+	suppressed atomic.Int64 // records held back since then
+}
+
+// allow reports whether a record may be logged now and, if so, how many
+// were held back since the last one.
+func (l *logLimiter) allow() (bool, int64) {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if now-last < int64(logInterval) || !l.last.CompareAndSwap(last, now) {
+		l.suppressed.Add(1)
+		return false, 0
+	}
+	return true, l.suppressed.Swap(0)
+}
+
 // logFailure logs err, unless a failure was logged less than logInterval
 // ago: it is then only counted, and the count goes with the next record.
 func (s *Store) logFailure(err error) {
-	now := time.Now().UnixNano()
-	last := s.lastLog.Load()
-	if now-last < int64(logInterval) || !s.lastLog.CompareAndSwap(last, now) {
-		s.suppressed.Add(1)
+	ok, suppressed := s.logs.allow()
+	if !ok {
 		return
 	}
 	policy := "fail-closed"
@@ -331,5 +371,25 @@ func (s *Store) logFailure(err error) {
 		policy = "fail-open"
 	}
 	s.log.Warn("redisstore: Redis unavailable, answering with the fallback policy",
-		"policy", policy, "err", err, "suppressed", s.suppressed.Swap(0))
+		"policy", policy, "err", err, "suppressed", suppressed)
+}
+
+// SetGoRedisLogger sends the log lines of go-redis itself (it writes one
+// for every failed connection attempt) to logger as warnings, at most one a
+// second, with the count of the lines held back. It replaces go-redis's
+// process-wide logger (redis.SetLogger), for every client in the process:
+// main should call it once, before it opens stores.
+func SetGoRedisLogger(logger *slog.Logger) {
+	redis.SetLogger(&goRedisLogger{log: logger})
+}
+
+type goRedisLogger struct {
+	log    *slog.Logger
+	limits logLimiter
+}
+
+func (l *goRedisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if ok, suppressed := l.limits.allow(); ok {
+		l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "suppressed", suppressed)
+	}
 }

@@ -16,6 +16,7 @@ import (
 // and for intervals under 1 ms (PEXPIRE 0) all of it. The script runs here
 // with an injected time and no test slack, in MULTI with a PTTL.
 func TestExpiryRoundsUp(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
@@ -68,6 +69,7 @@ func TestExpiryRoundsUp(t *testing.T) {
 // After SCRIPT FLUSH (as after a restart, or on a replica promoted after a
 // failover that never saw the script) the store loads the script again.
 func TestReloadsOnNoscript(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()

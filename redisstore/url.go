@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -172,16 +174,38 @@ func universalCluster(o *redis.ClusterOptions) *redis.UniversalOptions {
 
 // Open connects a store to the Redis at url (see ParseURL). The client is
 // built so that the store's timeout bounds every network wait
-// (ContextTimeoutEnabled), and the store's Close closes it. Open does not
-// contact Redis: a Redis that is down when the store opens is the same as
-// one that goes down later.
+// (ContextTimeoutEnabled) and a refused connection fails at once rather than
+// after go-redis's dial retries; the store's Close closes it. Open does not
+// contact Redis: a Redis that is down when the store opens is the same as one
+// that goes down later.
 func Open(url string, opts Options) (*Store, error) {
 	o, err := ParseURL(url)
 	if err != nil {
 		return nil, err
 	}
 	o.ContextTimeoutEnabled = true
-	c := redis.NewUniversalClient(o)
+	// go-redis retries a refused connection 3 times with backoffs from 8 ms:
+	// one quick retry (a pooled connection that Redis closed) is enough, the
+	// store's timeout bounds the rest, and an outage must fall back at once.
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 1
+	}
+	if o.MinRetryBackoff == 0 {
+		o.MinRetryBackoff = time.Millisecond
+	}
+	var c interface {
+		Client
+		io.Closer
+	}
+	if o.IsClusterMode {
+		co := o.Cluster()
+		co.DialerRetries, co.DialerRetryTimeout = 1, time.Millisecond
+		c = redis.NewClusterClient(co)
+	} else {
+		so := o.Simple()
+		so.DialerRetries, so.DialerRetryTimeout = 1, time.Millisecond
+		c = redis.NewClient(so)
+	}
 	s := New(c, opts)
 	s.closer = c
 	return s, nil

@@ -217,8 +217,13 @@ func (s *Server) Client() *redis.Client {
 			ReadTimeout:  5 * time.Second,
 			WriteTimeout: 5 * time.Second,
 			MaxRetries:   -1,
-			PoolSize:     4,
-			Protocol:     2,
+			// A test's context bounds each command.
+			ContextTimeoutEnabled: true,
+			// Fail at once on a stopped server, without go-redis's dial retries.
+			DialerRetries:      1,
+			DialerRetryTimeout: time.Millisecond,
+			PoolSize:           4,
+			Protocol:           2,
 		})
 	}
 	return s.admin

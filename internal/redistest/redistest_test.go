@@ -1,0 +1,60 @@
+package redistest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel/internal/redistest"
+)
+
+func TestServerStopStart(t *testing.T) {
+	s := redistest.StartServer(t, "--maxmemory", "10mb")
+	ctx := context.Background()
+	if got := s.Do("CONFIG", "GET", "maxmemory"); len(got.([]any)) != 2 || got.([]any)[1] != "10485760" {
+		t.Fatalf("extra arguments not applied: %v", got)
+	}
+	if got := s.Do("CONFIG", "GET", "save"); got.([]any)[1] != "" {
+		t.Fatalf("persistence on: save %q", got.([]any)[1])
+	}
+	s.Do("SET", "k", "v")
+	s.Stop()
+	if s.Running() {
+		t.Fatal("running after Stop")
+	}
+	if err := s.Client().Ping(ctx).Err(); err == nil {
+		t.Fatal("PING answered after Stop")
+	}
+	s.MustStart()
+	if n := s.Client().Exists(ctx, "k").Val(); n != 0 {
+		t.Fatal("a restarted server kept its data")
+	}
+	if err := s.Start(); err == nil {
+		t.Fatal("Start of a running server succeeded")
+	}
+	s.Pause()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := s.Client().Ping(short).Err(); err == nil {
+		t.Fatal("a paused server answered")
+	}
+	s.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Client().Ping(ctx).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no answer after Resume")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestServersAreSeparate(t *testing.T) {
+	a, b := redistest.StartServer(t), redistest.StartServer(t)
+	if a.Addr == b.Addr {
+		t.Fatal("two servers on one address")
+	}
+	a.Do("SET", "k", "a")
+	if n := b.Do("EXISTS", "k"); n != int64(0) {
+		t.Fatal("servers share data")
+	}
+}

@@ -1,0 +1,275 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// logCounter is a slog.Handler that keeps the records it is given.
+type logCounter struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *logCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logCounter) WithGroup(string) slog.Handler            { return h }
+func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+
+func (h *logCounter) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.records)
+}
+
+func (h *logCounter) last() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.records) == 0 {
+		return ""
+	}
+	r := h.records[len(h.records)-1]
+	s := r.Message
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+	return s
+}
+
+// waitFor polls cond until it holds or the deadline passes (the store under
+// test talks to a real process: there is no clock to move).
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// settleGoroutines waits until no more goroutines run than before: the
+// client's connection goroutines and timers end by themselves.
+func settleGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func openStore(t *testing.T, url string, opts redisstore.Options) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.Open(url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// With Redis down, Throttle answers the policy at once with Fallback set and
+// no error, logs once a second at most, Reset and TTL fail with
+// ErrUnavailable; when Redis is back, decisions resume by themselves.
+func TestFallbackWhenDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	p := mkParams(t, 9, 1, time.Second)
+	logs := &logCounter{}
+	closed := openStore(t, "redis://"+srv.Addr, redisstore.Options{Logger: slog.New(logs)})
+	open := openStore(t, "redis://"+srv.Addr, redisstore.Options{Logger: slog.New(logs), FailOpen: true})
+	for _, s := range []*redisstore.Store{closed, open} {
+		if r, err := s.Throttle(ctx, "k", p, 1); err != nil || r.Fallback {
+			t.Fatalf("Redis up: %+v, %v", r, err)
+		}
+	}
+	before := runtime.NumGoroutine()
+
+	srv.Stop()
+	start := time.Now()
+	for i := 0; i < 200; i++ {
+		for _, s := range []*redisstore.Store{closed, open} {
+			r, err := s.Throttle(ctx, "k", p, 1)
+			want := funnel.Result{Fallback: true, Allowed: s == open, Limit: p.Limit}
+			if err != nil || r != want {
+				t.Fatalf("Redis down: %+v, %v; want %+v", r, err, want)
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	if n := logs.count(); n < 1 || n > 2*(1+int(elapsed/time.Second)) {
+		t.Fatalf("%d log records for 400 failures in %v", n, elapsed)
+	}
+	t.Logf("400 fallbacks in %v, %d log records; last: %s", elapsed, logs.count(), logs.last())
+	if closed.Fallbacks() != 200 || open.Fallbacks() != 200 {
+		t.Fatalf("Fallbacks() = %d, %d; want 200", closed.Fallbacks(), open.Fallbacks())
+	}
+	if _, err := closed.Reset(ctx, "k"); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("Reset with Redis down: %v", err)
+	}
+	if _, _, err := closed.TTL(ctx, "k"); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("TTL with Redis down: %v", err)
+	}
+
+	srv.MustStart() // same port, empty
+	for _, s := range []*redisstore.Store{closed, open} {
+		waitFor(t, "decisions resume", 10*time.Second, func() bool {
+			r, err := s.Throttle(ctx, "k", p, 1)
+			return err == nil && !r.Fallback && r.Allowed
+		})
+	}
+	settleGoroutines(t, before)
+}
+
+// A Redis that hangs (SIGSTOP) is the timeout's case: each decision falls
+// back after the store's timeout, and resumes when Redis does.
+func TestTimeoutWhenPaused(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	p := mkParams(t, 9, 1, time.Second)
+	s := openStore(t, "redis://"+srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond, Logger: slog.New(&logCounter{})})
+	if r, err := s.Throttle(ctx, "k", p, 1); err != nil || r.Fallback {
+		t.Fatalf("Redis up: %+v, %v", r, err)
+	}
+	before := runtime.NumGoroutine()
+	srv.Pause()
+	var wg sync.WaitGroup
+	var slowest atomic.Int64
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				start := time.Now()
+				r, err := s.Throttle(ctx, "k", p, 1)
+				if d := int64(time.Since(start)); d > slowest.Load() {
+					slowest.Store(d)
+				}
+				if err != nil || !r.Fallback || r.Allowed {
+					t.Errorf("Redis paused: %+v, %v", r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// 50 ms, plus the scheduling of a loaded test machine.
+	if d := time.Duration(slowest.Load()); d > time.Second {
+		t.Errorf("slowest decision took %v with a 50ms timeout", d)
+	}
+	// The caller's own deadline is not an outage: its error is returned.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	patient := redisstore.New(s.Client(), redisstore.Options{Timeout: 10 * time.Second})
+	if r, err := patient.Throttle(short, "k", p, 1); !errors.Is(err, context.DeadlineExceeded) || r.Fallback {
+		t.Errorf("caller's deadline: %+v, %v; want context.DeadlineExceeded", r, err)
+	}
+	srv.Resume()
+	waitFor(t, "decisions resume", 10*time.Second, func() bool {
+		r, err := s.Throttle(ctx, "k", p, 0)
+		return err == nil && !r.Fallback
+	})
+	settleGoroutines(t, before)
+}
+
+// Redis is stopped and started again (same port) while 16 goroutines make
+// decisions: no error ever, fallbacks only while it is down, bounded
+// latency, no goroutine or connection left behind, and decisions resume.
+func TestRestartUnderLoad(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	p := mkParams(t, 1000, 1000, time.Second)
+	logs := &logCounter{}
+	s := openStore(t, "redis://"+srv.Addr+"?pool_size=8", redisstore.Options{Logger: slog.New(logs)})
+	if _, err := s.Throttle(ctx, "warm", p, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+
+	var ok, fallback, errs, slowest atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			key := "user:" + strconv.Itoa(w%4)
+			for i := 0; i < 1_000_000; i++ { // bounded; stop ends it sooner
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				r, err := s.Throttle(ctx, key, p, 1)
+				if d := int64(time.Since(start)); d > slowest.Load() {
+					slowest.Store(d)
+				}
+				switch {
+				case err != nil:
+					errs.Add(1)
+				case r.Fallback:
+					fallback.Add(1)
+				default:
+					ok.Add(1)
+				}
+			}
+		}(w)
+	}
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+	waitFor(t, "decisions under load", 10*time.Second, func() bool { return ok.Load() >= 500 })
+	srv.Stop()
+	downAt := ok.Load()
+	waitFor(t, "fallbacks while down", 10*time.Second, func() bool { return fallback.Load() >= 500 })
+	if got := ok.Load(); got > downAt+16 {
+		t.Errorf("%d decisions succeeded with Redis down", got-downAt)
+	}
+	srv.MustStart()
+	upAt := ok.Load()
+	waitFor(t, "decisions after restart", 10*time.Second, func() bool { return ok.Load() >= upAt+500 })
+	close(stop)
+	wg.Wait()
+
+	t.Logf("%d decisions, %d fallbacks, %d errors, slowest %v, %d log records",
+		ok.Load(), fallback.Load(), errs.Load(), time.Duration(slowest.Load()), logs.count())
+	if errs.Load() != 0 {
+		t.Errorf("%d errors", errs.Load())
+	}
+	if d := time.Duration(slowest.Load()); d > 2*time.Second {
+		t.Errorf("slowest decision took %v with a 100ms timeout", d)
+	}
+	info, err := srv.Info("clients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.Atoi(info["connected_clients"]); n > 8+1 { // the pool, and the test's own client
+		t.Errorf("%d clients connected to Redis after the restart, pool of 8", n)
+	}
+	settleGoroutines(t, before)
+}
