@@ -17,6 +17,10 @@ import (
 // DefaultMaxClients is the default bound on connected clients, as in Redis.
 const DefaultMaxClients = 10000
 
+// shutdownDrain is how long Shutdown goes on reading from connected
+// clients, so that the commands they sent before it began are answered.
+const shutdownDrain = 100 * time.Millisecond
+
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("resp: server closed")
 
@@ -54,6 +58,7 @@ type Server struct {
 
 	nextID   atomic.Int64
 	closing  atomic.Bool
+	drainEnd atomic.Int64 // Unix ns when Shutdown stops reading
 	accepted atomic.Int64
 	rejected atomic.Int64
 
@@ -159,19 +164,22 @@ func (s *Server) admit(nc net.Conn) *conn {
 }
 
 // Shutdown stops accepting connections, lets every client finish the
-// commands it has already sent, flushes their replies and closes the
+// commands it has already sent (it goes on reading for 100 ms, so that
+// commands in flight are answered too), flushes their replies and closes the
 // connections. It returns when all are closed, or with ctx's error when ctx
 // ends first (the connections are then closed at once).
 func (s *Server) Shutdown(ctx context.Context) error {
+	end := time.Now().Add(shutdownDrain)
+	s.drainEnd.Store(end.UnixNano())
 	s.closing.Store(true)
 	s.mu.Lock()
 	for ln := range s.listeners {
 		ln.Close()
 	}
 	for c := range s.conns {
-		// Wake clients blocked waiting for input; a client in the middle of
-		// its commands sees closing when it next would wait.
-		c.nc.SetReadDeadline(time.Now())
+		// Clients waiting for input wait until the drain ends; a client in
+		// the middle of its commands sees closing when it next would wait.
+		c.nc.SetReadDeadline(end)
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -302,7 +310,9 @@ func (c *conn) serve() {
 				c.nc.SetReadDeadline(time.Now().Add(idle))
 			}
 			if c.s.closing.Load() {
-				return
+				// Shutting down: read what the client has sent until the
+				// drain ends (after Close, that is already past).
+				c.nc.SetReadDeadline(time.Unix(0, c.s.drainEnd.Load()))
 			}
 		}
 		args, err := c.rd.ReadCommand()
