@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/redistest"
@@ -18,17 +19,39 @@ import (
 // prefix on a shared server.
 var stores atomic.Int64
 
-// conformance returns a storetest constructor of stores on client, each with
+// conformanceOptions are the options of the stores the suite runs: each with
 // its own prefix, the suite's clock, and a timeout long enough that a slow
 // test machine never turns a decision into a fallback.
+func conformanceOptions(now func() int64) redisstore.Options {
+	return redisstore.Options{
+		Now:     now,
+		Prefix:  fmt.Sprintf("conformance%d:", stores.Add(1)),
+		Timeout: 20 * time.Second,
+	}
+}
+
+// conformance returns a storetest constructor of stores on a go-redis client.
 func conformance(client redisstore.Client) storetest.NewStore {
 	return func(t *testing.T, now func() int64) funnel.Store {
-		return redisstore.New(client, redisstore.Options{
-			Now:     now,
-			Prefix:  fmt.Sprintf("conformance%d:", stores.Add(1)),
-			Timeout: 20 * time.Second,
-		})
+		return redisstore.New(client, conformanceOptions(now))
 	}
+}
+
+// conformanceRueidis returns a storetest constructor of stores on a rueidis
+// client.
+func conformanceRueidis(client rueidis.Client) storetest.NewStore {
+	return func(t *testing.T, now func() int64) funnel.Store {
+		return redisstore.NewRueidis(client, conformanceOptions(now))
+	}
+}
+
+func newRueidis(t *testing.T, addrs ...string) rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
 
 func TestConformance(t *testing.T) {
@@ -45,4 +68,16 @@ func TestConformanceCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	storetest.Run(t, conformance(c))
+}
+
+func TestConformanceRueidis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	storetest.Run(t, conformanceRueidis(newRueidis(t, srv.Addr)))
+}
+
+func TestConformanceClusterRueidis(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 1)
+	storetest.Run(t, conformanceRueidis(newRueidis(t, cl.Addrs()...)))
 }

@@ -179,7 +179,7 @@ func TestTimeoutWhenPaused(t *testing.T) {
 	// The caller's own deadline is not an outage: its error is returned.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	patient := redisstore.New(s.Client(), redisstore.Options{Timeout: 10 * time.Second})
+	patient := redisstore.New(srv.Client(), redisstore.Options{Timeout: 10 * time.Second})
 	if r, err := patient.Throttle(short, "k", p, 1); !errors.Is(err, context.DeadlineExceeded) || r.Fallback {
 		t.Errorf("caller's deadline: %+v, %v; want context.DeadlineExceeded", r, err)
 	}

@@ -98,7 +98,7 @@ type Options struct {
 // Store is a funnel.Store on Redis. It is safe for concurrent use. The zero
 // value is not usable: build a Store with New or Open.
 type Store struct {
-	client   Client
+	runner   runner
 	closer   io.Closer // the client, when the store built it
 	prefix   string
 	timeout  time.Duration
@@ -113,11 +113,15 @@ type Store struct {
 
 var _ funnel.Store = (*Store)(nil)
 
-// New returns a store that keeps its state in Redis through client. Closing
-// the store does not close client.
+// New returns a store that keeps its state in Redis through client, a
+// go-redis client. Closing the store does not close client.
 func New(client Client, opts Options) *Store {
+	return newStore(goRedisRunner{client}, opts)
+}
+
+func newStore(r runner, opts Options) *Store {
 	s := &Store{
-		client:   client,
+		runner:   r,
 		prefix:   opts.Prefix,
 		timeout:  opts.Timeout,
 		failOpen: opts.FailOpen,
@@ -136,9 +140,6 @@ func New(client Client, opts Options) *Store {
 	}
 	return s
 }
-
-// Client returns the client the store runs its script through.
-func (s *Store) Client() Client { return s.client }
 
 // Close closes the client if Open built it; a store built by New leaves its
 // client open.
@@ -168,129 +169,105 @@ func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantit
 		return funnel.Result{}, gcra.ErrOverflow
 	}
 	cost := p.Interval * quantity
-	st, err := s.run(ctx, key, "t", strconv.FormatInt(cost, 10), strconv.FormatInt(p.Tolerance, 10), s.slack)
+	status, d, err := s.run(ctx, key, "t",
+		limb(cost/1e9), limb(cost%1e9), limb(p.Tolerance/1e9), limb(p.Tolerance%1e9), s.slack)
 	if err != nil {
 		if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
 			return funnel.Result{}, err
 		}
-		if ctx.Err() != nil {
-			return funnel.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+		if err := callerDone(ctx); err != nil {
+			return funnel.Result{}, err
 		}
 		s.fallbacks.Add(1)
 		s.failed(err)
 		return funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: p.Limit}, nil
 	}
-	_, r, derr := gcra.Decide(st.now, st.tat, p, quantity)
+	// The result depends on the time and the TAT only through d = max(TAT -
+	// now, 0); so gcra.Decide at now 0 with TAT d answers exactly as at the
+	// real now and TAT, but for the overflow of the new TAT past 2^63-1,
+	// which the script reports (status 2), having written nothing.
+	_, r, derr := gcra.Decide(0, d, p, quantity)
 	switch {
-	case st.status == 2 && errors.Is(derr, gcra.ErrOverflow):
-		return funnel.Result{}, derr
-	case st.status > 2 || derr != nil || r.Allowed != (st.status == 1):
-		return funnel.Result{}, fmt.Errorf("%w: the script answered %d where gcra.Decide answers %+v, %v (now %d, TAT %d, quantity %d, %+v)",
-			errInternal, st.status, r, derr, st.now, st.tat, quantity, p)
+	case derr != nil || status > 2 || r.Allowed != (status >= 1):
+		return funnel.Result{}, fmt.Errorf("%w: the script answered status %d where gcra.Decide answers %+v, %v (TAT - now %d, quantity %d, %+v)",
+			errInternal, status, r, derr, d, quantity, p)
+	case status == 2:
+		return funnel.Result{}, gcra.ErrOverflow
 	}
 	return funnel.ResultOf(p, r), nil
 }
+
+// limb formats one limb of a time for the script (a few digits; Lua reads it
+// exactly).
+func limb(v int64) string { return strconv.FormatInt(v, 10) }
 
 // Reset deletes key and reports whether it held state (a TAT after now). A
 // key that does not hold a TAT is left as it is, with an error wrapping
 // ErrWrongType. When Redis cannot be reached the error wraps
 // funnel.ErrUnavailable.
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
-	st, err := s.run(ctx, key, "d")
+	_, d, err := s.run(ctx, key, "d")
 	if err != nil {
 		return false, s.unavailable(ctx, err)
 	}
-	return st.tat > st.now, nil
+	return d > 0, nil
 }
 
 // TTL returns the time until key's bucket is full again, and false when the
 // key holds no state (no TAT after now). When Redis cannot be reached the
 // error wraps funnel.ErrUnavailable.
 func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
-	st, err := s.run(ctx, key, "g")
+	_, d, err := s.run(ctx, key, "g")
 	if err != nil {
 		return 0, false, s.unavailable(ctx, err)
 	}
-	if st.tat <= st.now {
-		return 0, false, nil
-	}
-	return time.Duration(st.tat - st.now), true, nil
+	return time.Duration(d), d > 0, nil
 }
 
 // errInternal marks replies that the script cannot give: a bug, never an
 // outage.
 var errInternal = errors.New("redisstore: internal error")
 
-// state is what the script saw: its status, the key's TAT (0 if absent) and
-// the time.
-type state struct {
-	status int64
-	tat    int64
-	now    int64
-}
-
 // run runs the script's operation op on key, with the store's timeout and
-// clock. Its errors wrap ErrWrongType, errInternal, or come from the client
-// (Redis is unavailable).
-func (s *Store) run(ctx context.Context, key string, op string, args ...any) (state, error) {
-	var st state
-	nowArg := ""
+// clock, and returns the status and d = max(TAT - now, 0) it answers. Its
+// errors wrap ErrWrongType, errInternal, or come from the client (Redis is
+// unavailable).
+func (s *Store) run(ctx context.Context, key string, op string, args ...string) (status, d int64, err error) {
+	argv := make([]string, 0, 3+len(args))
+	argv = append(argv, op)
 	if s.now != nil {
-		st.now = s.now()
-		if st.now < 0 {
-			return st, fmt.Errorf("%w: Options.Now returned %d, before the Unix epoch", errInternal, st.now)
+		now := s.now()
+		if now < 0 {
+			return 0, 0, fmt.Errorf("%w: Options.Now returned %d, before the Unix epoch", errInternal, now)
 		}
-		nowArg = strconv.FormatInt(st.now, 10)
+		argv = append(argv, limb(now/1e9), limb(now%1e9))
+	} else {
+		argv = append(argv, "", "")
 	}
+	argv = append(argv, args...)
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	argv := make([]any, 0, 2+len(args))
-	argv = append(argv, op, nowArg)
-	argv = append(argv, args...)
-	reply, err := gcraScript.Run(ctx, s.client, []string{s.prefix + key}, argv...).Slice()
-	if err != nil {
-		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			return st, wrongType(err.Error())
-		}
-		return st, err
-	}
-	if len(reply) < 2 {
-		return st, fmt.Errorf("%w: script reply %q", errInternal, reply)
-	}
-	var ok bool
-	if st.status, ok = reply[0].(int64); !ok {
-		return st, fmt.Errorf("%w: script reply %q", errInternal, reply)
-	}
-	if raw, isStr := reply[1].(string); isStr {
-		// The script accepted the value: decimal, an optional '+', within int64.
-		if st.tat, err = strconv.ParseInt(raw, 10, 64); err != nil || st.tat < 0 {
-			return st, fmt.Errorf("%w: the script accepted the TAT %q", errInternal, raw)
-		}
-	}
-	if s.now == nil {
-		if st.now, err = timeOf(reply); err != nil {
-			return st, err
-		}
-	}
-	return st, nil
+	return s.runner.run(ctx, s.prefix+key, argv)
 }
 
-// timeOf returns the time in the script's reply {status, tat, sec, usec} in
-// nanoseconds.
-func timeOf(reply []any) (int64, error) {
-	if len(reply) == 4 {
-		secs, _ := reply[2].(string)
-		usecs, _ := reply[3].(string)
-		sec, serr := strconv.ParseInt(secs, 10, 64)
-		usec, uerr := strconv.ParseInt(usecs, 10, 64)
-		if serr == nil && uerr == nil && sec >= 0 && sec < math.MaxInt64/int64(time.Second) && usec >= 0 && usec < 1e6 {
-			return sec*1e9 + usec*1e3, nil
-		}
+// decodeInt decodes the script's integer reply d*4 + status.
+func decodeInt(v int64) (status, d int64, err error) {
+	if v < 0 {
+		return 0, 0, fmt.Errorf("%w: script reply %d", errInternal, v)
 	}
-	return 0, fmt.Errorf("%w: script reply %q has no TIME", errInternal, reply)
+	return v & 3, v >> 2, nil
+}
+
+// decodeArray decodes the script's reply {status, d's seconds, d's
+// nanoseconds}.
+func decodeArray(status, sec, nsec int64) (int64, int64, error) {
+	if status < 0 || status > 2 || sec < 0 || sec > math.MaxInt64/int64(time.Second) || nsec < 0 || nsec >= 1e9 || sec*1e9 > math.MaxInt64-nsec {
+		return 0, 0, fmt.Errorf("%w: script reply {%d %d %d}", errInternal, status, sec, nsec)
+	}
+	return status, sec*1e9 + nsec, nil
 }
 
 // wrongType turns a WRONGTYPE error reply into an error wrapping ErrWrongType.
@@ -298,6 +275,9 @@ func wrongType(msg string) error {
 	detail := strings.TrimSpace(strings.TrimPrefix(msg, "WRONGTYPE"))
 	if strings.HasPrefix(detail, "Operation against") {
 		detail = "the value is not a string"
+	}
+	if i := strings.Index(detail, " script: "); i >= 0 {
+		detail = detail[:i]
 	}
 	return fmt.Errorf("%w (%s)", ErrWrongType, detail)
 }
@@ -307,29 +287,29 @@ func (s *Store) unavailable(ctx context.Context, err error) error {
 	if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
 		return err
 	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("redisstore: %w", ctx.Err())
+	if err := callerDone(ctx); err != nil {
+		return err
 	}
 	s.reload()
 	return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
 }
 
-// stateReloader is a cluster client (*redis.ClusterClient): it keeps a map
-// of which node serves which slot.
-type stateReloader interface {
-	ReloadState(ctx context.Context)
+// callerDone returns the error of the caller's context if it has ended (or
+// reached its deadline, whose timer may not have fired yet): a failure then
+// is the caller's doing, not an outage.
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return fmt.Errorf("redisstore: %w", context.DeadlineExceeded)
+	}
+	return nil
 }
 
-// reload asks a cluster client to read the slot map again after a failure.
-// go-redis reloads it by itself only on a MOVED reply or when it is 10 s
-// old, and a dead master answers nothing: without this, decisions on its
-// slots would resume up to 10 s after a replica took over. Reloads run in
-// the background, one at a time, at most one per 200 ms.
-func (s *Store) reload() {
-	if r, ok := s.client.(stateReloader); ok {
-		r.ReloadState(context.Background())
-	}
-}
+// reload tells the client that Redis failed, so that a cluster client reads
+// its map of slots again.
+func (s *Store) reload() { s.runner.failed() }
 
 // failed records a failure that Throttle answered with the fallback.
 func (s *Store) failed(err error) {

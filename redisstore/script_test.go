@@ -23,7 +23,7 @@ func TestExpiryRoundsUp(t *testing.T) {
 	if err := gcraScript.Load(ctx, c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	const now = 1_795_350_508_971_038_011
+	const now int64 = 1_795_350_508_971_038_011
 	for _, tc := range []struct {
 		ttl    time.Duration
 		wantPX int64
@@ -44,14 +44,14 @@ func TestExpiryRoundsUp(t *testing.T) {
 			key := "px" + strconv.Itoa(try)
 			pipe := c.TxPipeline()
 			pipe.Del(ctx, key)
-			ev := pipe.EvalSha(ctx, gcraScript.Hash(), []string{key}, "t", strconv.FormatInt(now, 10),
-				strconv.FormatInt(int64(tc.ttl), 10), strconv.FormatInt(int64(time.Hour)*2, 10), "0")
+			ev := pipe.EvalSha(ctx, gcraScript.Hash(), []string{key}, "t", limb(now/1e9), limb(now%1e9),
+				limb(int64(tc.ttl)/1e9), limb(int64(tc.ttl)%1e9), "7200", "0", "0")
 			pttl := pipe.PTTL(ctx, key)
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if st, _ := ev.Slice(); len(st) == 0 || st[0] != int64(1) {
-				t.Fatalf("ttl %v: script answered %v", tc.ttl, st)
+			if v, err := ev.Int64(); err != nil || v != 1 { // allowed, d = 0
+				t.Fatalf("ttl %v: script answered %v, %v", tc.ttl, v, err)
 			}
 			if v := pttl.Val().Milliseconds(); v > best {
 				best = v
