@@ -216,4 +216,3 @@ func redisCPU(b *testing.B, srv *redistest.Server) float64 {
 	}
 	return user + sys
 }
-
