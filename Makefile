@@ -26,6 +26,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
 	$(GO) test -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitArgs$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
+	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUsers$$' -fuzztime $(FUZZTIME) ./config/
 
