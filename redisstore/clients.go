@@ -9,46 +9,61 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// grouping says which keys one script call may decide together.
+type grouping int
+
+const (
+	// groupAll: any keys (a single Redis, or Sentinel's master).
+	groupAll grouping = iota
+	// groupSlot: keys of one hash slot (Redis Cluster).
+	groupSlot
+	// groupNone: one key per call (a Ring shards by its own hash).
+	groupNone
+)
+
 // runner runs the GCRA script through one Redis client library.
 type runner interface {
-	// run runs the script on key with args (EVALSHA, then EVAL on
-	// NOSCRIPT) and returns the status and d of its reply. A WRONGTYPE error
-	// reply is returned wrapping ErrWrongType.
-	run(ctx context.Context, key string, args []string) (status, d int64, err error)
+	// run runs the script on keys with args (EVALSHA, then EVAL on
+	// NOSCRIPT) and returns its integer reply, or the integers of its array
+	// reply. A WRONGTYPE error reply is returned wrapping ErrWrongType.
+	run(ctx context.Context, keys, args []string) ([]int64, error)
 	// failed is called after a failure that may mean the cluster's
 	// topology changed.
 	failed()
+	// grouping says which keys a call may decide together.
+	grouping() grouping
 }
 
 // goRedisRunner runs the script through a go-redis client.
 type goRedisRunner struct{ c Client }
 
-func (g goRedisRunner) run(ctx context.Context, key string, args []string) (int64, int64, error) {
+func (g goRedisRunner) run(ctx context.Context, keys, args []string) ([]int64, error) {
 	argv := make([]any, len(args))
 	for i, a := range args {
 		argv[i] = a
 	}
-	v, err := gcraScript.Run(ctx, g.c, []string{key}, argv...).Result()
+	v, err := gcraScript.Run(ctx, g.c, keys, argv...).Result()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			return 0, 0, wrongType(err.Error())
+			return nil, wrongType(err.Error())
 		}
-		return 0, 0, err
+		return nil, err
 	}
 	switch v := v.(type) {
 	case int64:
-		return decodeInt(v)
+		return []int64{v}, nil
 	case []any:
-		if len(v) == 3 {
-			status, ok1 := v[0].(int64)
-			sec, ok2 := v[1].(int64)
-			nsec, ok3 := v[2].(int64)
-			if ok1 && ok2 && ok3 {
-				return decodeArray(status, sec, nsec)
+		out := make([]int64, len(v))
+		for i, e := range v {
+			n, ok := e.(int64)
+			if !ok {
+				return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
 			}
+			out[i] = n
 		}
+		return out, nil
 	}
-	return 0, 0, fmt.Errorf("%w: script reply %v", errInternal, v)
+	return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
 }
 
 // stateReloader is a cluster client (*redis.ClusterClient): it keeps a map
@@ -68,6 +83,16 @@ func (g goRedisRunner) failed() {
 	}
 }
 
+func (g goRedisRunner) grouping() grouping {
+	switch g.c.(type) {
+	case *redis.ClusterClient:
+		return groupSlot
+	case *redis.Client:
+		return groupAll
+	}
+	return groupNone // a Ring, or a client we do not know
+}
+
 // rueidisScript is gcraScript for rueidis.
 var rueidisScript = rueidis.NewLuaScript(gcraSource)
 
@@ -75,34 +100,44 @@ var rueidisScript = rueidis.NewLuaScript(gcraSource)
 // the commands of concurrent callers on shared connections by itself.
 type rueidisRunner struct{ c rueidis.Client }
 
-func (r rueidisRunner) run(ctx context.Context, key string, args []string) (int64, int64, error) {
-	res := rueidisScript.Exec(ctx, r.c, []string{key}, args)
+func (r rueidisRunner) run(ctx context.Context, keys, args []string) ([]int64, error) {
+	res := rueidisScript.Exec(ctx, r.c, keys, args)
 	if err := res.Error(); err != nil {
 		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-			return 0, 0, wrongType(re.Error())
+			return nil, wrongType(re.Error())
 		}
-		return 0, 0, err
+		return nil, err
 	}
 	if v, err := res.AsInt64(); err == nil {
-		return decodeInt(v)
+		return []int64{v}, nil
 	}
-	if a, err := res.AsIntSlice(); err == nil && len(a) == 3 {
-		return decodeArray(a[0], a[1], a[2])
+	if a, err := res.AsIntSlice(); err == nil {
+		return a, nil
 	}
-	return 0, 0, fmt.Errorf("%w: script reply %v", errInternal, res.String())
+	return nil, fmt.Errorf("%w: script reply %v", errInternal, res.String())
 }
 
 // failed does nothing: rueidis refreshes a cluster's topology by itself when
 // a node fails.
 func (r rueidisRunner) failed() {}
 
+func (r rueidisRunner) grouping() grouping {
+	switch r.c.Mode() {
+	case rueidis.ClientModeCluster:
+		return groupSlot
+	case rueidis.ClientModeStandalone, rueidis.ClientModeSentinel:
+		return groupAll
+	}
+	return groupNone
+}
+
 // NewRueidis returns a store that keeps its state in Redis through client, a
 // rueidis client. Closing the store does not close client.
 //
 // rueidis pipelines the commands of concurrent callers on a few shared
-// connections (auto-pipelining): under concurrency, Redis and the client
-// then spend much less CPU per decision than with go-redis, which sends
-// each command on a connection of its own.
+// connections (auto-pipelining), so that Redis and the client spend less CPU
+// per command than with go-redis, which sends each command on a connection
+// of its own.
 func NewRueidis(client rueidis.Client, opts Options) *Store {
 	return newStore(rueidisRunner{client}, opts)
 }

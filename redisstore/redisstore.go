@@ -8,7 +8,14 @@
 // script reproduces gcra.Decide exactly: Lua numbers are doubles, exact only
 // to 2^53, so it works on nanoseconds split into two limbs (seconds and
 // nanoseconds); Go computes the cost and the tolerance before the call, and
-// the whole Result after it, from the time and the state the script saw.
+// the whole Result after it from the time to a full bucket that the script
+// saw.
+//
+// Decisions that wait for Redis at the same time are batched: one script call
+// decides up to 64 of them in order of arrival (on Redis Cluster, those of one
+// hash slot), so that Redis reads the time, runs the script and answers once
+// per batch. A decision that finds none in flight is sent at once, so
+// batching adds no latency to an idle store.
 //
 // Keys have redis-cell's format: a string holding the theoretical arrival
 // time (TAT) as a decimal count of nanoseconds since the Unix epoch, expiring
@@ -107,6 +114,8 @@ type Store struct {
 	now      func() int64
 	slack    string // ARGV[5] of the script: milliseconds added to expiries
 
+	batches   batcher
+	batched   atomic.Int64 // decisions made in batches of more than one
 	logs      logLimiter
 	fallbacks atomic.Int64
 }
@@ -122,6 +131,7 @@ func New(client Client, opts Options) *Store {
 func newStore(r runner, opts Options) *Store {
 	s := &Store{
 		runner:   r,
+		batches:  batcher{groups: map[uint16]*group{}},
 		prefix:   opts.Prefix,
 		timeout:  opts.Timeout,
 		failOpen: opts.FailOpen,
@@ -168,9 +178,7 @@ func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantit
 	if quantity > 0 && p.Interval > math.MaxInt64/quantity {
 		return funnel.Result{}, gcra.ErrOverflow
 	}
-	cost := p.Interval * quantity
-	status, d, err := s.run(ctx, key, "t",
-		limb(cost/1e9), limb(cost%1e9), limb(p.Tolerance/1e9), limb(p.Tolerance%1e9), s.slack)
+	status, d, err := s.decide(ctx, key, p.Interval*quantity, p.Tolerance)
 	if err != nil {
 		if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
 			return funnel.Result{}, err
@@ -206,7 +214,7 @@ func limb(v int64) string { return strconv.FormatInt(v, 10) }
 // ErrWrongType. When Redis cannot be reached the error wraps
 // funnel.ErrUnavailable.
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
-	_, d, err := s.run(ctx, key, "d")
+	d, err := s.run(ctx, key, "d")
 	if err != nil {
 		return false, s.unavailable(ctx, err)
 	}
@@ -217,7 +225,7 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 // key holds no state (no TAT after now). When Redis cannot be reached the
 // error wraps funnel.ErrUnavailable.
 func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
-	_, d, err := s.run(ctx, key, "g")
+	d, err := s.run(ctx, key, "g")
 	if err != nil {
 		return 0, false, s.unavailable(ctx, err)
 	}
@@ -228,44 +236,51 @@ func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error
 // outage.
 var errInternal = errors.New("redisstore: internal error")
 
-// run runs the script's operation op on key, with the store's timeout and
-// clock, and returns the status and d = max(TAT - now, 0) it answers. Its
-// errors wrap ErrWrongType, errInternal, or come from the client (Redis is
-// unavailable).
-func (s *Store) run(ctx context.Context, key string, op string, args ...string) (status, d int64, err error) {
-	argv := make([]string, 0, 3+len(args))
-	argv = append(argv, op)
+// args returns the script's first arguments for operation op on n keys, with
+// room for the throttle's arguments of each key.
+func (s *Store) args(op string, n int) ([]string, error) {
+	args := make([]string, 0, 4+4*n)
+	args = append(args, op)
 	if s.now != nil {
 		now := s.now()
 		if now < 0 {
-			return 0, 0, fmt.Errorf("%w: Options.Now returned %d, before the Unix epoch", errInternal, now)
+			return nil, fmt.Errorf("%w: Options.Now returned %d, before the Unix epoch", errInternal, now)
 		}
-		argv = append(argv, limb(now/1e9), limb(now%1e9))
+		args = append(args, limb(now/1e9), limb(now%1e9))
 	} else {
-		argv = append(argv, "", "")
+		args = append(args, "", "")
 	}
-	argv = append(argv, args...)
+	return append(args, s.slack), nil
+}
+
+// run runs the script's operation op ("g" or "d") on key, with the store's
+// timeout and clock, and returns d = max(TAT - now, 0). Its errors wrap
+// ErrWrongType, errInternal, or come from the client (Redis is unavailable).
+func (s *Store) run(ctx context.Context, key string, op string) (int64, error) {
+	args, err := s.args(op, 0)
+	if err != nil {
+		return 0, err
+	}
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	return s.runner.run(ctx, s.prefix+key, argv)
-}
-
-// decodeInt decodes the script's integer reply d*4 + status.
-func decodeInt(v int64) (status, d int64, err error) {
-	if v < 0 {
-		return 0, 0, fmt.Errorf("%w: script reply %d", errInternal, v)
+	v, err := s.runner.run(ctx, []string{s.prefix + key}, args)
+	if err != nil {
+		return 0, err
 	}
-	return v & 3, v >> 2, nil
+	a, err := decodeAnswers(v, 1)
+	if err != nil {
+		return 0, err
+	}
+	return a[0].d, a[0].err
 }
 
-// decodeArray decodes the script's reply {status, d's seconds, d's
-// nanoseconds}.
-func decodeArray(status, sec, nsec int64) (int64, int64, error) {
+// decodeLimbs decodes a status and d given on two limbs.
+func decodeLimbs(status, sec, nsec int64) (int64, int64, error) {
 	if status < 0 || status > 2 || sec < 0 || sec > math.MaxInt64/int64(time.Second) || nsec < 0 || nsec >= 1e9 || sec*1e9 > math.MaxInt64-nsec {
-		return 0, 0, fmt.Errorf("%w: script reply {%d %d %d}", errInternal, status, sec, nsec)
+		return 0, 0, fmt.Errorf("%w: script answer {%d %d %d}", errInternal, status, sec, nsec)
 	}
 	return status, sec*1e9 + nsec, nil
 }

@@ -44,8 +44,8 @@ func TestExpiryRoundsUp(t *testing.T) {
 			key := "px" + strconv.Itoa(try)
 			pipe := c.TxPipeline()
 			pipe.Del(ctx, key)
-			ev := pipe.EvalSha(ctx, gcraScript.Hash(), []string{key}, "t", limb(now/1e9), limb(now%1e9),
-				limb(int64(tc.ttl)/1e9), limb(int64(tc.ttl)%1e9), "7200", "0", "0")
+			ev := pipe.EvalSha(ctx, gcraScript.Hash(), []string{key}, "t", limb(now/1e9), limb(now%1e9), "0",
+				limb(int64(tc.ttl)/1e9), limb(int64(tc.ttl)%1e9), "7200", "0")
 			pttl := pipe.PTTL(ctx, key)
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)
@@ -95,4 +95,24 @@ func mustParams(t *testing.T) gcra.Params {
 		t.Fatal(err)
 	}
 	return p
+}
+
+func TestKeySlot(t *testing.T) {
+	for key, want := range map[string]uint16{
+		"123456789":            0x31c3, // CRC16 XMODEM's check value
+		"somekey":              11058,  // CLUSTER KEYSLOT, from Redis's documentation
+		"foo{hash_tag}":        2515,
+		"bar{hash_tag}":        2515,
+		"{}x":                  keySlot("{}x"),
+		"a{}{b}":               keySlot("a{}{b}"),
+		"{user1000}.following": keySlot("user1000"),
+		"x{y":                  keySlot("x{y"),
+	} {
+		if got := keySlot(key); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if keySlot("{}x") == keySlot("x") || keySlot("a{}{b}") == keySlot("b") {
+		t.Error("an empty hash tag must not count")
+	}
 }

@@ -135,6 +135,9 @@ var known = []struct{ name, label string }{
 	{"ulule", "ulule/limiter"},
 	{"xrate-single", "x/time/rate single (ref)"},
 	{"xrate-map", "x/time/rate map+mutex (naive)"},
+	{"funnel-redis", "Funnel redisstore (go-redis)"},
+	{"funnel-redis-rueidis", "Funnel redisstore (rueidis)"},
+	{"redis_rate", "go-redis/redis_rate"},
 }
 
 // rank is the position of limiter in known, or len(known).
@@ -215,6 +218,7 @@ func render(w io.Writer, r *results, cpu string) {
 	}
 	throughputTable(w, r)
 	memoryTable(w, r)
+	redisTable(w, r)
 }
 
 func throughputTable(w io.Writer, r *results) {
@@ -367,4 +371,75 @@ func writeRow(w io.Writer, cells []string) {
 
 func writeRule(w io.Writer, n int) {
 	fmt.Fprintln(w, "|"+strings.Repeat(" --- |", n))
+}
+
+// redisBaseline is the limiter the Redis table compares Funnel's stores with.
+const redisBaseline = "redis_rate"
+
+// redisTable prints the Redis benchmarks: per scenario and limiter, the
+// decisions per second and allocations, and the CPU Redis spent per decision
+// in the script (commandstats) and in all (the process), with each Funnel
+// store's ratios to redis_rate.
+func redisTable(w io.Writer, r *results) {
+	rows, cols, cell := collect(r, "Redis/", true)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Redis: decisions/s (allocs/op), and Redis CPU per decision: script (commandstats) / whole process, in µs")
+	fmt.Fprintln(w)
+	head := []string{"scenario", "cpu"}
+	for _, c := range cols {
+		head = append(head, label(c))
+	}
+	var funnels []string
+	for _, c := range cols {
+		if isFunnel(c) {
+			funnels = append(funnels, c)
+			head = append(head, label(c)+" ÷ "+label(redisBaseline)+": decisions/s, script µs")
+		}
+	}
+	writeRow(w, head)
+	writeRule(w, len(head))
+	for _, rw := range rows {
+		line := []string{rw.key, strconv.Itoa(rw.procs)}
+		for _, c := range cols {
+			i, ok := cell[rw][c]
+			rate, okR := r.get(i, "decisions/s")
+			if !ok || !okR {
+				line = append(line, "—")
+				continue
+			}
+			text := fmt.Sprintf("%s/s (%s)", formatRate(rate), metric(r, i, "allocs/op"))
+			if script, ok := r.get(i, "redis-µs/op"); ok {
+				text += fmt.Sprintf("; %.2f / %s", script, metric(r, i, "redis-cpu-µs/op"))
+			}
+			if v, ok := r.get(i, "errors/op"); ok && v > 0 {
+				text += fmt.Sprintf(" ‡ %.2f%% errors", 100*v)
+			}
+			line = append(line, text)
+		}
+		base, inBase := cell[rw][redisBaseline]
+		baseRate, okRate := r.get(base, "decisions/s")
+		baseScript, okScript := r.get(base, "redis-µs/op")
+		for _, f := range funnels {
+			i, in := cell[rw][f]
+			rate, ok1 := r.get(i, "decisions/s")
+			script, ok2 := r.get(i, "redis-µs/op")
+			if !in || !inBase || !ok1 || !ok2 || !okRate || !okScript {
+				line = append(line, "—")
+				continue
+			}
+			line = append(line, fmt.Sprintf("%.2f×, %.2f×", rate/baseRate, script/baseScript))
+		}
+		writeRow(w, line)
+	}
+	fmt.Fprintln(w)
+}
+
+// formatRate formats a rate with a k suffix from 10,000 on.
+func formatRate(v float64) string {
+	if v >= 10000 {
+		return strconv.FormatFloat(v/1000, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
 }

@@ -21,6 +21,9 @@ BenchmarkAllow/keys100k/funnel-memstore      	  342748	       900.0 ns/op	      
 BenchmarkAllow/keys100k/ulule                	  169939	      1200 ns/op	      32 B/op	       2 allocs/op
 BenchmarkMemoryPerKey/funnel-memstore         	       2	 824863188 ns/op	        80.16 B/key	         2.011 allocs/key	        12.00 key-B	       824.9 ns/key	174783424 B/op	 2010608 allocs/op
 BenchmarkMemoryPerKey/ulule                   	       1	1228170052 ns/op	       193.6 B/key	         6.360 allocs/key	        12.00 key-B	      1228 ns/key	217565384 B/op	 6359791 allocs/op
+BenchmarkRedis/par32/hot/funnel-redis-2         	  100000	      5000 ns/op	        10.00 decisions/call	    200000 decisions/s	         4.000 redis-cpu-µs/op	         3.000 redis-µs/op	     728 B/op	      13 allocs/op
+BenchmarkRedis/par32/hot/redis_rate-2           	   50000	     20000 ns/op	         1.000 decisions/call	     50000 decisions/s	        16.00 redis-cpu-µs/op	         8.000 redis-µs/op	     709 B/op	      23 allocs/op
+BenchmarkRedis/serial/hot/redis_rate-2          	   50000	     20000 ns/op	         1.000 decisions/call	      9000 decisions/s	        16.00 redis-cpu-µs/op	         8.000 redis-µs/op	     709 B/op	      23 allocs/op
 PASS
 ok  	github.com/funnelrl/funnel/bench	4.719s
 `
@@ -64,6 +67,25 @@ func TestRender(t *testing.T) {
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q; output:\n%s", want, got)
+		}
+	}
+}
+
+func TestRedisTable(t *testing.T) {
+	r, cpu, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	render(&out, r, cpu)
+	got := out.String()
+	for _, want := range []string{
+		"| scenario | cpu | Funnel redisstore (go-redis) | go-redis/redis_rate | Funnel redisstore (go-redis) ÷ go-redis/redis_rate: decisions/s, script µs |",
+		"| par32/hot | 2 | 200.0k/s (13); 3.00 / 4 | 50.0k/s (23); 8.00 / 16 | 4.00×, 0.38× |",
+		"| serial/hot | 2 | — | 9000/s (23); 8.00 / 16 | — |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
 		}
 	}
 }

@@ -1,0 +1,236 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Batching. When several decisions wait for Redis at once, the store decides
+// them in one script call: Redis then reads the time, starts the script and
+// answers once per batch rather than once per decision, and the client sends
+// one command. A decision that finds no other in flight is sent at once from
+// its caller's goroutine, so batching adds no latency when the store is idle;
+// under load, decisions queue while up to maxActive batches are in flight,
+// and the next batch takes up to maxBatch of them, in order of arrival. On a
+// Redis Cluster a batch holds keys of one hash slot only.
+
+const (
+	// maxBatch is the most decisions one script call makes.
+	maxBatch = 64
+	// maxActive is the most batches in flight at once for one group (all
+	// keys, or one cluster slot).
+	maxActive = 4
+)
+
+// call is one decision waiting in a batch.
+type call struct {
+	key       string // with the store's prefix
+	cost, tol int64
+	state     atomic.Int32 // callWaiting, callDone or callAbandoned
+	done      chan struct{}
+	status, d int64
+	err       error
+}
+
+const (
+	callWaiting int32 = iota
+	callDone
+	callAbandoned // its caller's context ended first
+)
+
+// group is the queue of decisions that may share a batch.
+type group struct {
+	queue  []*call
+	active int // batches being sent, including one sent inline
+}
+
+// batcher holds the groups of a store.
+type batcher struct {
+	mu     sync.Mutex
+	groups map[uint16]*group
+}
+
+// decide applies one throttle decision (cost and tolerance in ns) to key and
+// returns the script's status and d for it.
+func (s *Store) decide(ctx context.Context, key string, cost, tol int64) (status, d int64, err error) {
+	key = s.prefix + key
+	mode := s.runner.grouping()
+	if mode == groupNone {
+		return s.sendOne(ctx, key, cost, tol)
+	}
+	var slot uint16
+	if mode == groupSlot {
+		slot = keySlot(key)
+	}
+	b := &s.batches
+	b.mu.Lock()
+	g := b.groups[slot]
+	if g == nil {
+		g = &group{}
+		b.groups[slot] = g
+	}
+	if g.active == 0 {
+		// Idle: send it from here, under the caller's own context.
+		g.active = 1
+		b.mu.Unlock()
+		status, d, err = s.sendOne(ctx, key, cost, tol)
+		b.mu.Lock()
+		if len(g.queue) > 0 {
+			go s.flush(g) // keeps the active slot for the decisions that came meanwhile
+		} else {
+			g.active = 0
+		}
+		b.mu.Unlock()
+		return status, d, err
+	}
+	c := &call{key: key, cost: cost, tol: tol, done: make(chan struct{})}
+	g.queue = append(g.queue, c)
+	start := g.active < maxActive
+	if start {
+		g.active++
+	}
+	b.mu.Unlock()
+	if start {
+		go s.flush(g)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+			return 0, 0, fmt.Errorf("redisstore: %w", ctx.Err())
+		}
+		<-c.done // its answer is being delivered
+	}
+	return c.status, c.d, c.err
+}
+
+// flush sends batches from g's queue until it is empty.
+func (s *Store) flush(g *group) {
+	b := &s.batches
+	for {
+		b.mu.Lock()
+		var batch []*call
+		n := 0
+		for ; n < len(g.queue) && len(batch) < maxBatch; n++ {
+			if c := g.queue[n]; c.state.Load() == callWaiting {
+				batch = append(batch, c)
+			}
+		}
+		g.queue = g.queue[n:]
+		if len(g.queue) == 0 {
+			g.queue = nil // let the backing array go
+		}
+		if len(batch) == 0 {
+			g.active--
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		s.send(batch)
+	}
+}
+
+// sendOne decides one key in a script call of its own.
+func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (status, d int64, err error) {
+	args, err := s.args("t", 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	args = append(args, limb(cost/1e9), limb(cost%1e9), limb(tol/1e9), limb(tol%1e9))
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	v, err := s.runner.run(ctx, []string{key}, args)
+	if err != nil {
+		return 0, 0, err
+	}
+	answers, err := decodeAnswers(v, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return answers[0].status, answers[0].d, answers[0].err
+}
+
+// send decides a batch in one script call, under the store's timeout, and
+// hands each call its answer.
+func (s *Store) send(batch []*call) {
+	if len(batch) > 1 {
+		s.batched.Add(int64(len(batch)))
+	}
+	keys := make([]string, len(batch))
+	args, err := s.args("t", len(batch))
+	if err == nil {
+		for i, c := range batch {
+			keys[i] = c.key
+			args = append(args, limb(c.cost/1e9), limb(c.cost%1e9), limb(c.tol/1e9), limb(c.tol%1e9))
+		}
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if s.timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		}
+		var v []int64
+		v, err = s.runner.run(ctx, keys, args)
+		cancel()
+		if err == nil {
+			var answers []answer
+			if answers, err = decodeAnswers(v, len(batch)); err == nil {
+				for i, c := range batch {
+					c.status, c.d, c.err = answers[i].status, answers[i].d, answers[i].err
+					c.deliver()
+				}
+				return
+			}
+		}
+	}
+	for _, c := range batch {
+		c.err = err
+		c.deliver()
+	}
+}
+
+// deliver wakes c's caller, unless it gave up.
+func (c *call) deliver() {
+	if c.state.CompareAndSwap(callWaiting, callDone) {
+		close(c.done)
+	}
+}
+
+// answer is the script's answer for one key.
+type answer struct {
+	status, d int64
+	err       error // wraps ErrWrongType
+}
+
+// decodeAnswers decodes the answers for n keys from the script's integers.
+func decodeAnswers(v []int64, n int) ([]answer, error) {
+	out := make([]answer, 0, n)
+	for i := 0; i < len(v); i++ {
+		switch x := v[i]; {
+		case x >= 0:
+			out = append(out, answer{status: x & 3, d: x >> 2})
+		case x >= -3 && i+2 < len(v):
+			status, d, err := decodeLimbs(-1-x, v[i+1], v[i+2])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, answer{status: status, d: d})
+			i += 2
+		case x == -10:
+			out = append(out, answer{err: wrongType("WRONGTYPE the value is not a decimal number")})
+		case x == -11:
+			out = append(out, answer{err: wrongType("WRONGTYPE the value is beyond int64 nanoseconds")})
+		case x == -12:
+			out = append(out, answer{err: wrongType("WRONGTYPE the value is not a string")})
+		default:
+			return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
+		}
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("%w: script reply %v for %d keys", errInternal, v, n)
+	}
+	return out, nil
+}
