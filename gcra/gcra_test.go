@@ -212,3 +212,21 @@ func BenchmarkDecide(b *testing.B) {
 		tat, _, _ = Decide(now, tat, p, 1)
 	}
 }
+
+func TestMul(t *testing.T) {
+	for _, c := range []struct {
+		a, b, want int64
+		ok         bool
+	}{
+		{0, 0, 0, true}, {0, math.MaxInt64, 0, true}, {1, math.MaxInt64, math.MaxInt64, true},
+		{2, math.MaxInt64 / 2, math.MaxInt64 - 1, true}, {2, math.MaxInt64/2 + 1, 0, false},
+		{1 << 32, 1 << 31, 0, false}, {1 << 31, 1<<31 - 1, (1 << 62) - (1 << 31), true},
+		{math.MaxInt64, math.MaxInt64, 0, false}, {3037000499, 3037000499, 9223372030926249001, true},
+		{3037000500, 3037000500, 0, false},
+	} {
+		got, ok := mul(c.a, c.b)
+		if got != c.want || ok != c.ok {
+			t.Errorf("mul(%d, %d) = %d, %v; want %d, %v", c.a, c.b, got, ok, c.want, c.ok)
+		}
+	}
+}
