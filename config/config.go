@@ -30,6 +30,13 @@ type Config struct {
 	Store string `yaml:"store"`
 	// MaxKeys bounds the memory store's keys; 0 means no bound.
 	MaxKeys int `yaml:"max_keys"`
+	// StoreTimeout bounds each operation of the Redis store; 0 means 100 ms.
+	StoreTimeout time.Duration `yaml:"store_timeout"`
+	// FailOpen makes the Redis store admit requests while Redis cannot be
+	// reached; by default it refuses them (fail-closed).
+	FailOpen bool `yaml:"fail_open"`
+	// KeyPrefix is prepended to every key the Redis store writes.
+	KeyPrefix string `yaml:"key_prefix"`
 	// RequirePass is the password of the "default" user of the RESP server;
 	// empty means no authentication unless UsersFile names users.
 	RequirePass string `yaml:"requirepass"`
@@ -115,6 +122,8 @@ func (c Config) Validate() error {
 		return bad("store %q: want memory, redis://, rediss:// or redis-cluster://", c.Store)
 	case c.MaxKeys < 0:
 		return bad("max_keys %d is negative", c.MaxKeys)
+	case c.StoreTimeout < 0:
+		return bad("store_timeout %v is negative", c.StoreTimeout)
 	case c.MaxClients < 0:
 		return bad("max_clients %d is negative", c.MaxClients)
 	case c.IdleTimeout < 0:

@@ -54,6 +54,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	fs.StringVar(&f.GRPC, "grpc", def.GRPC, "Envoy rate-limit service listen `address` (not available yet)")
 	fs.StringVar(&f.Store, "store", def.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
 	fs.IntVar(&f.MaxKeys, "max-keys", def.MaxKeys, "bound on the memory store's keys (0: none)")
+	fs.DurationVar(&f.StoreTimeout, "store-timeout", def.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
+	fs.BoolVar(&f.FailOpen, "fail-open", def.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
+	fs.StringVar(&f.KeyPrefix, "key-prefix", def.KeyPrefix, "`prefix` of every key the Redis store writes")
 	fs.StringVar(&f.RequirePass, "requirepass", def.RequirePass, "`password` that RESP clients must give with AUTH")
 	fs.StringVar(&f.UsersFile, "users-file", def.UsersFile, "`file` of RESP users, one \"name password\" per line")
 	fs.IntVar(&f.MaxClients, "max-clients", def.MaxClients, "bound on connected RESP clients (0: 10000)")
@@ -114,6 +117,12 @@ func override(cfg *config.Config, f config.Config, name string) {
 		cfg.Store = f.Store
 	case "max-keys":
 		cfg.MaxKeys = f.MaxKeys
+	case "store-timeout":
+		cfg.StoreTimeout = f.StoreTimeout
+	case "fail-open":
+		cfg.FailOpen = f.FailOpen
+	case "key-prefix":
+		cfg.KeyPrefix = f.KeyPrefix
 	case "requirepass":
 		cfg.RequirePass = f.RequirePass
 	case "users-file":

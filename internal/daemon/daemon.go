@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,12 +14,9 @@ import (
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/version"
 	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/resp"
 )
-
-// ErrNotAvailable is returned for a configured feature this build does not
-// serve yet.
-var ErrNotAvailable = errors.New("daemon: not available yet")
 
 // Daemon is a Funnel server: a store and the protocol listeners in front of
 // it. Build one with New, serve with Run, release with Close.
@@ -75,8 +71,19 @@ func (d *Daemon) openStore() error {
 		s := memstore.New(memstore.Options{MaxKeys: d.cfg.MaxKeys})
 		d.store, d.close = s, s.Close
 		return nil
-	case strings.HasPrefix(d.cfg.Store, "redis"):
-		return fmt.Errorf("%w: the Redis store (--store %s); use --store memory", ErrNotAvailable, redact(d.cfg.Store))
+	case strings.HasPrefix(d.cfg.Store, "redis://"), strings.HasPrefix(d.cfg.Store, "rediss://"),
+		strings.HasPrefix(d.cfg.Store, "redis-cluster://"):
+		s, err := redisstore.Open(d.cfg.Store, redisstore.Options{
+			Prefix:   d.cfg.KeyPrefix,
+			Timeout:  d.cfg.StoreTimeout,
+			FailOpen: d.cfg.FailOpen,
+			Logger:   d.log,
+		})
+		if err != nil {
+			return fmt.Errorf("daemon: store %s: %w", redact(d.cfg.Store), err)
+		}
+		d.store, d.close = s, s.Close
+		return nil
 	}
 	return fmt.Errorf("daemon: unknown store %q", redact(d.cfg.Store))
 }
