@@ -22,6 +22,9 @@ const (
 	// maxActive is the most batches in flight at once for one group (all
 	// keys, or one cluster slot).
 	maxActive = 4
+	// minStart is the number of waiting decisions for which one more batch
+	// goes out while others are in flight.
+	minStart = 8
 )
 
 // call is one decision waiting in a batch.
@@ -80,14 +83,16 @@ func (s *Store) decide(ctx context.Context, key string, cost, tol int64) (status
 		if len(g.queue) > 0 {
 			go s.flush(g) // keeps the active slot for the decisions that came meanwhile
 		} else {
-			g.active = 0
+			g.active--
 		}
 		b.mu.Unlock()
 		return status, d, err
 	}
 	c := &call{key: key, cost: cost, tol: tol, done: make(chan struct{})}
 	g.queue = append(g.queue, c)
-	start := g.active < maxActive
+	// Another batch goes out at once only when enough decisions wait for
+	// it; a few wait for the batch in flight to come back, and go together.
+	start := g.active < maxActive && len(g.queue) >= minStart
 	if start {
 		g.active++
 	}
@@ -118,6 +123,7 @@ func (s *Store) flush(g *group) {
 				batch = append(batch, c)
 			}
 		}
+		clear(g.queue[:n]) // the backing array must not keep them alive
 		g.queue = g.queue[n:]
 		if len(g.queue) == 0 {
 			g.queue = nil // let the backing array go
@@ -166,6 +172,12 @@ func (s *Store) send(batch []*call) {
 	if err == nil {
 		for i, c := range batch {
 			keys[i] = c.key
+			if i > 0 && c.cost == batch[i-1].cost && c.tol == batch[i-1].tol {
+				// The same limit and quantity as the decision before: the
+				// script keeps them.
+				args = append(args, "", "", "", "")
+				continue
+			}
 			args = append(args, limb(c.cost/1e9), limb(c.cost%1e9), limb(c.tol/1e9), limb(c.tol%1e9))
 		}
 		ctx, cancel := context.Background(), context.CancelFunc(func() {})

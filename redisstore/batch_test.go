@@ -128,6 +128,14 @@ func TestBatchingUnderLoad(t *testing.T) {
 			t.Errorf("key %d admitted %d, want exactly %d", k, got, want)
 		}
 	}
+	// Every batch is over: nothing queued, nothing counted in flight.
+	s.batches.mu.Lock()
+	for slot, g := range s.batches.groups {
+		if g.active != 0 || len(g.queue) != 0 {
+			t.Errorf("group %d after the load: %d active, %d queued", slot, g.active, len(g.queue))
+		}
+	}
+	s.batches.mu.Unlock()
 	if s.batched.Load() == 0 {
 		t.Error("32 goroutines never made a batch")
 	}

@@ -17,7 +17,8 @@
 -- ARGV[3]  and now's nanoseconds
 -- ARGV[4]  milliseconds added to every expiry (0 except in tests)
 -- ARGV[4+4i-3 .. 4+4i], for the i-th key of a throttle: the cost's seconds
---          and nanoseconds, the tolerance's seconds and nanoseconds
+--          and nanoseconds, the tolerance's seconds and nanoseconds; or four
+--          empty strings when they are those of the key before
 --
 -- For each key, the answer is its status and d = max(TAT - now, 0), the time
 -- to a full bucket before the request, in ns. A throttle's status is 1 if
@@ -47,9 +48,14 @@ end
 local op = ARGV[1]
 local nk = #KEYS
 local out = {}
+local ch, cl, vh, vl
 
 for i = 1, nk do
   local key = KEYS[i]
+  if op == 't' and ARGV[4 * i + 1] ~= '' then
+    local a = 4 * i
+    ch, cl, vh, vl = ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0
+  end
   local raw = redis.pcall('GET', key)
   local th, tl, bad = 0, 0, 0
   if raw then
@@ -105,8 +111,6 @@ for i = 1, nk do
 
     local status = 0
     if op == 't' then
-      local a = 4 * i
-      local ch, cl, vh, vl = ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0
       -- Allowed iff cost <= tolerance and x = d + cost <= tolerance.
       if ch < vh or (ch == vh and cl <= vl) then
         local xh, xl = dh + ch, dl + cl

@@ -22,7 +22,8 @@
 // when the TAT is reached. A deployment can move from redis-cell's
 // CL.THROTTLE to Funnel, or run both on the same keys during the move,
 // without resetting any limit. The store works on a single Redis, on Sentinel
-// and on Redis Cluster (one key per decision).
+// and on Redis Cluster (each decision has one key; the keys of one batch share
+// a hash slot).
 //
 // When Redis cannot be reached in time, Throttle does not fail: it returns
 // the configured fail-open or fail-closed answer with Result.Fallback set,
@@ -112,7 +113,7 @@ type Store struct {
 	failOpen bool
 	log      *slog.Logger
 	now      func() int64
-	slack    string // ARGV[5] of the script: milliseconds added to expiries
+	slack    string // ARGV[4] of the script: milliseconds added to expiries
 
 	batches   batcher
 	batched   atomic.Int64 // decisions made in batches of more than one
