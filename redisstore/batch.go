@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Batching. When several decisions wait for Redis at once, the store decides
@@ -27,10 +29,15 @@ const (
 	minStart = 8
 )
 
+// errQueueTimeout is the error of a decision that waited longer than the
+// store's timeout for a batch to take it.
+var errQueueTimeout = errors.New("redisstore: timed out waiting for Redis to take the decision")
+
 // call is one decision waiting in a batch.
 type call struct {
 	key       string // with the store's prefix
 	cost, tol int64
+	queued    time.Time
 	state     atomic.Int32 // callWaiting, callDone or callAbandoned
 	done      chan struct{}
 	status, d int64
@@ -88,7 +95,7 @@ func (s *Store) decide(ctx context.Context, key string, cost, tol int64) (status
 		b.mu.Unlock()
 		return status, d, err
 	}
-	c := &call{key: key, cost: cost, tol: tol, done: make(chan struct{})}
+	c := &call{key: key, cost: cost, tol: tol, queued: time.Now(), done: make(chan struct{})}
 	g.queue = append(g.queue, c)
 	// Another batch goes out at once only when enough decisions wait for
 	// it; a few wait for the batch in flight to come back, and go together.
@@ -117,9 +124,18 @@ func (s *Store) flush(g *group) {
 	for {
 		b.mu.Lock()
 		var batch []*call
+		now := time.Now()
 		n := 0
 		for ; n < len(g.queue) && len(batch) < maxBatch; n++ {
-			if c := g.queue[n]; c.state.Load() == callWaiting {
+			c := g.queue[n]
+			switch {
+			case c.state.Load() != callWaiting:
+			case s.timeout > 0 && now.Sub(c.queued) > s.timeout:
+				// Redis is too slow for the load: answer with the
+				// fallback rather than let the queue grow.
+				c.err = errQueueTimeout
+				c.deliver()
+			default:
 				batch = append(batch, c)
 			}
 		}

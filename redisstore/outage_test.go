@@ -154,11 +154,11 @@ func TestTimeoutWhenPaused(t *testing.T) {
 	srv.Pause()
 	var wg sync.WaitGroup
 	var slowest atomic.Int64
-	for w := 0; w < 8; w++ {
+	for w := 0; w < 32; w++ { // enough to queue behind the batches in flight
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < 5; i++ {
+			for i := 0; i < 3; i++ {
 				start := time.Now()
 				r, err := s.Throttle(ctx, "k", p, 1)
 				if d := int64(time.Since(start)); d > slowest.Load() {
@@ -172,7 +172,9 @@ func TestTimeoutWhenPaused(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// 50 ms, plus the scheduling of a loaded test machine.
+	// Twice 50 ms at most (a wait in the queue, then a batch), plus the
+	// scheduling of a loaded test machine.
+	t.Logf("96 decisions on a paused Redis: the slowest fell back after %v", time.Duration(slowest.Load()))
 	if d := time.Duration(slowest.Load()); d > time.Second {
 		t.Errorf("slowest decision took %v with a 50ms timeout", d)
 	}

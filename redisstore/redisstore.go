@@ -73,7 +73,8 @@ var ErrWrongType = errors.New("WRONGTYPE redisstore: key holds something other t
 
 // Client is the part of a go-redis client that the store uses:
 // *redis.Client, *redis.ClusterClient, *redis.Ring and redis.UniversalClient
-// all satisfy it.
+// all satisfy it. (Over a Ring, which shards keys by its own hash, each
+// decision goes alone rather than in a batch.)
 type Client interface {
 	redis.Scripter
 }
@@ -85,9 +86,11 @@ type Options struct {
 	// contain '{', so that a key's own hash tag still picks its slot.
 	Prefix string
 	// Timeout bounds each operation (DefaultTimeout if 0; no bound of the
-	// store's own if negative). It bounds network waits only if the client
-	// honours context deadlines: clients built by Open do; set
-	// ContextTimeoutEnabled on a client passed to New.
+	// store's own if negative): each script call, and the time a decision
+	// waits for a batch to take it, so that a decision falls back after at
+	// most about twice the timeout. It bounds network waits only if the
+	// client honours context deadlines: clients built by Open do; set
+	// ContextTimeoutEnabled on a go-redis client passed to New.
 	Timeout time.Duration
 	// FailOpen makes Throttle admit requests when Redis cannot be reached
 	// (fail-open). By default it refuses them (fail-closed).

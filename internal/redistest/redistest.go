@@ -249,7 +249,7 @@ func (s *Server) Info(section string) (map[string]string, error) {
 	return parseFields(txt, ':'), nil
 }
 
-// Log returns the last lines of the server's log file.
+// logTail returns the last lines of the server's log file.
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
