@@ -32,8 +32,9 @@ fuzz:
 
 # bench runs the side-by-side benchmarks of bench/ (a module of its own, so
 # that the limiters it compares never enter go.mod) and prints them as
-# markdown tables; the raw output stays in bench/bench.txt. About 75 s.
-bench:
+# markdown tables; the raw output stays in bench/bench.txt. About 2 to 3
+# minutes: BenchmarkRedis starts its own redis-server (see scripts/deps.sh).
+bench: deps
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count 1 | tee bench.txt
 	cd bench && $(GO) run ./cmd/benchtable < bench.txt
 

@@ -1,5 +1,4 @@
-// Package bench compares Funnel's in-memory store with other Go rate
-// limiters. It is a module of its own, so that the limiters it compares
+// Package bench compares Funnel's stores with other Go rate limiters. It is a module of its own, so that the limiters it compares
 // against never enter Funnel's go.mod.
 //
 // The package has no API: everything is in its benchmarks. One run of
@@ -15,6 +14,11 @@
 //   - BenchmarkMemoryPerKey/<limiter>: the heap a limiter keeps for each of
 //     1,000,000 distinct keys (metric B/key, next to key-B, the length of
 //     one key);
+//   - BenchmarkRedis/{serial,par32}/{hot,keys100k}/<limiter>: Funnel's
+//     redisstore (go-redis and rueidis) against go-redis/redis_rate on one
+//     redis-server the benchmark starts, with decisions/s, decisions/call
+//     and Redis's CPU per decision (redis-µs/op from INFO commandstats,
+//     redis-cpu-µs/op from INFO cpu);
 //
 // and cmd/benchtable turns that output into markdown tables.
 //

@@ -26,7 +26,7 @@ type Config struct {
 	// GRPC is the Envoy rate-limit service listen address.
 	GRPC string `yaml:"grpc"`
 	// Store is "memory" or a Redis URL (redis://, rediss://,
-	// redis-cluster://).
+	// redis-cluster://, rediss-cluster://).
 	Store string `yaml:"store"`
 	// MaxKeys bounds the memory store's keys; 0 means no bound.
 	MaxKeys int `yaml:"max_keys"`
@@ -118,8 +118,9 @@ func (c Config) Validate() error {
 	case c.Store == "":
 		return bad("store: memory or a Redis URL is required")
 	case c.Store != "memory" && !strings.HasPrefix(c.Store, "redis://") &&
-		!strings.HasPrefix(c.Store, "rediss://") && !strings.HasPrefix(c.Store, "redis-cluster://"):
-		return bad("store %q: want memory, redis://, rediss:// or redis-cluster://", c.Store)
+		!strings.HasPrefix(c.Store, "rediss://") && !strings.HasPrefix(c.Store, "redis-cluster://") &&
+		!strings.HasPrefix(c.Store, "rediss-cluster://"):
+		return bad("store %q: want memory, redis://, rediss://, redis-cluster:// or rediss-cluster://", c.Store)
 	case c.MaxKeys < 0:
 		return bad("max_keys %d is negative", c.MaxKeys)
 	case c.StoreTimeout < 0:

@@ -72,7 +72,8 @@ func (d *Daemon) openStore() error {
 		d.store, d.close = s, s.Close
 		return nil
 	case strings.HasPrefix(d.cfg.Store, "redis://"), strings.HasPrefix(d.cfg.Store, "rediss://"),
-		strings.HasPrefix(d.cfg.Store, "redis-cluster://"):
+		strings.HasPrefix(d.cfg.Store, "redis-cluster://"), strings.HasPrefix(d.cfg.Store, "rediss-cluster://"):
+		redisstore.SetGoRedisLogger(d.log) // go-redis logs every failed dial otherwise
 		s, err := redisstore.Open(d.cfg.Store, redisstore.Options{
 			Prefix:   d.cfg.KeyPrefix,
 			Timeout:  d.cfg.StoreTimeout,
