@@ -43,9 +43,10 @@ type Options struct {
 	// nearest to now (the least harmful to forget) is evicted. The bound is
 	// split evenly between shards, so the store never holds more than MaxKeys.
 	MaxKeys int
-	// SweepInterval is how often a background goroutine drops keys whose TAT
-	// has passed. Zero means one second; a negative value disables the sweep
-	// (keys are then dropped only on access, by Sweep, or by eviction).
+	// SweepInterval is how often a background goroutine drops keys whose
+	// TAT passed at least one interval ago (their bucket has been full that
+	// long). Zero means one second; a negative value disables the sweep
+	// (keys are then dropped only by Sweep, Reset or eviction).
 	SweepInterval time.Duration
 }
 
@@ -345,10 +346,14 @@ func (s *Store) Reset(_ context.Context, key string) (bool, error) {
 // after a burst of keys. The background sweep calls Sweep; it is exported
 // for tests and for callers that disable the background sweep.
 func (s *Store) Sweep() int {
-	now := s.Now()
+	return s.sweepBefore(s.Now())
+}
+
+// sweepBefore drops every key whose TAT is at or before t.
+func (s *Store) sweepBefore(t int64) int {
 	total := 0
 	for i := range s.shards {
-		total += s.shards[i].sweep(now)
+		total += s.shards[i].sweep(t)
 	}
 	return total
 }
@@ -386,7 +391,10 @@ func (s *Store) sweepEvery(every time.Duration) {
 		case <-s.done:
 			return
 		case <-t.C:
-			s.Sweep()
+			// Keep keys whose bucket filled up only within the last interval:
+			// a key used about once an interval would otherwise be dropped
+			// and allocated again every time.
+			s.sweepBefore(s.Now() - int64(every))
 		}
 	}
 }
