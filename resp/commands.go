@@ -290,7 +290,7 @@ func (c *conn) checkPassword(user, pass []byte) bool {
 
 func (c *conn) login(user, pass []byte) bool {
 	if !c.checkPassword(user, pass) {
-		c.s.log.Warn("resp: authentication failed", "client", c.id, "addr", c.nc.RemoteAddr(), "user", string(user))
+		c.s.log.Warn("resp: authentication failed", "client", c.id, "addr", c.raddr, "user", string(user))
 		return false
 	}
 	c.authed = true
@@ -566,7 +566,7 @@ func (c *conn) info(now time.Time) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return fmt.Sprintf("id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=0 user=%s lib-name=%s lib-ver=%s resp=%d",
-		c.id, c.nc.RemoteAddr(), c.nc.LocalAddr(), c.name, int64(now.Sub(c.created)/time.Second),
+		c.id, c.raddr, c.laddr, c.name, int64(now.Sub(c.created)/time.Second),
 		int64(now.Sub(c.last)/time.Second), c.user, c.lib[0], c.lib[1], c.proto)
 }
 
@@ -878,7 +878,7 @@ func cmdInfo(c *conn, args [][]byte) {
 	st := s.Stats()
 	up := time.Since(s.started)
 	port := ""
-	if _, p, err := net.SplitHostPort(c.nc.LocalAddr().String()); err == nil {
+	if _, p, err := net.SplitHostPort(c.laddr.String()); err == nil {
 		port = p
 	}
 	section("Server",

@@ -17,6 +17,10 @@ import (
 // DefaultMaxClients is the default bound on connected clients, as in Redis.
 const DefaultMaxClients = 10000
 
+// DefaultMaxOutputBuffer is the default bound on the replies that wait for a
+// client that does not read them: 32 MiB.
+const DefaultMaxOutputBuffer = 32 << 20
+
 // shutdownDrain is how long Shutdown goes on reading from connected
 // clients, so that the commands they sent before it began are answered.
 const shutdownDrain = 100 * time.Millisecond
@@ -43,8 +47,47 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Limits bound what one client may send.
 	Limits Limits
+	// EventLoops chooses how connections are served. An event loop serves
+	// many connections on one thread with epoll, as Redis does: it runs
+	// every command of a ready client, and the store's calls, on that
+	// thread. That suits a store that decides in memory; a store that waits
+	// on the network would hold up every client of the loop meanwhile.
+	//
+	// Zero (the default) means event loops, as many as suit the machine,
+	// for TCP listeners on Linux when the store is a NonBlockingStore that
+	// says it does not block; a goroutine per connection otherwise. A
+	// positive number asks for that many event loops whatever the store (on
+	// Linux, for TCP listeners; other listeners and platforms get
+	// goroutines). A negative number means a goroutine per connection.
+	EventLoops int
+	// MaxOutputBuffer bounds, in bytes, the replies that wait for a client
+	// that does not read them, as Redis's client-output-buffer-limit does;
+	// zero means DefaultMaxOutputBuffer. An event loop stops running a
+	// client's commands while its replies wait, so only a single large reply
+	// (CLIENT LIST with very many clients) comes near the bound; a client
+	// over it is disconnected. With a goroutine per connection, the
+	// goroutine waits for the client instead, holding about 64 KiB of
+	// replies at most.
+	MaxOutputBuffer int
 	// Logger receives connection-level events; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// NonBlockingStore is a store that may say that its calls never wait on the
+// network, a disk or a lock held for long, as an in-memory store's do. With
+// Config.EventLoops zero, a Server serves a store with event loops only if
+// the store says so, since the loops call the store on their own threads.
+type NonBlockingStore interface {
+	funnel.Store
+	// NonBlocking reports whether the store's calls return without
+	// waiting. A store that wraps another may ask it.
+	NonBlocking() bool
+}
+
+// nonBlocking reports whether st says that its calls never wait.
+func nonBlocking(st funnel.Store) bool {
+	nb, ok := st.(NonBlockingStore)
+	return ok && nb.NonBlocking()
 }
 
 // Server serves funnel decisions over the Redis protocol: redis-cell's
@@ -65,7 +108,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	done      counters // of connections that have closed
+	done      counters   // of connections that have closed
+	loops     *loopGroup // started by the first Serve that uses them
 	connWG    sync.WaitGroup
 }
 
@@ -82,6 +126,9 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxOutputBuffer <= 0 {
+		cfg.MaxOutputBuffer = DefaultMaxOutputBuffer
+	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Server{
 		store:     store,
@@ -96,8 +143,9 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 // authRequired reports whether clients must authenticate.
 func (s *Server) authRequired() bool { return s.cfg.Password != "" || len(s.cfg.Users) > 0 }
 
-// Serve accepts connections on ln and serves each in its own goroutine. It
-// returns ErrServerClosed after Shutdown or Close, or the listener's error.
+// Serve accepts connections on ln and serves them, with event loops or a
+// goroutine per connection as Config.EventLoops says. It returns
+// ErrServerClosed after Shutdown or Close, or the listener's error.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -106,6 +154,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return ErrServerClosed
 	}
 	s.listeners[ln] = struct{}{}
+	loops := s.loopsFor(ln)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -132,27 +181,34 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		s.accepted.Add(1)
-		if c := s.admit(nc); c != nil {
+		if loops != nil {
+			loops.accept(nc)
+			continue
+		}
+		if c := newConn(s, nc, nc); s.admit(c, nc, nil) {
 			go c.serve()
 		}
 	}
 }
 
-// admit registers a new connection, or refuses it (and returns nil) when the
-// server is full or closing.
-func (s *Server) admit(nc net.Conn) *conn {
+// admit registers c, a new connection over nc, and calls place (when it is
+// not nil) under the server's lock; or it refuses nc, telling the client why,
+// closes it and returns false when the server is full or closing.
+func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 	s.mu.Lock()
 	full := len(s.conns) >= s.cfg.MaxClients
 	closing := s.closing.Load()
-	var c *conn
-	if !full && !closing {
-		c = newConn(s, nc)
+	ok := !full && !closing
+	if ok {
 		s.conns[c] = struct{}{}
 		s.connWG.Add(1)
+		if place != nil {
+			place()
+		}
 	}
 	s.mu.Unlock()
-	if c != nil {
-		return c
+	if ok {
+		return true
 	}
 	if full {
 		s.rejected.Add(1)
@@ -160,7 +216,7 @@ func (s *Server) admit(nc net.Conn) *conn {
 		io.WriteString(nc, "-ERR max number of clients reached\r\n")
 	}
 	nc.Close()
-	return nil
+	return false
 }
 
 // Shutdown stops accepting connections, lets every client finish the
@@ -179,13 +235,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for c := range s.conns {
 		// Clients waiting for input wait until the drain ends; a client in
 		// the middle of its commands sees closing when it next would wait.
-		c.nc.SetReadDeadline(end)
+		// (The event loops watch the drain's end themselves.)
+		if c.nc != nil {
+			c.nc.SetReadDeadline(end)
+		}
 	}
+	loops := s.loops
 	s.mu.Unlock()
+	loops.wake()
 	done := make(chan struct{})
 	go func() { s.connWG.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.stopLoops()
 		return nil
 	case <-ctx.Done():
 		s.Close()
@@ -194,7 +256,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Close closes the listeners and every connection at once.
+// Close closes the listeners and every connection at once. The event loops
+// have stopped, and their connections are closed, when it returns.
 func (s *Server) Close() error {
 	s.closing.Store(true)
 	s.mu.Lock()
@@ -202,10 +265,23 @@ func (s *Server) Close() error {
 		ln.Close()
 	}
 	for c := range s.conns {
-		c.nc.Close()
+		if c.nc != nil {
+			c.nc.Close()
+		}
 	}
 	s.mu.Unlock()
+	s.stopLoops()
 	return nil
+}
+
+// stopLoops stops the event loops, if any, closing their connections, and
+// waits for them to end.
+func (s *Server) stopLoops() {
+	s.mu.Lock()
+	g := s.loops
+	s.loops = nil
+	s.mu.Unlock()
+	g.stop()
 }
 
 func (s *Server) forget(c *conn) {
@@ -256,7 +332,9 @@ func (s *Server) Stats() Stats {
 // conn is one client connection.
 type conn struct {
 	s       *Server
-	nc      net.Conn
+	nc      net.Conn // with a goroutine per connection; nil in an event loop
+	raddr   net.Addr
+	laddr   net.Addr
 	rd      *Reader
 	wr      *Writer
 	id      int64
@@ -278,13 +356,17 @@ type conn struct {
 	lower  [32]byte // scratch for the lower-cased command name
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
+// newConn returns the connection of a client accepted as nc, whose commands
+// are read from and replies written to rw: nc itself, or an event loop's
+// socket.
+func newConn(s *Server, nc net.Conn, rw io.ReadWriter) *conn {
 	now := time.Now()
-	return &conn{
+	c := &conn{
 		s:       s,
-		nc:      nc,
-		rd:      NewReader(nc, s.cfg.Limits),
-		wr:      NewWriter(nc),
+		raddr:   nc.RemoteAddr(),
+		laddr:   nc.LocalAddr(),
+		rd:      NewReader(rw, s.cfg.Limits),
+		wr:      NewWriter(rw),
 		id:      s.nextID.Add(1),
 		created: now,
 		last:    now,
@@ -292,6 +374,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 		proto:   2,
 		authed:  !s.authRequired(),
 	}
+	if rw == nc {
+		c.nc = nc
+	}
+	return c
 }
 
 func (c *conn) serve() {
@@ -338,16 +424,16 @@ func (c *conn) readFailed(err error) {
 	case errors.As(err, &pe):
 		c.wr.WriteError("ERR " + pe.Msg)
 		c.wr.Flush()
-		c.s.log.Debug("resp: protocol error", "client", c.id, "addr", c.nc.RemoteAddr(), "err", pe.Msg)
+		c.s.log.Debug("resp: protocol error", "client", c.id, "addr", c.raddr, "err", pe.Msg)
 	case errors.Is(err, ErrQueryBufferFull):
 		c.wr.Flush()
-		c.s.log.Warn("resp: client closed for exceeding the query buffer limit", "client", c.id, "addr", c.nc.RemoteAddr())
+		c.s.log.Warn("resp: client closed for exceeding the query buffer limit", "client", c.id, "addr", c.raddr)
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 		c.wr.Flush()
 	default:
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && !c.s.closing.Load() {
-			c.s.log.Debug("resp: idle client closed", "client", c.id, "addr", c.nc.RemoteAddr())
+			c.s.log.Debug("resp: idle client closed", "client", c.id, "addr", c.raddr)
 		}
 		c.wr.Flush()
 	}
@@ -355,6 +441,14 @@ func (c *conn) readFailed(err error) {
 
 // publish adds the batch's counters to the connection's statistics.
 func (c *conn) publish() {
+	if c.batch != (counters{}) {
+		c.publishAt(time.Now())
+	}
+}
+
+// publishAt adds the batch's counters to the connection's statistics, and
+// notes now as the time of its last commands.
+func (c *conn) publishAt(now time.Time) {
 	b := c.batch
 	if b == (counters{}) {
 		return
@@ -368,6 +462,6 @@ func (c *conn) publish() {
 		c.stats.limited.Add(b.limited)
 	}
 	c.mu.Lock()
-	c.last = time.Now()
+	c.last = now
 	c.mu.Unlock()
 }
