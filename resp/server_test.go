@@ -41,9 +41,20 @@ func startServer(t testing.TB, cfg resp.Config) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startServerOn(t, ln, cfg)
+}
+
+// startServerOn starts a server configured by cfg on ln; it is closed when
+// the test ends.
+func startServerOn(t testing.TB, ln net.Listener, cfg resp.Config) *testServer {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
+	if cfg.EventLoops == 0 {
+		cfg.EventLoops = testEventLoops
+	}
+	t.Logf("server on %s with Config.EventLoops %d", ln.Addr(), cfg.EventLoops)
 	clock := storetest.NewClock(storetest.Epoch)
 	st := memstore.New(memstore.Options{Now: clock.Now})
 	ts := &testServer{addr: ln.Addr().String(), srv: resp.NewServer(st, cfg), store: st, clock: clock, errc: make(chan error, 1)}
