@@ -47,6 +47,12 @@ type Config struct {
 	MaxClients int `yaml:"max_clients"`
 	// IdleTimeout disconnects idle RESP clients; 0 means never.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// EventLoops is how the RESP server serves connections: 0 picks epoll
+	// event loops (one per two CPUs) on Linux when the store never blocks
+	// (the memory store) and a goroutine per connection otherwise; a
+	// positive number asks for that many event loops; a negative number
+	// means a goroutine per connection.
+	EventLoops int `yaml:"event_loops"`
 	// ShutdownTimeout bounds a graceful shutdown; 0 means 10 seconds.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info, warn or error.

@@ -447,3 +447,8 @@ func (s *Store) Len() int {
 
 // cheaprand returns a pseudo-random number, for choosing where to sample.
 func cheaprand() uint32 { return uint32(rand.Uint64()) }
+
+// NonBlocking reports that the store's operations never wait on I/O or on a
+// lock held across I/O, so a server may call it from an event loop that
+// serves many connections on one thread (see resp.NonBlockingStore).
+func (s *Store) NonBlocking() bool { return true }

@@ -61,6 +61,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	fs.StringVar(&f.UsersFile, "users-file", def.UsersFile, "`file` of RESP users, one \"name password\" per line")
 	fs.IntVar(&f.MaxClients, "max-clients", def.MaxClients, "bound on connected RESP clients (0: 10000)")
 	fs.DurationVar(&f.IdleTimeout, "idle-timeout", def.IdleTimeout, "close RESP clients idle this long (0: never)")
+	fs.IntVar(&f.EventLoops, "event-loops", def.EventLoops, "RESP serving: 0 auto (epoll loops on Linux for the memory store), n loops, -1 a goroutine per connection")
 	fs.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "bound on a graceful shutdown")
 	fs.StringVar(&f.LogLevel, "log-level", def.LogLevel, "`level`: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -131,6 +132,8 @@ func override(cfg *config.Config, f config.Config, name string) {
 		cfg.MaxClients = f.MaxClients
 	case "idle-timeout":
 		cfg.IdleTimeout = f.IdleTimeout
+	case "event-loops":
+		cfg.EventLoops = f.EventLoops
 	case "shutdown-timeout":
 		cfg.ShutdownTimeout = f.ShutdownTimeout
 	case "log-level":

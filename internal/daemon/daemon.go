@@ -60,6 +60,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		Users:       users,
 		MaxClients:  cfg.MaxClients,
 		IdleTimeout: cfg.IdleTimeout,
+		EventLoops:  cfg.EventLoops,
 		Logger:      log,
 	})
 	return d, nil
