@@ -571,24 +571,22 @@ func (c *conn) info(now time.Time) string {
 }
 
 func cmdDel(c *conn, args [][]byte) {
-	var n int64
-	for _, k := range args[1:] {
-		existed, err := c.s.store.Reset(context.Background(), str(k))
-		if err != nil {
-			c.storeError(err)
-			return
-		}
-		if existed {
-			n++
-		}
-	}
-	c.wr.WriteInt(n)
+	c.countKeys(args[1:], c.s.store.Reset)
 }
 
 func cmdExists(c *conn, args [][]byte) {
+	c.countKeys(args[1:], func(ctx context.Context, key string) (bool, error) {
+		_, ok, err := c.s.store.TTL(ctx, key)
+		return ok, err
+	})
+}
+
+// countKeys replies with the number of keys for which f reports true, or
+// with the store's error.
+func (c *conn) countKeys(keys [][]byte, f func(context.Context, string) (bool, error)) {
 	var n int64
-	for _, k := range args[1:] {
-		_, ok, err := c.s.store.TTL(context.Background(), str(k))
+	for _, k := range keys {
+		ok, err := f(context.Background(), str(k))
 		if err != nil {
 			c.storeError(err)
 			return
