@@ -378,3 +378,17 @@ func TestEvictionUnderContention(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+func BenchmarkLimiterAllowOneKey(b *testing.B) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	lim := funnel.New(s)
+	limit := funnel.PerSecond(1e6).WithBurst(1 << 30)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			lim.Allow(ctx, "user:12345", limit)
+		}
+	})
+}
