@@ -372,18 +372,14 @@ func cmdHello(c *conn, args [][]byte) {
 	}
 	c.mu.Unlock()
 	c.wr.WriteMap(7)
-	c.wr.WriteBulkString("server")
-	c.wr.WriteBulkString("funnel")
-	c.wr.WriteBulkString("version")
-	c.wr.WriteBulkString(strings.TrimPrefix(version.Version, "v"))
+	c.field("server", "funnel")
+	c.field("version", strings.TrimPrefix(version.Version, "v"))
 	c.wr.WriteBulkString("proto")
 	c.wr.WriteInt(proto)
 	c.wr.WriteBulkString("id")
 	c.wr.WriteInt(c.id)
-	c.wr.WriteBulkString("mode")
-	c.wr.WriteBulkString("standalone")
-	c.wr.WriteBulkString("role")
-	c.wr.WriteBulkString("master")
+	c.field("mode", "standalone")
+	c.field("role", "master")
 	c.wr.WriteBulkString("modules")
 	c.wr.WriteArray(0)
 }
@@ -716,16 +712,14 @@ func (c *conn) commandInfo(cmd *command) {
 		}
 		c.wr.WriteBulkString("begin_search")
 		c.wr.WriteMap(2)
-		c.wr.WriteBulkString("type")
-		c.wr.WriteBulkString("index")
+		c.field("type", "index")
 		c.wr.WriteBulkString("spec")
 		c.wr.WriteMap(1)
 		c.wr.WriteBulkString("index")
 		c.wr.WriteInt(int64(cmd.firstKey))
 		c.wr.WriteBulkString("find_keys")
 		c.wr.WriteMap(2)
-		c.wr.WriteBulkString("type")
-		c.wr.WriteBulkString("range")
+		c.field("type", "range")
 		c.wr.WriteBulkString("spec")
 		c.wr.WriteMap(3)
 		c.wr.WriteBulkString("lastkey")
@@ -738,10 +732,15 @@ func (c *conn) commandInfo(cmd *command) {
 		c.wr.WriteInt(int64(cmd.step))
 		c.wr.WriteBulkString("limit")
 		c.wr.WriteInt(0)
-		c.wr.WriteBulkString("notes")
-		c.wr.WriteBulkString("")
+		c.field("notes", "")
 	}
 	c.wr.WriteSet(0) // subcommands
+}
+
+// field writes one name-value pair of a map reply, both bulk strings.
+func (c *conn) field(name, value string) {
+	c.wr.WriteBulkString(name)
+	c.wr.WriteBulkString(value)
 }
 
 // commandDocs writes one entry of COMMAND DOCS.
@@ -752,14 +751,10 @@ func (c *conn) commandDocs(cmd *command) {
 		n++
 	}
 	c.wr.WriteMap(n)
-	c.wr.WriteBulkString("summary")
-	c.wr.WriteBulkString(d.summary)
-	c.wr.WriteBulkString("since")
-	c.wr.WriteBulkString(d.since)
-	c.wr.WriteBulkString("group")
-	c.wr.WriteBulkString(d.group)
-	c.wr.WriteBulkString("complexity")
-	c.wr.WriteBulkString(d.complexity)
+	c.field("summary", d.summary)
+	c.field("since", d.since)
+	c.field("group", d.group)
+	c.field("complexity", d.complexity)
 	if len(d.args) == 0 {
 		return
 	}
@@ -791,13 +786,10 @@ func (c *conn) writeArgDocs(args []argDoc) {
 			m++
 		}
 		c.wr.WriteMap(m)
-		c.wr.WriteBulkString("name")
-		c.wr.WriteBulkString(a.name)
-		c.wr.WriteBulkString("type")
-		c.wr.WriteBulkString(a.typ)
+		c.field("name", a.name)
+		c.field("type", a.typ)
 		if a.token != "" {
-			c.wr.WriteBulkString("token")
-			c.wr.WriteBulkString(a.token)
+			c.field("token", a.token)
 		}
 		if len(flags) > 0 {
 			c.wr.WriteBulkString("flags")
