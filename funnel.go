@@ -56,8 +56,26 @@ type Limit struct {
 	// Period is the time in which Count units leak.
 	Period time.Duration
 	// Burst is the number of units beyond the first that a full bucket admits
-	// at once (redis-cell's max_burst).
+	// at once (redis-cell's max_burst). Only the funnel (GCRA) and the leaky
+	// bucket use it.
 	Burst int64
+	// Algorithm is how the limit admits requests; the zero value is the
+	// funnel (GCRA). See Algorithm for each one's use of the other fields.
+	Algorithm Algorithm
+	// Delay is, for LeakyBucket only, the number of excess units that pass
+	// at once (nginx's delay=); the rest of the burst is delayed. 0 delays
+	// every excess unit; NoDelay (or any value ≥ Burst) delays none.
+	Delay int64
+	// Calendar, for FixedWindow only, aligns windows to calendar days, weeks
+	// (from Monday) or months in Location, instead of Period-long windows
+	// aligned to the Unix epoch. Period is then ignored.
+	Calendar Calendar
+	// Location is the time zone of calendar windows; nil means UTC.
+	Location *time.Location
+	// Ban, when positive, turns an overflow into a ban: once a request for
+	// the key is refused (peeks excepted), every request for the key is
+	// refused for Ban, on every server that shares the store.
+	Ban time.Duration
 }
 
 // Per returns a limit of count units per period, with burst count-1.
@@ -88,27 +106,68 @@ func (l Limit) WithBurst(burst int64) Limit {
 	return l
 }
 
-// String formats l as "30 per 1m0s, burst 15".
+// String formats l as "30 per 1m0s, burst 15" for the funnel, and with the
+// algorithm and its options for the others, such as
+// "fixed_window 1000 per calendar day in Europe/Paris, ban 1h0m0s".
 func (l Limit) String() string {
-	return fmt.Sprintf("%d per %v, burst %d", l.Count, l.Period, l.Burst)
+	var s string
+	switch l.Algorithm {
+	case GCRA:
+		s = fmt.Sprintf("%d per %v, burst %d", l.Count, l.Period, l.Burst)
+	case LeakyBucket:
+		s = fmt.Sprintf("%v %d per %v, burst %d", l.Algorithm, l.Count, l.Period, l.Burst)
+		switch {
+		case l.Delay >= NoDelay:
+			s += ", nodelay"
+		case l.Delay > 0:
+			s += fmt.Sprintf(", delay %d", l.Delay)
+		}
+	case Concurrency:
+		s = fmt.Sprintf("%v %d, lease %v", l.Algorithm, l.Count, l.Period)
+	default:
+		if l.Calendar != NoCalendar {
+			s = fmt.Sprintf("%v %d per calendar %v", l.Algorithm, l.Count, l.Calendar)
+			if l.Location != nil {
+				s += " in " + l.Location.String()
+			}
+		} else {
+			s = fmt.Sprintf("%v %d per %v", l.Algorithm, l.Count, l.Period)
+		}
+	}
+	if l.Ban > 0 {
+		s += fmt.Sprintf(", ban %v", l.Ban)
+	}
+	return s
 }
 
 // IsZero reports whether l is the zero Limit.
 func (l Limit) IsZero() bool { return l == Limit{} }
 
 // Validate reports whether l can be applied. The error wraps ErrInvalidLimit
-// and one of gcra's errors: zero count or period (or an emission interval
-// that truncates to 0 ns), a negative field, an emission interval
-// Period/Count under one microsecond, or an interval·(Burst+1) that overflows
-// int64 nanoseconds.
+// and the reason: for the funnel and the leaky bucket one of gcra's errors
+// (zero count or period, or an emission interval that truncates to 0 ns; a
+// negative field; an emission interval Period/Count under one microsecond;
+// an interval·(Burst+1) that overflows int64 nanoseconds); for the others one
+// of package algo's (zero or negative sizes, periods that are not whole
+// milliseconds, counts too large to compute exactly); or an unknown
+// algorithm or calendar, a negative Delay or Ban, or an option that the
+// algorithm does not take.
 func (l Limit) Validate() error {
-	_, err := l.Params()
+	_, err := l.check()
 	return err
 }
 
-// Params returns the precomputed GCRA parameters of l, or the error that
-// Validate reports.
+// Params returns the precomputed GCRA parameters of a funnel or leaky bucket
+// limit, or the error that Validate reports.
 func (l Limit) Params() (gcra.Params, error) {
+	if l.Algorithm != GCRA && l.Algorithm != LeakyBucket {
+		return gcra.Params{}, fmt.Errorf("%w %v: %v has no GCRA parameters", ErrInvalidLimit, l, l.Algorithm)
+	}
+	return l.gcraParams()
+}
+
+// gcraParams returns the GCRA parameters of l.
+func (l Limit) gcraParams() (gcra.Params, error) {
 	p, err := gcra.NewParams(l.Burst, l.Count, l.Period)
 	if err != nil {
 		return gcra.Params{}, fmt.Errorf("%w %v: %w", ErrInvalidLimit, l, err)
@@ -130,6 +189,12 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
+	// Delay is, for the leaky bucket only, how long an admitted request must
+	// wait before it proceeds (Limiter.Wait sleeps it).
+	Delay time.Duration
+	// Banned reports that the request was refused because the key is banned
+	// (see Limit.Ban); RetryAfter is then the time until the ban ends.
+	Banned bool
 	// Fallback reports that the store could not decide (it was unreachable
 	// or too slow) and Allowed is its configured fail-open (true) or
 	// fail-closed (false) answer rather than a decision. Remaining,
@@ -181,20 +246,39 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 }
 
 // AllowN asks for n units of key under limit, now. If the result is allowed
-// the units are charged; if not, nothing changes and RetryAfter says when the
-// same request would pass. n = 0 is the same as Peek.
+// the units are charged; if not, nothing changes (but a limit with a Ban
+// starts the ban) and RetryAfter says when the same request would pass. n = 0
+// is the same as Peek. A plain funnel goes through Store.Throttle; the other
+// algorithms, and limits with a ban, need a store that implements Executor.
 //
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	p, err := limit.Params()
+	if limit.Algorithm == GCRA && limit.Ban == 0 {
+		p, err := limit.Params()
+		if err != nil {
+			return Result{}, err
+		}
+		if err := checkN(n); err != nil {
+			return Result{}, err
+		}
+		r, err := l.store.Throttle(ctx, key, p, n)
+		if errors.Is(err, gcra.ErrOverflow) {
+			err = fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, err)
+		}
+		return r, err
+	}
+	c, err := limit.check()
 	if err != nil {
 		return Result{}, err
 	}
-	if n < 0 {
-		return Result{}, fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, gcra.ErrNegative)
+	if c.Algorithm == Concurrency {
+		return Result{}, fmt.Errorf("%w %v: take leases with Acquire", ErrInvalidLimit, limit)
 	}
-	r, err := l.store.Throttle(ctx, key, p, n)
+	if err := checkN(n); err != nil {
+		return Result{}, err
+	}
+	r, err := l.do(ctx, Op{Kind: OpTake, Key: key, Limit: c, N: n})
 	if errors.Is(err, gcra.ErrOverflow) {
 		err = fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, err)
 	}

@@ -1,0 +1,454 @@
+package funnel
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/funnelrl/funnel/algo"
+	"github.com/funnelrl/funnel/gcra"
+)
+
+// Algorithm is the rule by which a Limit admits requests.
+type Algorithm uint8
+
+// The limiter family. Every algorithm is exact, keeps a small state per key
+// (the sliding log: one record per admitted unit) and forgets a key when its
+// state is empty again.
+const (
+	// GCRA is the funnel, the zero Algorithm: Count units per Period leak out
+	// of a bucket that holds Burst+1, computed as GCRA (redis-cell's
+	// CL.THROTTLE). Choose it by default: smooth, O(1), bursts bounded.
+	GCRA Algorithm = iota
+	// LeakyBucket is nginx's limit_req: the funnel's admission, but an
+	// admitted request within the burst is told to wait (Result.Delay) so
+	// that requests proceed at the rate; Delay units pass at once. Choose it
+	// to smooth traffic rather than refuse it.
+	LeakyBucket
+	// FixedWindow admits Count units per window: Period-long windows aligned
+	// to the Unix epoch, or calendar days, weeks or months (Calendar,
+	// Location). Choose it for quotas ("1,000 per day") and envoy-style
+	// limits; it lets 2·Count through across a window boundary.
+	FixedWindow
+	// SlidingWindow is the O(1) sliding window counter: the current window's
+	// units plus the previous window's weighted by overlap. Choose it for a
+	// smoother window at fixed cost; it is exact per aligned window and
+	// admits at most 2·Count−1 in any Period in the worst case.
+	SlidingWindow
+	// SlidingLog keeps a timestamp per admitted unit: never more than Count
+	// in any Period, exactly. Choose it for low counts that must be exact;
+	// memory grows with Count (at most algo.MaxLogCount).
+	SlidingLog
+	// Concurrency holds at most Count leases at once (OpenResty limit.conn);
+	// a lease not released expires after Period. Use Limiter.Acquire and
+	// Limiter.Release.
+	Concurrency
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{"gcra", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log", "concurrency"}
+
+// String returns the algorithm's name as ParseAlgorithm accepts it.
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm returns the algorithm named s: gcra (or funnel),
+// leaky_bucket, fixed_window, sliding_window, sliding_log or concurrency.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	if s == "funnel" {
+		return GCRA, nil
+	}
+	for i, n := range algorithmNames {
+		if s == n {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalidLimit, s)
+}
+
+// Calendar selects calendar-aligned fixed windows.
+type Calendar uint8
+
+// Calendar units.
+const (
+	// NoCalendar: windows of Period aligned to the Unix epoch.
+	NoCalendar Calendar = iota
+	// Daily: from midnight to midnight in Location.
+	Daily
+	// Weekly: from Monday midnight to Monday midnight in Location.
+	Weekly
+	// Monthly: from the first of the month to the first of the next.
+	Monthly
+)
+
+// String returns "day", "week" or "month" (or "" for NoCalendar).
+func (c Calendar) String() string {
+	switch c {
+	case NoCalendar:
+		return ""
+	case Daily:
+		return "day"
+	case Weekly:
+		return "week"
+	case Monthly:
+		return "month"
+	}
+	return fmt.Sprintf("Calendar(%d)", uint8(c))
+}
+
+// unit returns the calendar unit as algo.CalendarSpan takes it.
+func (c Calendar) unit() byte {
+	return "-dwm"[c]
+}
+
+// NoDelay is the Delay of a leaky bucket that never delays (nginx's
+// nodelay).
+const NoDelay = algo.NoDelay
+
+// Span returns the fixed window [start, end) that holds now (ns since the
+// Unix epoch), in ms, for a FixedWindow limit.
+func (l Limit) Span(now int64) algo.Span {
+	if l.Calendar != NoCalendar {
+		return algo.CalendarSpan(now, l.Calendar.unit(), l.Location)
+	}
+	return algo.EpochSpan(now, int64(l.Period/time.Millisecond))
+}
+
+// Checked is a validated limit with its precomputed parameters, as stores
+// take it. Build it with Limit.Check.
+type Checked struct {
+	Limit
+	// GCRA holds the parameters of a funnel or leaky bucket.
+	GCRA gcra.Params
+	// Window holds the parameters of the window algorithms and concurrency.
+	Window algo.WindowParams
+}
+
+// Check validates l and returns it with its parameters.
+func (l Limit) Check() (Checked, error) { return l.check() }
+
+func (l Limit) check() (Checked, error) {
+	c := Checked{Limit: l}
+	bad := func(err error) (Checked, error) {
+		return Checked{}, fmt.Errorf("%w %v: %w", ErrInvalidLimit, l, err)
+	}
+	if l.Ban < 0 {
+		return bad(algo.ErrNegative)
+	}
+	if l.Algorithm != LeakyBucket && l.Delay != 0 {
+		return bad(errors.New("only leaky_bucket takes a delay"))
+	}
+	if l.Algorithm != FixedWindow && (l.Calendar != NoCalendar || l.Location != nil) {
+		return bad(errors.New("only fixed_window takes a calendar"))
+	}
+	var err error
+	switch l.Algorithm {
+	case GCRA, LeakyBucket:
+		if l.Delay < 0 {
+			return bad(algo.ErrNegative)
+		}
+		c.GCRA, err = l.gcraParams()
+		return c, err
+	case FixedWindow:
+		if l.Calendar > Monthly {
+			return bad(fmt.Errorf("unknown calendar %d", l.Calendar))
+		}
+		period := l.Period
+		if l.Calendar != NoCalendar {
+			period = 24 * time.Hour // checked for the count only
+		}
+		c.Window, err = algo.NewWindowParams(l.Count, period)
+		if l.Calendar != NoCalendar {
+			c.Window.Period = 0
+		}
+	case SlidingWindow:
+		if c.Window, err = algo.NewWindowParams(l.Count, l.Period); err == nil {
+			err = c.Window.CheckSliding()
+		}
+	case SlidingLog:
+		if c.Window, err = algo.NewWindowParams(l.Count, l.Period); err == nil {
+			err = c.Window.CheckLog()
+		}
+	case Concurrency:
+		c.Window, err = algo.NewWindowParams(l.Count, l.Period)
+	default:
+		return bad(fmt.Errorf("unknown algorithm %d", l.Algorithm))
+	}
+	if err != nil {
+		return bad(err)
+	}
+	return c, nil
+}
+
+// OpKind is what an Op does.
+type OpKind uint8
+
+// Operations of Executor.Do.
+const (
+	// OpTake asks for N units (0 peeks) of Key under Limit; for
+	// Concurrency, N is 1 and Lease names the lease to take.
+	OpTake OpKind = iota
+	// OpRefund gives back N units of Key under Limit, never below an empty
+	// state; for Concurrency it releases Lease.
+	OpRefund
+)
+
+// Op is one operation on one key.
+type Op struct {
+	Kind  OpKind
+	Key   string
+	Limit Checked
+	N     int64
+	// Lease is the lease id of a Concurrency operation.
+	Lease string
+}
+
+// Executor is implemented by stores that run the whole limiter family
+// (every store of this module does). Limiter methods use it for every
+// algorithm but the plain funnel, which goes through Store.Throttle.
+type Executor interface {
+	Store
+	// Do applies ops at the store's current time and writes their results
+	// into res (len(res) ≥ len(ops)).
+	//
+	// Several OpTake ops are all-or-nothing: if every one is admitted all are
+	// charged; otherwise none is, and each result says whether its op alone
+	// would have been admitted (the refused ones with their RetryAfter). The
+	// ops are applied atomically as one: no other decision sees a partial
+	// charge. A refusal still records the ban of a limit with Ban > 0. An
+	// OpRefund is applied alone (one op per call). Keys of one call must not
+	// repeat. A key that holds another algorithm's state is an error that
+	// wraps ErrWrongType, and changes nothing. A store that needs keys of
+	// one call to share something (Redis Cluster: a hash slot) says so with
+	// an error that wraps ErrCrossSlot.
+	Do(ctx context.Context, ops []Op, res []Result) error
+	// Bans lists the keys banned now, with the time their ban ends.
+	Bans(ctx context.Context) ([]Ban, error)
+	// Unban lifts key's ban and reports whether it was banned.
+	Unban(ctx context.Context, key string) (bool, error)
+}
+
+// Ban is one banned key.
+type Ban struct {
+	Key string
+	// Until is when the ban ends.
+	Until time.Time
+}
+
+// Errors of Executor.Do.
+var (
+	// ErrWrongType means a key holds the state of another algorithm than
+	// the limit applied to it.
+	ErrWrongType = errors.New("WRONGTYPE funnel: key holds the state of another algorithm")
+	// ErrCrossSlot means the keys of one call cannot be decided together by
+	// the store (on Redis Cluster they must share a {hash tag}).
+	ErrCrossSlot = errors.New("CROSSSLOT funnel: keys of one call must share a {hash tag} on Redis Cluster")
+	// ErrDuplicateKey means a key appears twice in one call.
+	ErrDuplicateKey = errors.New("funnel: a key appears twice in one call")
+	// ErrNotSupported means the store does not run the limiter family.
+	ErrNotSupported = errors.New("funnel: the store does not support this algorithm")
+)
+
+// Request is one (key, limit, quantity) of Limiter.AllowAll.
+type Request struct {
+	Key   string
+	Limit Limit
+	// N is the quantity asked for; 0 peeks.
+	N int64
+}
+
+// MultiResult is the answer to Limiter.AllowAll.
+type MultiResult struct {
+	// Allowed reports whether every limit admitted the request (and all were
+	// charged). When false nothing was charged.
+	Allowed bool
+	// Results holds each request's own result, in the order given.
+	Results []Result
+	// Refused is the index of the first refusing request, or -1.
+	Refused int
+	// RetryAfter is zero when allowed, else the longest RetryAfter of the
+	// refusing requests: the earliest time at which all of them could pass.
+	RetryAfter time.Duration
+}
+
+// executor returns the limiter's store as an Executor.
+func (l *Limiter) executor() (Executor, error) {
+	if e, ok := l.store.(Executor); ok {
+		return e, nil
+	}
+	return nil, ErrNotSupported
+}
+
+// do runs one op through the executor.
+func (l *Limiter) do(ctx context.Context, op Op) (Result, error) {
+	e, err := l.executor()
+	if err != nil {
+		return Result{}, err
+	}
+	var res [1]Result
+	if err := e.Do(ctx, []Op{op}, res[:]); err != nil {
+		return Result{}, err
+	}
+	return res[0], nil
+}
+
+// checkN validates a quantity.
+func checkN(n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, gcra.ErrNegative)
+	}
+	return nil
+}
+
+// AllowAll asks for every request at once, all-or-nothing: either every
+// limit admits its request and all are charged, or none is charged and the
+// result says which refused and when to retry. Keys must not repeat; on
+// Redis Cluster they must share a {hash tag}. Concurrency limits are not
+// taken here (use Acquire).
+func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, error) {
+	e, err := l.executor()
+	if err != nil {
+		return MultiResult{}, err
+	}
+	ops := make([]Op, len(reqs))
+	seen := make(map[string]struct{}, len(reqs))
+	for i, r := range reqs {
+		c, err := r.Limit.check()
+		if err != nil {
+			return MultiResult{}, err
+		}
+		if c.Algorithm == Concurrency {
+			return MultiResult{}, fmt.Errorf("%w %v: take leases with Acquire", ErrInvalidLimit, r.Limit)
+		}
+		if err := checkN(r.N); err != nil {
+			return MultiResult{}, err
+		}
+		if _, dup := seen[r.Key]; dup {
+			return MultiResult{}, fmt.Errorf("%w: %q", ErrDuplicateKey, r.Key)
+		}
+		seen[r.Key] = struct{}{}
+		ops[i] = Op{Kind: OpTake, Key: r.Key, Limit: c, N: r.N}
+	}
+	m := MultiResult{Results: make([]Result, len(reqs)), Refused: -1}
+	if err := e.Do(ctx, ops, m.Results); err != nil {
+		return MultiResult{}, err
+	}
+	m.Allowed = true
+	for i, r := range m.Results {
+		if !r.Allowed {
+			if m.Allowed {
+				m.Refused = i
+			}
+			m.Allowed = false
+			m.RetryAfter = max(m.RetryAfter, r.RetryAfter)
+		}
+	}
+	return m, nil
+}
+
+// Wait asks for n units of key under limit and, when admitted, waits the
+// Delay the result asks for (a LeakyBucket's queue) before returning. It
+// returns early with the context's error if ctx ends first; the units stay
+// charged. A refused request returns at once with Allowed false.
+func (l *Limiter) Wait(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	r, err := l.AllowN(ctx, key, limit, n)
+	if err != nil || !r.Allowed || r.Delay <= 0 {
+		return r, err
+	}
+	t := time.NewTimer(r.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return r, nil
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+}
+
+// Lease is a held unit of a Concurrency limit. Release it when the work is
+// done; if it is never released it expires after the limit's Period.
+type Lease struct {
+	Key string
+	ID  string
+	lim Checked
+}
+
+// Acquire takes a lease of key under a Concurrency limit. When refused,
+// Result.RetryAfter is the time until the first held lease expires (a
+// release may come sooner) and the Lease is the zero value.
+func (l *Limiter) Acquire(ctx context.Context, key string, limit Limit) (Lease, Result, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return Lease{}, Result{}, err
+	}
+	return l.AcquireID(ctx, key, limit, hex.EncodeToString(b[:]))
+}
+
+// AcquireID is Acquire with a lease id chosen by the caller, such as a
+// request id; acquiring an id that is held renews it.
+func (l *Limiter) AcquireID(ctx context.Context, key string, limit Limit, id string) (Lease, Result, error) {
+	c, err := limit.check()
+	if err != nil {
+		return Lease{}, Result{}, err
+	}
+	if c.Algorithm != Concurrency {
+		return Lease{}, Result{}, fmt.Errorf("%w %v: leases are for concurrency limits", ErrInvalidLimit, limit)
+	}
+	r, err := l.do(ctx, Op{Kind: OpTake, Key: key, Limit: c, N: 1, Lease: id})
+	if err != nil || !r.Allowed {
+		return Lease{}, r, err
+	}
+	return Lease{Key: key, ID: id, lim: c}, r, nil
+}
+
+// Release frees the lease and reports whether it was still held (false when
+// it had expired or was released before).
+func (l *Limiter) Release(ctx context.Context, lease Lease) (bool, error) {
+	if lease.ID == "" {
+		return false, nil
+	}
+	r, err := l.do(ctx, Op{Kind: OpRefund, Key: lease.Key, Limit: lease.lim, Lease: lease.ID})
+	return r.Allowed, err
+}
+
+// Refund gives back n units of key under limit for a request that did not
+// happen, never below an empty state. For Concurrency, release the lease.
+func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) error {
+	c, err := limit.check()
+	if err != nil {
+		return err
+	}
+	if c.Algorithm == Concurrency {
+		return fmt.Errorf("%w %v: release the lease instead", ErrInvalidLimit, limit)
+	}
+	if err := checkN(n); err != nil {
+		return err
+	}
+	_, err = l.do(ctx, Op{Kind: OpRefund, Key: key, Limit: c, N: n})
+	return err
+}
+
+// Bans lists the keys banned now.
+func (l *Limiter) Bans(ctx context.Context) ([]Ban, error) {
+	e, err := l.executor()
+	if err != nil {
+		return nil, err
+	}
+	return e.Bans(ctx)
+}
+
+// Unban lifts key's ban and reports whether it was banned.
+func (l *Limiter) Unban(ctx context.Context, key string) (bool, error) {
+	e, err := l.executor()
+	if err != nil {
+		return false, err
+	}
+	return e.Unban(ctx, key)
+}
