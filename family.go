@@ -196,7 +196,8 @@ const (
 	// Concurrency, N is 1 and Lease names the lease to take.
 	OpTake OpKind = iota
 	// OpRefund gives back N units of Key under Limit, never below an empty
-	// state; for Concurrency it releases Lease.
+	// state; for Concurrency it releases Lease (the Limit then carries only
+	// its Algorithm) and the result is Allowed when the lease was held.
 	OpRefund
 )
 
@@ -377,7 +378,6 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit, n int64) (R
 type Lease struct {
 	Key string
 	ID  string
-	lim Checked
 }
 
 // Acquire takes a lease of key under a Concurrency limit. When refused,
@@ -405,7 +405,7 @@ func (l *Limiter) AcquireID(ctx context.Context, key string, limit Limit, id str
 	if err != nil || !r.Allowed {
 		return Lease{}, r, err
 	}
-	return Lease{Key: key, ID: id, lim: c}, r, nil
+	return Lease{Key: key, ID: id}, r, nil
 }
 
 // Release frees the lease and reports whether it was still held (false when
@@ -414,9 +414,12 @@ func (l *Limiter) Release(ctx context.Context, lease Lease) (bool, error) {
 	if lease.ID == "" {
 		return false, nil
 	}
-	r, err := l.do(ctx, Op{Kind: OpRefund, Key: lease.Key, Limit: lease.lim, Lease: lease.ID})
+	r, err := l.do(ctx, Op{Kind: OpRefund, Key: lease.Key, Limit: releaseLimit, Lease: lease.ID})
 	return r.Allowed, err
 }
+
+// releaseLimit is the limit of a release: only its algorithm matters.
+var releaseLimit = Checked{Limit: Limit{Algorithm: Concurrency}}
 
 // Refund gives back n units of key under limit for a request that did not
 // happen, never below an empty state. For Concurrency, release the lease.
