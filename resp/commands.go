@@ -59,6 +59,26 @@ func init() {
 			doc: commandDoc{summary: "Applies a rate limit (GCRA funnel) to a key, as redis-cell's CL.THROTTLE.", since: "0.1.0", group: "module", complexity: "O(1)",
 				args: []argDoc{{name: "key", typ: "key"}, {name: "max_burst", typ: "integer"}, {name: "count", typ: "integer"},
 					{name: "period", typ: "integer"}, {name: "quantity", typ: "integer", optional: true}}}},
+		{name: "funnel.allow", arity: -5, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelAllow,
+			doc: commandDoc{summary: "Applies a limit of the family (gcra, leaky_bucket, fixed_window, sliding_window, sliding_log) to a key. Durations in milliseconds. Reply: allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
+				args: limitArgDocs(true)}},
+		{name: "funnel.allowall", arity: -7, flags: []string{"write", "movablekeys"}, run: cmdFunnelAllowAll,
+			doc: commandDoc{summary: "Applies several limits at once, all-or-nothing: all are charged or none. Reply: allowed, refused_index, retry_after_ms, and each limit's FUNNEL.ALLOW reply.", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of limits",
+				args: []argDoc{{name: "numlimits", typ: "integer"}, {name: "limit", typ: "block", token: "LIMIT", multiple: true, args: limitArgDocs(true)}}}},
+		{name: "funnel.acquire", arity: -4, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelAcquire,
+			doc: commandDoc{summary: "Takes a lease of a concurrency limit: at most count held at once, each expiring after ttl_ms unless released. Reply: allowed, limit, remaining, retry_after_ms, reset_after_ms, lease_id or nil.", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of leases held",
+				args: []argDoc{{name: "key", typ: "key"}, {name: "count", typ: "integer"}, {name: "ttl_ms", typ: "integer"}, {name: "lease_id", typ: "string", token: "ID", optional: true}}}},
+		{name: "funnel.release", arity: 3, flags: []string{"write", "fast"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelRelease,
+			doc: commandDoc{summary: "Releases a lease of a concurrency limit. Reply: 1 if it was held, else 0.", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of leases held",
+				args: []argDoc{{name: "key", typ: "key"}, {name: "lease_id", typ: "string"}}}},
+		{name: "funnel.refund", arity: -5, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelRefund,
+			doc: commandDoc{summary: "Gives back QUANTITY units (default 1) of a key under a limit, never below an empty state. Reply: OK.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
+				args: limitArgDocs(true)}},
+		{name: "funnel.bans", arity: 1, flags: []string{"readonly"}, run: cmdFunnelBans,
+			doc: commandDoc{summary: "Lists the banned keys. Reply: an array of [key, ttl_ms].", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of bans"}},
+		{name: "funnel.unban", arity: 2, flags: []string{"write", "fast"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelUnban,
+			doc: commandDoc{summary: "Lifts a key's ban. Reply: 1 if it was banned, else 0.", since: "0.2.0", group: "funnel", complexity: "O(1)",
+				args: []argDoc{{name: "key", typ: "key"}}}},
 		{name: "ping", arity: -1, flags: []string{"fast", "stale"}, run: cmdPing,
 			doc: commandDoc{summary: "Returns the server's liveliness response.", since: "1.0.0", group: "connection", complexity: "O(1)",
 				args: []argDoc{{name: "message", typ: "string", optional: true}}}},
@@ -106,6 +126,30 @@ func init() {
 	for _, c := range list {
 		commands[c.name] = c
 	}
+}
+
+// limitArgDocs documents "key algorithm count period_ms [options]".
+func limitArgDocs(key bool) []argDoc {
+	var a []argDoc
+	if key {
+		a = append(a, argDoc{name: "key", typ: "key"})
+	}
+	return append(a,
+		argDoc{name: "algorithm", typ: "oneof", args: []argDoc{
+			{name: "gcra", typ: "pure-token", token: "GCRA"}, {name: "leaky_bucket", typ: "pure-token", token: "LEAKY_BUCKET"},
+			{name: "fixed_window", typ: "pure-token", token: "FIXED_WINDOW"}, {name: "sliding_window", typ: "pure-token", token: "SLIDING_WINDOW"},
+			{name: "sliding_log", typ: "pure-token", token: "SLIDING_LOG"}}},
+		argDoc{name: "count", typ: "integer"},
+		argDoc{name: "period_ms", typ: "integer"},
+		argDoc{name: "burst", typ: "integer", token: "BURST", optional: true},
+		argDoc{name: "quantity", typ: "integer", token: "QUANTITY", optional: true},
+		argDoc{name: "delay", typ: "oneof", optional: true, args: []argDoc{
+			{name: "delay", typ: "integer", token: "DELAY"}, {name: "nodelay", typ: "pure-token", token: "NODELAY"}}},
+		argDoc{name: "calendar", typ: "oneof", token: "CALENDAR", optional: true, args: []argDoc{
+			{name: "day", typ: "pure-token", token: "DAY"}, {name: "week", typ: "pure-token", token: "WEEK"}, {name: "month", typ: "pure-token", token: "MONTH"}}},
+		argDoc{name: "tz", typ: "string", token: "TZ", optional: true},
+		argDoc{name: "ban_ms", typ: "integer", token: "BAN", optional: true},
+	)
 }
 
 // commandNames returns the table's names, sorted.

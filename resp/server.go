@@ -95,6 +95,7 @@ func nonBlocking(st funnel.Store) bool {
 // one with NewServer; it is safe for concurrent use.
 type Server struct {
 	store   funnel.Store
+	lim     *funnel.Limiter // the store's limiter family (FUNNEL.* commands)
 	cfg     Config
 	log     *slog.Logger
 	started time.Time
@@ -132,6 +133,7 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Server{
 		store:     store,
+		lim:       funnel.New(store),
 		cfg:       cfg,
 		log:       cfg.Logger,
 		started:   time.Now(),

@@ -1,0 +1,400 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/cell"
+)
+
+// The FUNNEL.* commands serve the whole limiter family. Every duration they
+// take or return is in milliseconds. Replies have fixed shapes:
+//
+//	FUNNEL.ALLOW key algorithm count period_ms [BURST n] [QUANTITY n]
+//	    [DELAY n | NODELAY] [CALENDAR day|week|month] [TZ zone] [BAN ms]
+//	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned]
+//	FUNNEL.ALLOWALL n LIMIT key algorithm count period_ms [options] ... (n times)
+//	  -> [allowed, refused_index, retry_after_ms, [7 integers per limit]...]
+//	FUNNEL.ACQUIRE key count ttl_ms [ID lease_id]
+//	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, lease_id|nil]
+//	FUNNEL.RELEASE key lease_id -> 1 if the lease was held, else 0
+//	FUNNEL.REFUND key algorithm count period_ms [options] -> OK
+//	FUNNEL.BANS -> [[key, ttl_ms]...]
+//	FUNNEL.UNBAN key -> 1 if the key was banned, else 0
+//
+// As in CL.THROTTLE, retry_after_ms is -1 when the request was allowed and
+// when no wait would admit it (its quantity is above the limit); the other
+// durations are rounded up to whole milliseconds, so that waiting that long
+// is always enough.
+
+// famLimit is the limit an argument list describes, with its quantity.
+type famLimit struct {
+	limit funnel.Limit
+	n     int64
+}
+
+// errSyntax is the reply to an option that is not understood.
+var errSyntax = errors.New("ERR syntax error")
+
+// parseFamInt parses an integer argument, naming it in the error.
+func parseFamInt(name string, b []byte) (int64, error) {
+	n, ok := cell.ParseInt(b)
+	if !ok {
+		return 0, fmt.Errorf("ERR %s is not an integer or out of range", name)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("ERR %s must not be negative", name)
+	}
+	return n, nil
+}
+
+// parseMillis parses a non-negative duration in milliseconds.
+func parseMillis(name string, b []byte) (time.Duration, error) {
+	n, err := parseFamInt(name, b)
+	if err != nil {
+		return 0, err
+	}
+	if n > math.MaxInt64/int64(time.Millisecond) {
+		return 0, fmt.Errorf("ERR %s is out of range", name)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// parseLimitArgs parses "algorithm count period_ms [options]" from args and
+// returns the limit and the number of arguments used; it stops at the first
+// argument that is not an option when stopAtLimit is set and the argument is
+// LIMIT.
+func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
+	if len(args) < 3 {
+		return famLimit{}, 0, errSyntax
+	}
+	alg, err := funnel.ParseAlgorithm(strings.ToLower(string(args[0])))
+	if err != nil || alg == funnel.Concurrency {
+		return famLimit{}, 0, fmt.Errorf("ERR unknown algorithm '%s' (gcra, leaky_bucket, fixed_window, sliding_window, sliding_log)", trunc(cstr(args[0]), 64))
+	}
+	count, err := parseFamInt("count", args[1])
+	if err != nil {
+		return famLimit{}, 0, err
+	}
+	period, err := parseMillis("period", args[2])
+	if err != nil {
+		return famLimit{}, 0, err
+	}
+	f := famLimit{limit: funnel.Per(count, period), n: 1}
+	f.limit.Algorithm = alg
+	bucket := alg == funnel.GCRA || alg == funnel.LeakyBucket
+	if !bucket {
+		f.limit.Burst = 0
+	}
+	i := 3
+	for i < len(args) {
+		opt := strings.ToUpper(string(args[i]))
+		if stopAtLimit && opt == "LIMIT" {
+			break
+		}
+		if opt == "NODELAY" {
+			f.limit.Delay = funnel.NoDelay
+			i++
+			continue
+		}
+		if i+1 >= len(args) {
+			return famLimit{}, 0, errSyntax
+		}
+		v := args[i+1]
+		if !bucket && (opt == "BURST" || opt == "DELAY") {
+			return famLimit{}, 0, fmt.Errorf("ERR %s applies to gcra and leaky_bucket only", opt)
+		}
+		switch opt {
+		case "BURST":
+			f.limit.Burst, err = parseFamInt("burst", v)
+		case "QUANTITY":
+			f.n, err = parseFamInt("quantity", v)
+		case "DELAY":
+			f.limit.Delay, err = parseFamInt("delay", v)
+		case "BAN":
+			f.limit.Ban, err = parseMillis("ban", v)
+		case "CALENDAR":
+			switch strings.ToLower(string(v)) {
+			case "day":
+				f.limit.Calendar = funnel.Daily
+			case "week":
+				f.limit.Calendar = funnel.Weekly
+			case "month":
+				f.limit.Calendar = funnel.Monthly
+			default:
+				err = fmt.Errorf("ERR unknown calendar '%s' (day, week, month)", trunc(cstr(v), 64))
+			}
+		case "TZ":
+			f.limit.Location, err = loadZone(string(v))
+		default:
+			return famLimit{}, 0, errSyntax
+		}
+		if err != nil {
+			return famLimit{}, 0, err
+		}
+		i += 2
+	}
+	if err := f.limit.Validate(); err != nil {
+		return famLimit{}, 0, limitError(err)
+	}
+	return f, i, nil
+}
+
+// loadZone loads a time zone by IANA name.
+func loadZone(name string) (*time.Location, error) {
+	if name == "" || strings.ContainsAny(name, "\x00") || len(name) > 64 {
+		return nil, errors.New("ERR unknown time zone")
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("ERR unknown time zone '%s'", name)
+	}
+	return loc, nil
+}
+
+// limitError turns a Validate error into a reply.
+func limitError(err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "funnel: ")
+	return errors.New("ERR " + msg)
+}
+
+// millisUp rounds d up to whole milliseconds.
+func millisUp(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
+// writeFamResult writes the 7-integer reply of one decision.
+func (c *conn) writeFamResult(r funnel.Result) {
+	retry := int64(-1)
+	if !r.Allowed && r.RetryAfter != funnel.Never {
+		retry = millisUp(r.RetryAfter)
+	}
+	c.wr.WriteArray(7)
+	c.wr.WriteInt(b2i(r.Allowed))
+	c.wr.WriteInt(r.Limit)
+	c.wr.WriteInt(r.Remaining)
+	c.wr.WriteInt(retry)
+	c.wr.WriteInt(millisUp(r.ResetAfter))
+	c.wr.WriteInt(millisUp(r.Delay))
+	c.wr.WriteInt(b2i(r.Banned))
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// count counts a decision in the connection's statistics.
+func (c *conn) count(allowed bool) {
+	if allowed {
+		c.batch.allowed++
+	} else {
+		c.batch.limited++
+	}
+}
+
+// famError replies to an error of the limiter: bad arguments and the
+// store's typed refusals are the client's; anything else is logged.
+func (c *conn) famError(err error) {
+	switch {
+	case errors.Is(err, funnel.ErrWrongType):
+		c.wr.WriteError(funnel.ErrWrongType.Error())
+	case errors.Is(err, funnel.ErrCrossSlot):
+		c.wr.WriteError(funnel.ErrCrossSlot.Error())
+	case errors.Is(err, funnel.ErrNotSupported):
+		c.wr.WriteError("ERR " + strings.TrimPrefix(funnel.ErrNotSupported.Error(), "funnel: "))
+	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity), errors.Is(err, funnel.ErrDuplicateKey):
+		c.wr.WriteError(limitError(err).Error())
+	default:
+		c.s.log.Error("resp: store failed", "err", err)
+		c.wr.WriteError("ERR store unavailable")
+	}
+}
+
+func cmdFunnelAllow(c *conn, args [][]byte) {
+	f, _, err := parseLimitArgs(args[2:], false)
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	r, err := c.s.lim.AllowN(context.Background(), string(args[1]), f.limit, f.n)
+	if err != nil {
+		c.famError(err)
+		return
+	}
+	c.count(r.Allowed)
+	c.writeFamResult(r)
+}
+
+// maxAllowAll is the most limits one FUNNEL.ALLOWALL takes.
+const maxAllowAll = 64
+
+func cmdFunnelAllowAll(c *conn, args [][]byte) {
+	n, err := parseFamInt("numlimits", args[1])
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	if n == 0 || n > maxAllowAll {
+		c.wr.WriteError(fmt.Sprintf("ERR numlimits must be between 1 and %d", maxAllowAll))
+		return
+	}
+	reqs := make([]funnel.Request, 0, n)
+	rest := args[2:]
+	for len(rest) > 0 {
+		if len(rest) < 2 || !strings.EqualFold(string(rest[0]), "LIMIT") {
+			c.wr.WriteError(errSyntax.Error())
+			return
+		}
+		f, used, err := parseLimitArgs(rest[2:], true)
+		if err != nil {
+			c.wr.WriteError(err.Error())
+			return
+		}
+		reqs = append(reqs, funnel.Request{Key: string(rest[1]), Limit: f.limit, N: f.n})
+		rest = rest[2+used:]
+	}
+	if int64(len(reqs)) != n {
+		c.wr.WriteError(fmt.Sprintf("ERR numlimits is %d but %d LIMIT blocks were given", n, len(reqs)))
+		return
+	}
+	m, err := c.s.lim.AllowAll(context.Background(), reqs)
+	if err != nil {
+		c.famError(err)
+		return
+	}
+	c.count(m.Allowed)
+	retry := int64(-1)
+	if !m.Allowed && m.RetryAfter != funnel.Never {
+		retry = millisUp(m.RetryAfter)
+	}
+	c.wr.WriteArray(4)
+	c.wr.WriteInt(b2i(m.Allowed))
+	c.wr.WriteInt(int64(m.Refused))
+	c.wr.WriteInt(retry)
+	c.wr.WriteArray(len(m.Results))
+	for _, r := range m.Results {
+		c.writeFamResult(r)
+	}
+}
+
+// maxLeaseID is the longest lease id FUNNEL.ACQUIRE accepts.
+const maxLeaseID = 256
+
+func cmdFunnelAcquire(c *conn, args [][]byte) {
+	if len(args) != 4 && len(args) != 6 {
+		c.wr.WriteError("ERR wrong number of arguments for 'funnel.acquire' command")
+		return
+	}
+	count, err := parseFamInt("count", args[2])
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	ttl, err := parseMillis("ttl", args[3])
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	lim := funnel.Limit{Algorithm: funnel.Concurrency, Count: count, Period: ttl}
+	if err := lim.Validate(); err != nil {
+		c.wr.WriteError(limitError(err).Error())
+		return
+	}
+	ctx := context.Background()
+	var (
+		lease funnel.Lease
+		r     funnel.Result
+	)
+	if len(args) == 6 {
+		if !strings.EqualFold(string(args[4]), "ID") {
+			c.wr.WriteError(errSyntax.Error())
+			return
+		}
+		if len(args[5]) == 0 || len(args[5]) > maxLeaseID {
+			c.wr.WriteError(fmt.Sprintf("ERR lease id must be 1 to %d bytes", maxLeaseID))
+			return
+		}
+		lease, r, err = c.s.lim.AcquireID(ctx, string(args[1]), lim, string(args[5]))
+	} else {
+		lease, r, err = c.s.lim.Acquire(ctx, string(args[1]), lim)
+	}
+	if err != nil {
+		c.famError(err)
+		return
+	}
+	c.count(r.Allowed)
+	retry := int64(-1)
+	if !r.Allowed && r.RetryAfter != funnel.Never {
+		retry = millisUp(r.RetryAfter)
+	}
+	c.wr.WriteArray(6)
+	c.wr.WriteInt(b2i(r.Allowed))
+	c.wr.WriteInt(r.Limit)
+	c.wr.WriteInt(r.Remaining)
+	c.wr.WriteInt(retry)
+	c.wr.WriteInt(millisUp(r.ResetAfter))
+	if r.Allowed {
+		c.wr.WriteBulkString(lease.ID)
+	} else {
+		c.wr.WriteNull()
+	}
+}
+
+func cmdFunnelRelease(c *conn, args [][]byte) {
+	held, err := c.s.lim.Release(context.Background(), funnel.Lease{Key: string(args[1]), ID: string(args[2])})
+	if err != nil {
+		c.famError(err)
+		return
+	}
+	c.wr.WriteInt(b2i(held))
+}
+
+func cmdFunnelRefund(c *conn, args [][]byte) {
+	f, _, err := parseLimitArgs(args[2:], false)
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	if err := c.s.lim.Refund(context.Background(), string(args[1]), f.limit, f.n); err != nil {
+		c.famError(err)
+		return
+	}
+	c.wr.WriteSimpleString("OK")
+}
+
+func cmdFunnelBans(c *conn, _ [][]byte) {
+	bans, err := c.s.lim.Bans(context.Background())
+	if err != nil {
+		c.famError(err)
+		return
+	}
+	now := time.Now()
+	c.wr.WriteArray(len(bans))
+	for _, b := range bans {
+		c.wr.WriteArray(2)
+		c.wr.WriteBulkString(b.Key)
+		c.wr.WriteInt(millisUp(max(b.Until.Sub(now), 0)))
+	}
+}
+
+func cmdFunnelUnban(c *conn, args [][]byte) {
+	was, err := c.s.lim.Unban(context.Background(), string(args[1]))
+	if err != nil {
+		c.famError(err)
+		return
+	}
+	c.wr.WriteInt(b2i(was))
+}
