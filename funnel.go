@@ -73,9 +73,11 @@ type Limit struct {
 	// Location is the time zone of calendar windows; nil means UTC.
 	Location *time.Location
 	// Ban, when positive, turns an overflow into a ban: once a request for
-	// the key is refused (peeks excepted), every request for the key, peeks
-	// included, is refused for Ban, on every server that shares the store,
-	// whatever limit it comes with. The refusal that starts the ban, and
+	// the key is refused (peeks excepted), every request for the key under a
+	// limit that has a Ban, peeks included, is refused for Ban, on every
+	// server that shares the store (requests under limits without a Ban do
+	// not look for bans, so that they cost nothing more). The refusal that
+	// starts the ban, and
 	// every refusal during it, has Result.Banned set, Remaining 0 and a
 	// RetryAfter of the time left in the ban, or the limit's own RetryAfter
 	// if that is longer. A refusal during a ban does not extend it.
