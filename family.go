@@ -142,6 +142,9 @@ func (l Limit) check() (Checked, error) {
 	if l.Ban < 0 {
 		return bad(algo.ErrNegative)
 	}
+	if l.Algorithm == Concurrency && l.Ban != 0 {
+		return bad(errors.New("concurrency limits do not ban"))
+	}
 	if l.Algorithm != LeakyBucket && l.Delay != 0 {
 		return bad(errors.New("only leaky_bucket takes a delay"))
 	}
