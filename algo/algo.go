@@ -81,17 +81,27 @@ func Millis(now int64) int64 {
 	return ms
 }
 
+// ceilMillis returns now in whole milliseconds, rounded up.
+func ceilMillis(now int64) int64 {
+	ms := Millis(now)
+	if now != ms*msNS {
+		ms++
+	}
+	return ms
+}
+
 // until returns the nanoseconds from now to the millisecond boundary ms,
-// saturating at the int64 range, and never negative.
+// saturating at Never, and never negative.
 func until(now, ms int64) time.Duration {
-	if ms > math.MaxInt64/msNS {
+	switch {
+	case ms > math.MaxInt64/msNS:
+		return Never
+	case ms < math.MinInt64/msNS || ms*msNS <= now:
+		return 0
+	case now < 0 && ms*msNS > math.MaxInt64+now:
 		return Never
 	}
-	d := ms*msNS - now
-	if d < 0 {
-		return 0
-	}
-	return time.Duration(d)
+	return time.Duration(ms*msNS - now)
 }
 
 // WindowParams are the checked parameters of a window or concurrency limit:
