@@ -19,11 +19,13 @@ func (st Sliding) roll(start, period int64) Sliding {
 	return Sliding{Start: start}
 }
 
-// weighted returns floor(prev·(period−elapsed)/period): the previous
-// window's units still counted elapsed ms into the current window. The
-// product is below 2^53 because prev ≤ count and count·period ≤ MaxWeight.
+// weighted returns ceil(prev·(period−elapsed)/period): the previous
+// window's units still counted elapsed ms into the current window, rounded
+// up, so that comparing it in integers is the same as comparing the exact
+// fraction. The numerator is at most count·period + period − 1, which the
+// bound count·period ≤ MaxWeight keeps far inside an int64.
 func weighted(prev, period, elapsed int64) int64 {
-	return prev * (period - elapsed) / period
+	return (prev*(period-elapsed) + period - 1) / period
 }
 
 // SlidingDecide applies a request for q units at now to a sliding-window
@@ -32,14 +34,19 @@ func weighted(prev, period, elapsed int64) int64 {
 //
 // The estimate of the units in the last period is the current window's units
 // plus the previous window's weighted by the part of it still inside the
-// sliding period: cur + floor(prev·(period−elapsed)/period), elapsed in whole
-// ms since the current window began. A request is admitted when the estimate
-// plus q is at most Count.
+// sliding period: cur + prev·(period−elapsed)/period, elapsed in whole ms
+// since the current window began. A request is admitted when the estimate
+// plus q is at most Count, compared exactly (the weighted units are rounded
+// up: cur + ceil(prev·(period−elapsed)/period) + q ≤ Count), as Cloudflare's
+// sliding window counter compares it in real numbers.
 //
 // The estimate assumes the previous window's units were spread evenly over
-// it. Every aligned window admits at most Count; any interval of one period
-// admits at most 2·Count−1 in the worst case (the previous window's units all
-// at its very end, the current window's at its very end).
+// it. Every aligned window admits at most Count. Any interval of one period
+// admits at most 2·Count − ⌈Count/Period⌉ (Period in ms), so at most
+// 2·Count−1: while any of the previous window's units is inside the
+// interval, the weight of the previous window is at least one. The worst
+// case is Count units late in the last millisecond of one window, then
+// Count − ⌈Count/Period⌉ early in the last millisecond of the next.
 func SlidingDecide(now int64, st Sliding, p WindowParams, q int64) (Sliding, Result, error) {
 	if err := checkQuantity(q); err != nil {
 		return st, Result{}, err
@@ -85,12 +92,12 @@ func slidingRetry(st Sliding, p WindowParams, q int64) int64 {
 		start, prev, cur = start+p.Period, cur, 0
 	}
 	// The smallest elapsed e in [0, period] with weighted(prev, e) ≤ room:
-	// prev·(period−e) ≤ (room+1)·period − 1.
+	// prev·(period−e) ≤ room·period.
 	room := p.Count - q - cur
 	if prev == 0 {
 		return start
 	}
-	e := p.Period - ((room+1)*p.Period-1)/prev
+	e := p.Period - room*p.Period/prev
 	if e < 0 {
 		e = 0
 	}
@@ -99,11 +106,11 @@ func slidingRetry(st Sliding, p WindowParams, q int64) int64 {
 
 // SlidingRefund gives back q units to a sliding-window counter key at now,
 // from the current window's units and never below zero; units of the
-// previous window are not given back. q must not be negative.
+// previous window are not given back; a q ≤ 0 gives nothing back.
 func SlidingRefund(now int64, st Sliding, p WindowParams, q int64) Sliding {
 	ms := Millis(now)
 	cur := st.roll(ms-mod(ms, p.Period), p.Period)
-	cur.Cur -= q
+	cur.Cur -= max(q, 0)
 	if cur.Cur < 0 {
 		cur.Cur = 0
 	}
