@@ -1,0 +1,319 @@
+// Package middleware limits the requests of a net/http server with a Funnel
+// limit: one limit, a key per request (the client's address, a header, the
+// user in the context), the RateLimit-Policy and RateLimit header fields of
+// draft-ietf-httpapi-ratelimit-headers, and a 429 problem (RFC 9457) with
+// Retry-After when the limit refuses.
+//
+//	lim := funnel.New(memstore.New(memstore.Options{}))
+//	mw, err := middleware.New(lim, funnel.PerMinute(60), middleware.ClientIP())
+//	if err != nil { ... }
+//	http.ListenAndServe(addr, mw(app))
+//
+// A leaky bucket limit delays admitted requests as nginx's limit_req does;
+// a concurrency limit holds a lease while the handler runs and releases it
+// after. When the store cannot decide, requests go through (FailOpen, the
+// default), are refused with 503 (FailClosed), or go to a handler of yours
+// (OnStoreError).
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/funnelrl/funnel"
+)
+
+// DefaultName is the policy name of the header fields when Name is not
+// given.
+const DefaultName = "default"
+
+// Option configures the middleware.
+type Option func(*config)
+
+// config is the middleware's configuration.
+type config struct {
+	name      string
+	prefix    string
+	quantity  func(*http.Request) int64
+	skip      func(*http.Request) bool
+	skipNoKey bool
+	headers   bool
+	onLimited func(http.ResponseWriter, *http.Request, funnel.Result)
+	onError   func(http.ResponseWriter, *http.Request, http.Handler, error) // nil: fail open
+	observe   func(funnel.Result, error)
+	log       *slog.Logger
+}
+
+// Name sets the policy name written in the header fields and in the
+// problem's violated-policies (DefaultName when not given). It must be
+// printable ASCII (see CheckPolicyName).
+func Name(name string) Option { return func(c *config) { c.name = name } }
+
+// Prefix is prepended to every key, to keep this limit's keys apart from
+// others' in a shared store ("login:" + the client's address).
+func Prefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+
+// Quantity sets the units a request costs, such as its size; the default
+// is 1. A cost of 0 lets the request through without charging it; a
+// negative cost is answered 500 and logged.
+func Quantity(f func(*http.Request) int64) Option { return func(c *config) { c.quantity = f } }
+
+// Skip lets the requests for which f reports true through without a
+// decision and without header fields (health checks, allow-listed clients).
+func Skip(f func(*http.Request) bool) Option { return func(c *config) { c.skip = f } }
+
+// SkipNoKey lets requests for which the KeyFunc finds no key through,
+// unlimited. Without it they are answered 400 Bad Request: a request that
+// leaves out its key (a header) must not escape the limit unnoticed.
+func SkipNoKey() Option { return func(c *config) { c.skipNoKey = true } }
+
+// NoHeaders leaves out the RateLimit-Policy and RateLimit fields, for a
+// limit whose details should not be told to clients (Retry-After is still
+// sent with a refusal).
+func NoHeaders() Option { return func(c *config) { c.headers = false } }
+
+// OnLimited replaces the response to a refused request. When f is called
+// the header fields (and Retry-After) are already set on w; f writes the
+// status and the body. The default writes a 429 problem.
+func OnLimited(f func(w http.ResponseWriter, r *http.Request, res funnel.Result)) Option {
+	return func(c *config) { c.onLimited = f }
+}
+
+// FailOpen lets requests through, unlimited, when the store cannot decide.
+// It is the default: a limiter that is down should not take the service
+// down with it.
+func FailOpen() Option { return func(c *config) { c.onError = nil } }
+
+// FailClosed answers 503 Service Unavailable when the store cannot decide.
+func FailClosed() Option { return func(c *config) { c.onError = failClosed } }
+
+// OnStoreError handles the requests the store could not decide for: f
+// answers the request itself, or passes it to next. err is the store's
+// error (wrapping funnel.ErrUnavailable for a store that is down, or the
+// context's error when the request's deadline passed).
+//
+// FailOpen, FailClosed and OnStoreError apply to errors. A store that
+// answers on its own when it cannot decide (a Result with Fallback set, as
+// a Redis store configured to fail open or closed does) is obeyed: its
+// open answer serves the request, its closed one is answered 503.
+func OnStoreError(f func(w http.ResponseWriter, r *http.Request, next http.Handler, err error)) Option {
+	return func(c *config) { c.onError = f }
+}
+
+// Observe calls f after each decision, with its result or its error: a
+// hook for metrics (metrics.Metrics.Observer fits) or logs. A request let
+// through by FailOpen is observed as an Allowed, Fallback result.
+func Observe(f func(funnel.Result, error)) Option { return func(c *config) { c.observe = f } }
+
+// Logger sets where errors are logged; the default is slog.Default().
+func Logger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// errNoKey is the error of a request without a key.
+var errNoKey = errors.New("middleware: no rate-limit key for the request")
+
+// New returns a middleware that applies limit to each request, under the
+// key that key finds for it, through lim. It checks the limit and the
+// options first: the error wraps funnel.ErrInvalidLimit for a bad limit, or
+// is ErrPolicyName for a bad Name.
+//
+// An admitted request gets the header fields and goes to the next handler;
+// a refused one gets the header fields, Retry-After and a 429 problem
+// (OnLimited replaces it). The middleware is safe for concurrent use.
+func New(lim *funnel.Limiter, limit funnel.Limit, key KeyFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
+	if lim == nil || key == nil {
+		return nil, errors.New("middleware: New needs a limiter and a key function")
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, err
+	}
+	c := config{name: DefaultName, headers: true}
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := CheckPolicyName(c.name); err != nil {
+		return nil, err
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.onLimited == nil {
+		c.onLimited = c.tooMany
+	}
+	return func(next http.Handler) http.Handler {
+		return &handler{c: &c, lim: lim, limit: limit, key: key, next: next}
+	}, nil
+}
+
+// handler is the middleware around one next handler.
+type handler struct {
+	c     *config
+	lim   *funnel.Limiter
+	limit funnel.Limit
+	key   KeyFunc
+	next  http.Handler
+}
+
+// ServeHTTP decides for r, then serves it or refuses it.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := h.c
+	if c.skip != nil && c.skip(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	k, ok := h.key(r)
+	if !ok {
+		if c.skipNoKey {
+			h.next.ServeHTTP(w, r)
+			return
+		}
+		Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
+		return
+	}
+	k = c.prefix + k
+	ctx := r.Context()
+
+	var (
+		res   funnel.Result
+		err   error
+		lease funnel.Lease
+	)
+	switch h.limit.Algorithm {
+	case funnel.Concurrency:
+		lease, res, err = h.lim.Acquire(ctx, k, h.limit)
+	default:
+		n := int64(1)
+		if c.quantity != nil {
+			n = c.quantity(r)
+		}
+		res, err = h.lim.AllowN(ctx, k, h.limit, n)
+	}
+	if err != nil {
+		h.fail(w, r, k, err)
+		return
+	}
+	if res.Fallback {
+		// The store answered on its own (fail open or closed): honour it.
+		h.observe(res, nil)
+		h.setHeaders(w, res)
+		if res.Allowed {
+			h.next.ServeHTTP(w, r)
+		} else {
+			failClosed(w, r, h.next, nil)
+		}
+		return
+	}
+	h.observe(res, nil)
+	h.setHeaders(w, res)
+	if !res.Allowed {
+		c.onLimited(w, r, res)
+		return
+	}
+	if lease.ID != "" {
+		defer func() {
+			// Release even when the client has gone: the lease is ours.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if _, err := h.lim.Release(rctx, lease); err != nil {
+				c.log.Warn("rate limit: release (the lease will expire)", "key", k, "err", err)
+			}
+		}()
+	}
+	if res.Delay > 0 {
+		t := time.NewTimer(res.Delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return // the client has gone: nobody to answer
+		}
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// fail answers a request whose decision failed with err.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
+	c := h.c
+	ctx := r.Context()
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		h.observe(funnel.Result{}, err)
+		return // the client has gone: nobody to answer
+	}
+	if inputError(err) {
+		h.observe(funnel.Result{}, err)
+		c.log.Error("rate limit", "key", key, "err", err)
+		Problem{Status: http.StatusInternalServerError}.Write(w)
+		return
+	}
+	c.log.Warn("rate limit: the store cannot decide", "err", err)
+	if c.onError == nil { // FailOpen
+		h.observe(funnel.Result{Allowed: true, Fallback: true}, nil)
+	} else {
+		h.observe(funnel.Result{}, err)
+	}
+	if c.headers {
+		SetHeaders(w.Header(), Policy{Name: c.name, Limit: h.limit, Result: funnel.Result{Fallback: true}})
+	}
+	if c.onError == nil {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	c.onError(w, r, h.next, err)
+}
+
+// setHeaders sets the header fields of res (Retry-After always, the
+// RateLimit fields unless NoHeaders).
+func (h *handler) setHeaders(w http.ResponseWriter, res funnel.Result) {
+	if h.c.headers {
+		SetHeaders(w.Header(), Policy{Name: h.c.name, Limit: h.limit, Result: res})
+		return
+	}
+	if !res.Allowed && !res.Fallback && res.RetryAfter != funnel.Never && res.RetryAfter > 0 {
+		w.Header().Set(HeaderRetryAfter, fmt.Sprint(Seconds(res.RetryAfter)))
+	}
+}
+
+// observe calls the Observe hook.
+func (h *handler) observe(res funnel.Result, err error) {
+	if h.c.observe != nil {
+		h.c.observe(res, err)
+	}
+}
+
+// tooMany is the default answer to a refused request: 429 and a problem of
+// type quota-exceeded (abnormal-usage-detected for a banned key).
+func (c *config) tooMany(w http.ResponseWriter, _ *http.Request, res funnel.Result) {
+	p := Problem{
+		Type:             TypeQuotaExceeded,
+		Title:            "Quota Exceeded",
+		Status:           http.StatusTooManyRequests,
+		Detail:           retryText(res),
+		ViolatedPolicies: []string{c.name},
+	}
+	if res.Banned {
+		p.Type, p.Title = TypeAbnormalUsageDetected, "Abnormal Usage Detected"
+	}
+	p.Write(w)
+}
+
+// failClosed refuses the request with 503; the error is logged, not sent.
+func failClosed(w http.ResponseWriter, _ *http.Request, _ http.Handler, _ error) {
+	Problem{
+		Type:   TypeTemporaryReducedCapacity,
+		Title:  "Temporary Reduced Capacity",
+		Status: http.StatusServiceUnavailable,
+		Detail: "the rate limiter is unavailable",
+	}.Write(w)
+}
+
+// inputError reports whether err is a mistake in the limit, the quantity or
+// the use of keys (a bug to fix, answered 500), rather than a store that
+// cannot decide.
+func inputError(err error) bool {
+	return errors.Is(err, funnel.ErrInvalidLimit) || errors.Is(err, funnel.ErrInvalidQuantity) ||
+		errors.Is(err, funnel.ErrWrongType) || errors.Is(err, funnel.ErrCrossSlot) ||
+		errors.Is(err, funnel.ErrDuplicateKey) || errors.Is(err, funnel.ErrNotSupported)
+}
