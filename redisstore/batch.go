@@ -4,19 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Batching. When several decisions wait for Redis at once, the store decides
-// them in one script call: Redis then reads the time, starts the script and
-// answers once per batch rather than once per decision, and the client sends
-// one command. A decision that finds no other in flight is sent at once from
-// its caller's goroutine, so batching adds no latency when the store is idle;
-// under load, decisions queue while up to maxActive batches are in flight,
-// and the next batch takes up to maxBatch of them, in order of arrival. On a
-// Redis Cluster a batch holds keys of one hash slot only.
+// them in one script call: Redis then reads the time, starts the script, reads
+// the keys (one MGET) and answers once per batch rather than once per
+// decision, writes a key that several decisions change once, and the client
+// sends one command. A decision that finds no other in flight is sent at once
+// from its caller's goroutine, so batching adds no latency when the store is
+// idle; under load, decisions queue while up to maxActive batches are in
+// flight, and the next batch takes up to maxBatch of them, in order of
+// arrival. On a Redis Cluster a batch holds keys of one hash slot only.
 
 const (
 	// maxBatch is the most decisions one script call makes.
@@ -160,7 +162,7 @@ func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (statu
 	if err != nil {
 		return 0, 0, err
 	}
-	args = append(args, limb(cost/1e9), limb(cost%1e9), limb(tol/1e9), limb(tol%1e9))
+	args = append(args, "6", limb(cost/1e9), limb(cost%1e9), limb(tol/1e9), limb(tol%1e9))
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
@@ -186,14 +188,18 @@ func (s *Store) send(batch []*call) {
 	keys := make([]string, len(batch))
 	args, err := s.args("t", len(batch))
 	if err == nil {
+		// One argument per key, then the limits: ARGV[4+i] is "" when the
+		// i-th decision has the same limit and quantity as the one before
+		// (the script keeps them), else the index of their four limbs.
+		first := len(args)
+		args = args[:first+len(batch)]
 		for i, c := range batch {
 			keys[i] = c.key
 			if i > 0 && c.cost == batch[i-1].cost && c.tol == batch[i-1].tol {
-				// The same limit and quantity as the decision before: the
-				// script keeps them.
-				args = append(args, "", "", "", "")
+				args[first+i] = ""
 				continue
 			}
+			args[first+i] = strconv.Itoa(len(args) + 1)
 			args = append(args, limb(c.cost/1e9), limb(c.cost%1e9), limb(c.tol/1e9), limb(c.tol%1e9))
 		}
 		ctx, cancel := context.Background(), context.CancelFunc(func() {})

@@ -11,13 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
 
 // One script call decides a batch in order, each request seeing the ones
 // before it, exactly as gcra.Decide applied one after the other; a key of the
-// wrong type fails alone; answers with d past 2^50 ns come on two limbs.
+// wrong type fails alone; answers with d past 2^50 ns come on two limbs. The
+// keys are left as the requests one after the other would leave them: each
+// holds its last TAT, expiring when it is reached, and a key whose last
+// request left its TAT at now (as absent) is deleted.
 func TestBatchIsSequentialDecide(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -25,61 +30,101 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 	ctx := context.Background()
 	const now int64 = 1_795_350_508_971_038_011
 	s := New(c, Options{Now: func() int64 { return now }, Timeout: 10 * time.Second})
-	c.Set(ctx, "far", strconv.FormatInt(now+int64(200*24*time.Hour), 10), time.Hour) // d > 2^50 ns
-	c.Set(ctx, "bad", "notanumber", time.Hour)
-	c.RPush(ctx, "list", "x")
-	c.Set(ctx, "edge", strconv.FormatInt(9223372036854775807-int64(time.Second), 10), time.Hour)
 	params := []gcra.Params{
 		mustNewParams(t, 2, 1, time.Second),
 		mustNewParams(t, 0, 1, time.Millisecond),
 		mustNewParams(t, 1, 1, 365*24*time.Hour),
+		mustNewParams(t, 3, 1, 1500*time.Microsecond+7),
 	}
-	r := rand.New(rand.NewPCG(1, 2))
-	keys := []string{"a", "b", "a", "far", "bad", "list", "edge", "c"}
-	tats := map[string]int64{"far": now + int64(200*24*time.Hour), "edge": 9223372036854775807 - int64(time.Second)}
-	var batch []*call
-	var want []answer
-	for i := 0; i < maxBatch; i++ {
-		key := keys[r.IntN(len(keys))]
-		p := params[r.IntN(len(params))]
-		q := r.Int64N(p.Limit + 1)
-		batch = append(batch, &call{key: key, cost: p.Interval * q, tol: p.Tolerance, done: make(chan struct{})})
-		switch key {
-		case "bad", "list":
-			want = append(want, answer{err: ErrWrongType})
-			continue
+	keys := []string{"a", "b", "a", "far", "bad", "list", "edge", "c", "stale", "atnow", "stale", "atnow"}
+	for seed := uint64(1); seed <= 20; seed++ {
+		// The state of each key, as Redis would hold it after each request
+		// in turn: its TAT if it exists.
+		held := map[string]int64{
+			"far":   now + int64(200*24*time.Hour), // d > 2^50 ns
+			"edge":  9223372036854775807 - int64(time.Second),
+			"stale": now - int64(time.Second), // expired by the injected clock only
+			"atnow": now,
 		}
-		tat := tats[key]
-		d := max(tat-now, 0)
-		newTAT, res, err := gcra.Decide(now, tat, p, q)
-		a := answer{d: d}
-		switch {
-		case errors.Is(err, gcra.ErrOverflow):
-			a.status = 2
-		case err != nil:
-			t.Fatal(err)
-		case res.Allowed:
-			a.status = 1
-			tats[key] = newTAT
+		for key := range held {
+			c.Del(ctx, key)
 		}
-		want = append(want, a)
-	}
-	s.send(batch)
-	for i, c := range batch {
-		<-c.done
-		w := want[i]
-		if (w.err != nil) != (c.err != nil) || (w.err != nil && !errors.Is(c.err, ErrWrongType)) ||
-			(w.err == nil && (c.status != w.status || c.d != w.d)) {
-			t.Fatalf("request %d on %q: got status %d d %d err %v; want %+v", i, c.key, c.status, c.d, c.err, w)
+		c.Del(ctx, "a", "b", "c", "list")
+		for key, tat := range held {
+			c.Set(ctx, key, strconv.FormatInt(tat, 10), time.Hour)
 		}
-	}
-	for key, tat := range tats {
-		if got := c.Get(ctx, key).Val(); tat > now && got != strconv.FormatInt(tat, 10) {
-			t.Errorf("%q holds %q, want %d", key, got, tat)
+		c.Set(ctx, "bad", "notanumber", time.Hour)
+		c.RPush(ctx, "list", "x")
+		r := rand.New(rand.NewPCG(seed, 2))
+		var batch []*call
+		var want []answer
+		for i := 0; i < maxBatch; i++ {
+			key := keys[r.IntN(len(keys))]
+			p := params[r.IntN(len(params))]
+			q := r.Int64N(p.Limit + 1)
+			if r.IntN(4) == 0 || (seed%2 == 0 && (key == "stale" || key == "atnow")) {
+				q = 0 // on every other seed, these keys get peeks only
+			}
+			batch = append(batch, &call{key: key, cost: p.Interval * q, tol: p.Tolerance, done: make(chan struct{})})
+			switch key {
+			case "bad", "list":
+				want = append(want, answer{err: ErrWrongType})
+				continue
+			}
+			tat, exists := held[key]
+			d := max(tat-now, 0)
+			newTAT, res, err := gcra.Decide(now, tat, p, q)
+			a := answer{d: d}
+			switch {
+			case errors.Is(err, gcra.ErrOverflow):
+				a.status = 2
+			case err != nil:
+				t.Fatal(err)
+			case res.Allowed && newTAT > now:
+				a.status = 1
+				held[key] = newTAT
+			case res.Allowed:
+				a.status = 1
+				if exists {
+					delete(held, key)
+				}
+			}
+			want = append(want, a)
 		}
-	}
-	if got, _ := c.LRange(ctx, "list", 0, -1).Result(); len(got) != 1 || got[0] != "x" {
-		t.Errorf("list changed: %q", got)
+		s.send(batch)
+		for i, c := range batch {
+			<-c.done
+			w := want[i]
+			if (w.err != nil) != (c.err != nil) || (w.err != nil && !errors.Is(c.err, ErrWrongType)) ||
+				(w.err == nil && (c.status != w.status || c.d != w.d)) {
+				t.Fatalf("seed %d, request %d on %q: got status %d d %d err %v; want %+v", seed, i, c.key, c.status, c.d, c.err, w)
+			}
+		}
+		for _, key := range []string{"a", "b", "c", "far", "edge", "stale", "atnow"} {
+			tat, exists := held[key]
+			got, err := c.Get(ctx, key).Result()
+			switch {
+			case !exists && err != redis.Nil:
+				t.Errorf("seed %d: %q holds %q, %v; want no key", seed, key, got, err)
+			case exists && got != strconv.FormatInt(tat, 10):
+				t.Errorf("seed %d: %q holds %q, %v; want %d", seed, key, got, err, tat)
+			}
+		}
+		// The keys written expire at their last TAT, in whole ms rounded up,
+		// plus the ten minutes of an injected clock.
+		for _, key := range []string{"a", "b", "c"} {
+			tat, exists := held[key]
+			if !exists {
+				continue
+			}
+			want := (tat-now+999_999)/1e6 + nowSlack.Milliseconds()
+			if got := c.PTTL(ctx, key).Val().Milliseconds(); got > want || got < want-1000 {
+				t.Errorf("seed %d: %q has PTTL %d ms, want %d", seed, key, got, want)
+			}
+		}
+		if got, _ := c.LRange(ctx, "list", 0, -1).Result(); len(got) != 1 || got[0] != "x" {
+			t.Errorf("list changed: %q", got)
+		}
 	}
 }
 

@@ -16,9 +16,11 @@
 -- ARGV[2]  "" to take the time from Redis's TIME; tests only: now's seconds,
 -- ARGV[3]  and now's nanoseconds
 -- ARGV[4]  milliseconds added to every expiry (0 except in tests)
--- ARGV[4+4i-3 .. 4+4i], for the i-th key of a throttle: the cost's seconds
---          and nanoseconds, the tolerance's seconds and nanoseconds; or four
---          empty strings when they are those of the key before
+-- ARGV[4+i], for the i-th key of a throttle: "" when its cost and tolerance
+--          are those of the key before, else the index j of the arguments
+--          that hold them: ARGV[j .. j+3] are the cost's seconds and
+--          nanoseconds, the tolerance's seconds and nanoseconds (they come
+--          after the keys' arguments)
 --
 -- For each key, the answer is its status and d = max(TAT - now, 0), the time
 -- to a full bucket before the request, in ns. A throttle's status is 1 if
@@ -33,10 +35,14 @@
 -- that holds anything else; with several keys it is the array of their
 -- answers, in order.
 --
--- The script is on the hot path of every decision, and each call of a C
--- function costs Redis CPU: the common cases take few of them (one pattern
--- match, string-to-number coercion rather than tonumber, a plain integer
--- reply).
+-- The script is on the hot path of every decision, and each call of a Redis
+-- command from Lua costs Redis CPU (much more than the arithmetic): a batch
+-- reads all its keys with one MGET, decides its requests in order on the
+-- TATs kept in Lua tables, and writes each key it changed once, at the end,
+-- with the expiry of its last TAT -- the state the requests one after the
+-- other would have left. The common cases take few calls of C functions (one
+-- pattern match per key, string-to-number coercion rather than tonumber, a
+-- plain integer reply).
 
 local nh, nl
 if ARGV[2] == '' then
@@ -47,60 +53,110 @@ else
 end
 local op = ARGV[1]
 local nk = #KEYS
-local out = {}
+
+-- The state of each distinct key: its TAT's limbs, whether it exists, why it
+-- cannot be read (false if it can; 1 not a decimal number, 2 beyond int64, 3
+-- not a string), and whether a request changed it. order lists the keys in
+-- order of first appearance.
+local TH, TL, RAW, BAD, DIRTY = {}, {}, {}, {}, {}
+local order, nd = {}, 0
+
+-- parse returns the limbs of the TAT in raw, a string value, and false; or
+-- 0, 0 and why it is not a TAT.
+local function parse(raw)
+  -- Every TAT from 2001 to 2286 has 19 digits: one match splits it.
+  local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
+  if h then
+    h, l = h + 0, l + 0
+    if h > 9223372036 or (h == 9223372036 and l > 854775807) then
+      return 0, 0, 2
+    end
+    return h, l, false
+  end
+  -- Other lengths, a '+' or leading zeros (Rust's u64 parser, which
+  -- redis-cell uses, takes both), or no number at all.
+  local d = string.match(raw, '^%+?0*(%d*)$')
+  if not d or not string.find(raw, '%d') then
+    return 0, 0, 1
+  end
+  local n = #d
+  if n > 19 then
+    return 0, 0, 2
+  elseif n > 9 then
+    h, l = string.sub(d, 1, n - 9) + 0, string.sub(d, n - 8) + 0
+    if h > 9223372036 or (h == 9223372036 and l > 854775807) then
+      return 0, 0, 2
+    end
+    return h, l, false
+  elseif n > 0 then
+    return 0, d + 0, false
+  end
+  return 0, 0, false
+end
+
+local raws
+if nk == 1 then
+  local raw = redis.pcall('GET', KEYS[1])
+  if raw and raw.err then
+    -- a list, a hash...: GET's own WRONGTYPE error
+    return redis.error_reply('WRONGTYPE the value is not a string')
+  end
+  raws = {raw}
+else
+  raws = redis.call('MGET', unpack(KEYS))
+end
+local absent, na = {}, 0
+for i = 1, nk do
+  local key = KEYS[i]
+  if BAD[key] == nil then
+    nd = nd + 1
+    order[nd] = key
+    local raw = raws[i]
+    if raw then
+      RAW[key] = true
+      TH[key], TL[key], BAD[key] = parse(raw)
+    else
+      TH[key], TL[key], BAD[key] = 0, 0, false
+      na = na + 1
+      absent[na] = key
+    end
+  end
+end
+-- MGET answers nil for a key of another type too: if any of the keys it
+-- found absent exists, find which.
+if nk > 1 and na > 0 and redis.call('EXISTS', unpack(absent)) > 0 then
+  for i = 1, na do
+    if redis.call('EXISTS', absent[i]) == 1 then
+      BAD[absent[i]] = 3
+    end
+  end
+end
+
+local out, no = {}, 0
 local ch, cl, vh, vl
 
 for i = 1, nk do
   local key = KEYS[i]
-  if op == 't' and ARGV[4 * i + 1] ~= '' then
-    local a = 4 * i
-    ch, cl, vh, vl = ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0
-  end
-  local raw = redis.pcall('GET', key)
-  local th, tl, bad = 0, 0, 0
-  if raw then
-    if raw.err then
-      bad = 3 -- a list, a hash...: GET's own WRONGTYPE error
-    else
-      -- Every TAT from 2001 to 2286 has 19 digits: one match splits it.
-      local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
-      if h then
-        th, tl = h + 0, l + 0
-      else
-        -- Other lengths, a '+' or leading zeros (Rust's u64 parser, which
-        -- redis-cell uses, takes both), or no number at all.
-        local d = string.match(raw, '^%+?0*(%d*)$')
-        if not d or not string.find(raw, '%d') then
-          bad = 1
-        else
-          local n = #d
-          if n > 19 then
-            bad = 2
-          elseif n > 9 then
-            th, tl = string.sub(d, 1, n - 9) + 0, string.sub(d, n - 8) + 0
-          elseif n > 0 then
-            tl = d + 0
-          end
-        end
-      end
-      if th > 9223372036 or (th == 9223372036 and tl > 854775807) then
-        bad = 2
-      end
+  if op == 't' then
+    local a = ARGV[4 + i]
+    if a ~= '' then
+      a = a + 0
+      ch, cl, vh, vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
     end
   end
-
-  if bad > 0 then
+  local bad = BAD[key]
+  if bad then
     if nk == 1 then
       if bad == 1 then
         return redis.error_reply('WRONGTYPE the value is not a decimal number')
-      elseif bad == 2 then
-        return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
       end
-      return redis.error_reply('WRONGTYPE the value is not a string')
+      return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
     end
-    out[#out + 1] = -9 - bad
+    no = no + 1
+    out[no] = -9 - bad
   else
     -- d = max(TAT - now, 0)
+    local th, tl = TH[key], TL[key]
     local dh, dl = 0, 0
     if th > nh or (th == nh and tl > nl) then
       dh, dl = th - nh, tl - nl
@@ -126,45 +182,65 @@ for i = 1, nk do
           end
           if zh > 9223372036 or (zh == 9223372036 and zl > 854775807) then
             status = 2
-          elseif xh == 0 and xl == 0 then
-            -- The new TAT is now: the same state as an absent key.
-            status = 1
-            if raw then
-              redis.call('DEL', key)
-            end
           else
             status = 1
-            -- Expire when the TAT is reached, in whole milliseconds rounded
-            -- up, so that the key never vanishes while its TAT is ahead.
-            local sub = xl % 1000000
-            local ms = xh * 1000 + (xl - sub) / 1000000
-            if sub > 0 then
-              ms = ms + 1
-            end
-            local v
-            if zh > 0 then
-              v = string.format('%d%09d', zh, zl)
-            else
-              v = string.format('%d', zl)
-            end
-            redis.call('SET', key, v, 'PX', ms + ARGV[4])
+            TH[key], TL[key], DIRTY[key] = zh, zl, true
           end
         end
       end
-    elseif op == 'd' and raw then
+    elseif op == 'd' and RAW[key] then
       redis.call('DEL', key)
     end
 
     if dh < 1125899 then
-      if nk == 1 then
+      if nk == 1 and status ~= 1 then
         return (dh * 1000000000 + dl) * 4 + status
       end
-      out[#out + 1] = (dh * 1000000000 + dl) * 4 + status
+      no = no + 1
+      out[no] = (dh * 1000000000 + dl) * 4 + status
     else
-      out[#out + 1] = -1 - status
-      out[#out + 1] = dh
-      out[#out + 1] = dl
+      out[no + 1], out[no + 2], out[no + 3] = -1 - status, dh, dl
+      no = no + 3
     end
   end
+end
+
+-- Write each changed key once, with its last TAT.
+local slack = ARGV[4] + 0
+for i = 1, nd do
+  local key = order[i]
+  if DIRTY[key] then
+    local zh, zl = TH[key], TL[key]
+    -- x = TAT - now >= 0
+    local xh, xl = zh - nh, zl - nl
+    if xl < 0 then
+      xh, xl = xh - 1, xl + 1000000000
+    end
+    if xh == 0 and xl == 0 then
+      -- The TAT is now: the same state as an absent key.
+      if RAW[key] then
+        redis.call('DEL', key)
+      end
+    else
+      -- Expire when the TAT is reached, in whole milliseconds rounded up,
+      -- so that the key never vanishes while its TAT is ahead.
+      local sub = xl % 1000000
+      local ms = xh * 1000 + (xl - sub) / 1000000 + slack
+      if sub > 0 then
+        ms = ms + 1
+      end
+      local v
+      if zh > 0 then
+        v = string.format('%d%09d', zh, zl)
+      else
+        v = string.format('%d', zl)
+      end
+      redis.call('SET', key, v, 'PX', ms)
+    end
+  end
+end
+
+if no == 1 then
+  return out[1]
 end
 return out

@@ -240,10 +240,10 @@ func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error
 // outage.
 var errInternal = errors.New("redisstore: internal error")
 
-// args returns the script's first arguments for operation op on n keys, with
-// room for the throttle's arguments of each key.
+// args returns the script's first four arguments for operation op on n keys,
+// with room for the throttle's arguments of each key.
 func (s *Store) args(op string, n int) ([]string, error) {
-	args := make([]string, 0, 4+4*n)
+	args := make([]string, 0, 4+5*n)
 	args = append(args, op)
 	if s.now != nil {
 		now := s.now()
