@@ -1,22 +1,28 @@
 package algo
 
 // LogDecide applies a request for q units at now to a sliding-log key whose
-// admitted units happened at times (ms, ascending; one entry per unit). It
-// returns the key's new log and the result.
+// admitted units are recorded in times (ms, ascending; one entry per unit).
+// It returns the key's new log and the result.
 //
-// Units older than the period (at or before now−period, in ms) are dropped
-// first; the request is admitted when the units left plus q are at most
-// Count, and is then logged as q entries at now. This is exact: no interval
-// of one period ever holds more than Count admitted units.
+// A unit admitted at now is recorded as the millisecond at or after now,
+// ⌈now⌉ (or the newest entry, if later: a clock that goes back keeps the log
+// ascending), and counts until ⌈now⌉ + Period: the first millisecond boundary
+// at or after now + Period. Entries at or before ⌊now⌋ − Period no longer count
+// and are dropped first; the request is admitted when the entries left plus
+// q are at most Count, and is then recorded as q entries. This is exact in
+// nanoseconds: no interval of one period, [t, t+Period), ever holds more
+// than Count admitted units. (Recording ⌊now⌋ instead would let a unit late
+// in one millisecond and another early in the millisecond one period later
+// through in less than a period.)
 //
-// The returned slice may share times's backing array; when the request is
-// refused or is a peek, only the trimming differs from times.
+// The returned slice may share times's backing array, but the entries of
+// times are never modified: when the request is refused or is a peek, the
+// result is a suffix of times (the trimmed log) and storing it is optional.
 func LogDecide(now int64, times []int64, p WindowParams, q int64) ([]int64, Result, error) {
 	if err := checkQuantity(q); err != nil {
 		return times, Result{}, err
 	}
-	ms := Millis(now)
-	times = trimLog(times, ms-p.Period)
+	times = trimLog(times, Millis(now)-p.Period)
 	n := int64(len(times))
 	var r Result
 	switch {
@@ -27,8 +33,12 @@ func LogDecide(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 		r.RetryAfter = until(now, times[n+q-p.Count-1]+p.Period)
 	default:
 		r.Allowed = true
+		at := ceilMillis(now)
+		if n > 0 && times[n-1] > at {
+			at = times[n-1] // the clock went back: keep the log ascending
+		}
 		for i := int64(0); i < q; i++ {
-			times = append(times, ms)
+			times = append(times, at)
 		}
 		n += q
 	}
@@ -51,10 +61,14 @@ func trimLog(times []int64, cutoff int64) []int64 {
 }
 
 // LogRefund gives back q units to a sliding-log key at now: it drops the q
-// newest entries (never below an empty log) after trimming the old ones. q
-// must not be negative.
+// newest entries (never below an empty log) after trimming the old ones; a
+// q ≤ 0 gives nothing back. Like LogDecide, it never modifies the entries
+// of times.
 func LogRefund(now int64, times []int64, p WindowParams, q int64) []int64 {
 	times = trimLog(times, Millis(now)-p.Period)
+	if q <= 0 {
+		return times
+	}
 	if int64(len(times)) <= q {
 		return times[:0]
 	}
