@@ -19,8 +19,16 @@ const NoDelay = int64(1<<63 - 1)
 // share their state. An admitted request is not sent at once but told to
 // wait: the queue ahead of it, max(now, tat)−now, less the first delay units
 // that pass at once (nginx's delay=; NoDelay, or any delay ≥ burst, never
-// waits). With delay 0, admitted requests proceed one p.Interval apart.
+// waits). With delay 0, admitted requests proceed one p.Interval apart (a
+// request for q units then takes q intervals). This is nginx's rule: its
+// excess after a request is max(0, tat−now)/interval units, the request
+// waits (excess − delay)/rate when the excess is above delay, and the first
+// request on an idle key has excess 0, so it never waits. A negative delay
+// is ErrNegative.
 func LeakyDecide(now, tat int64, p gcra.Params, delay, q int64) (int64, Result, error) {
+	if delay < 0 {
+		return tat, Result{}, ErrNegative
+	}
 	newTAT, g, err := gcra.Decide(now, tat, p, q)
 	if err != nil {
 		return tat, Result{}, err
@@ -37,13 +45,16 @@ func LeakyDecide(now, tat int64, p gcra.Params, delay, q int64) (int64, Result, 
 
 // Refund gives back q units to a funnel (or delaying bucket) key at now:
 // its TAT moves back by q intervals, never to before now. It returns the new
-// TAT and false when the key is then empty (the state may be forgotten). q
-// must not be negative.
+// TAT and false when the key is then empty (the state may be forgotten). A
+// q ≤ 0 gives nothing back.
 func Refund(now, tat int64, p gcra.Params, q int64) (int64, bool) {
 	if tat <= now {
 		return 0, false
 	}
-	if q > 0 && (tat-now)/q < p.Interval {
+	if q <= 0 {
+		return tat, true
+	}
+	if (tat-now)/q < p.Interval {
 		return 0, false // q intervals reach back past now (and q·interval may overflow)
 	}
 	tat -= q * p.Interval
