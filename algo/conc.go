@@ -11,52 +11,60 @@ type Lease struct {
 // holds leases, under p (Count leases at once, each living Period ms). It
 // returns the key's leases and the result.
 //
-// Expired leases (Expires ≤ now in ms) are dropped first. Acquiring an id
-// that is held renews it. Otherwise the lease is granted when fewer than
-// Count are held; when refused, RetryAfter is the time until the first held
-// lease expires (a release may free one sooner). q must be 0 (a peek) or 1.
+// Expired leases (Expires ≤ now in ms: a lease expires exactly at its
+// millisecond) no longer count. Acquiring an id that is held renews it for
+// Period from now, even when Count leases are held. Otherwise the lease is
+// granted when fewer than Count are held; when refused, RetryAfter is the
+// time until enough held leases expire to leave room for one (a release may
+// free one sooner). q must be 0 (a peek: allowed, nothing changes) or 1; a
+// larger q is refused with RetryAfter Never, as no lease id takes two units.
 //
-// The returned slice may share leases's backing array.
+// A refused request, or a peek, returns leases itself, unmodified (expired
+// leases included): nothing is to be stored. A granted one returns the live
+// leases, compacted in leases's backing array: leases must not be used
+// after that, only the returned slice.
 func Acquire(now int64, leases []Lease, p WindowParams, id string, q int64) ([]Lease, Result, error) {
 	if q < 0 {
 		return leases, Result{}, ErrNegative
 	}
 	ms := Millis(now)
-	leases = dropExpired(leases, ms)
-	held := -1
-	for i, l := range leases {
-		if l.ID == id {
-			held = i
-			break
+	var r Result
+	n, held := int64(0), false
+	for _, l := range leases {
+		if l.Expires > ms {
+			n++
+			held = held || l.ID == id
 		}
 	}
-	var r Result
-	n := int64(len(leases))
 	switch {
 	case q == 0:
 		r.Allowed = true
 	case q > 1:
 		r.RetryAfter = Never
-	case held >= 0:
-		r.Allowed = true
-		leases[held].Expires = ms + p.Period
-	case n >= p.Count:
-		first := leases[0].Expires
-		for _, l := range leases[1:] {
-			first = min(first, l.Expires)
-		}
-		r.RetryAfter = until(now, first)
+	case !held && n >= p.Count:
+		// Room for one once n−Count+1 of the live leases have expired.
+		r.RetryAfter = until(now, kthExpiry(leases, ms, n-p.Count+1))
 	default:
 		r.Allowed = true
-		leases = append(leases, Lease{ID: id, Expires: ms + p.Period})
-		n++
+		leases = dropExpired(leases, ms)
+		if held {
+			for i := range leases {
+				if leases[i].ID == id {
+					leases[i].Expires = ms + p.Period
+					break
+				}
+			}
+		} else {
+			leases = append(leases, Lease{ID: id, Expires: ms + p.Period})
+			n++
+		}
 	}
 	if n < p.Count {
 		r.Remaining = p.Count - n
 	}
 	if n > 0 {
-		last := leases[0].Expires
-		for _, l := range leases[1:] {
+		last := int64(0)
+		for _, l := range leases {
 			last = max(last, l.Expires)
 		}
 		r.ResetAfter = until(now, last)
@@ -64,8 +72,35 @@ func Acquire(now int64, leases []Lease, p WindowParams, id string, q int64) ([]L
 	return leases, r, nil
 }
 
+// kthExpiry returns the k-th earliest expiry (k ≥ 1, counting equal ones)
+// among the leases that expire after ms. It allocates nothing; its cost, k
+// passes over the leases, matters only when Count was lowered below the
+// leases held.
+func kthExpiry(leases []Lease, ms, k int64) int64 {
+	after := ms // the expiries at or before after are counted
+	for {
+		next, count := int64(-1), int64(0)
+		for _, l := range leases {
+			switch {
+			case l.Expires <= after:
+			case next < 0 || l.Expires < next:
+				next, count = l.Expires, 1
+			case l.Expires == next:
+				count++
+			}
+		}
+		if next < 0 || count >= k {
+			return next
+		}
+		k -= count
+		after = next
+	}
+}
+
 // Release drops the lease id at now, with the expired ones, and reports
-// whether it was held.
+// whether it was held (and not expired). It returns the leases to store,
+// compacted in leases's backing array: leases must not be used after the
+// call, only the returned slice.
 func Release(now int64, leases []Lease, id string) ([]Lease, bool) {
 	leases = dropExpired(leases, Millis(now))
 	for i, l := range leases {
