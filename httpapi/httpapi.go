@@ -1,0 +1,658 @@
+// Package httpapi serves Funnel over HTTP with JSON: decisions for any
+// algorithm of the family, leases, refunds, peeks, resets and bans, health
+// and readiness, and the metrics handler it is given.
+//
+// Endpoints (times in JSON are milliseconds, in header fields seconds):
+//
+//	POST   /v1/throttle      a decision: 200 if allowed, 429 if refused
+//	POST   /v1/acquire       take a concurrency lease: 200 or 429
+//	POST   /v1/release       give a lease back
+//	POST   /v1/refund        give units back: 204
+//	GET    /v1/keys/{key}    peek (the limit in the query string)
+//	DELETE /v1/keys/{key}    reset
+//	GET    /v1/bans          the banned keys
+//	DELETE /v1/bans/{key}    lift a ban
+//	GET    /healthz          the process is up
+//	GET    /readyz           the store answers
+//	GET    /metrics          Options.Metrics
+//
+// Decisions carry the RateLimit-Policy and RateLimit header fields of
+// draft-ietf-httpapi-ratelimit-headers (see middleware.SetHeaders), and
+// Retry-After on a 429. Errors are problem details (RFC 9457,
+// application/problem+json).
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/middleware"
+)
+
+// FailMode is what a decision endpoint answers when the store cannot be
+// reached.
+type FailMode uint8
+
+// Fail modes.
+const (
+	// FailError answers 503 Service Unavailable with a problem (the store's
+	// error is logged, not sent). It is the default: the caller chooses.
+	FailError FailMode = iota
+	// FailOpen answers allowed, with fallback true (200).
+	FailOpen
+	// FailClosed answers refused, with fallback true (429).
+	FailClosed
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBody      = 64 << 10
+	DefaultMaxLimits    = 16
+	DefaultMaxKeyLen    = 1024
+	DefaultReadyTimeout = 2 * time.Second
+)
+
+// Options configure a Server. The zero value is a good default.
+type Options struct {
+	// Ready reports whether the store can serve; /readyz answers 503 when
+	// it returns an error. Nil means a TTL call on the store for a key
+	// that does not exist, bounded by ReadyTimeout.
+	Ready func(ctx context.Context) error
+	// ReadyTimeout bounds the default readiness check; zero means
+	// DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+	// Metrics is served at GET /metrics (such as metrics.Metrics.Handler());
+	// nil leaves /metrics out (404).
+	Metrics http.Handler
+	// Observe is called with each limit's decision or error, for metrics
+	// (metrics.Metrics.Observer fits). A FailOpen or FailClosed answer is
+	// observed as a Fallback result.
+	Observe func(funnel.Result, error)
+	// Fail is the answer of decision endpoints when the store cannot be
+	// reached; the zero value is FailError.
+	Fail FailMode
+	// MaxBody bounds a request body, in bytes (413 beyond); zero means
+	// DefaultMaxBody.
+	MaxBody int64
+	// MaxLimits bounds the limits of one throttle request; zero means
+	// DefaultMaxLimits.
+	MaxLimits int
+	// MaxKeyLen bounds a key, in bytes; zero means DefaultMaxKeyLen.
+	MaxKeyLen int
+	// Logger receives errors that are not sent (a store that is down, a
+	// bug); nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the HTTP API over a Limiter. Build one with New; it is an
+// http.Handler, safe for concurrent use.
+type Server struct {
+	lim  *funnel.Limiter
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New returns the HTTP API over lim.
+func New(lim *funnel.Limiter, opts Options) *Server {
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.MaxLimits <= 0 {
+		opts.MaxLimits = DefaultMaxLimits
+	}
+	if opts.MaxKeyLen <= 0 {
+		opts.MaxKeyLen = DefaultMaxKeyLen
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = DefaultReadyTimeout
+	}
+	s := &Server{lim: lim, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.mux.HandleFunc("POST /v1/throttle", s.throttle)
+	s.mux.HandleFunc("POST /v1/acquire", s.acquire)
+	s.mux.HandleFunc("POST /v1/release", s.release)
+	s.mux.HandleFunc("POST /v1/refund", s.refund)
+	s.mux.HandleFunc("GET /v1/keys/{key...}", s.peek)
+	s.mux.HandleFunc("DELETE /v1/keys/{key...}", s.reset)
+	s.mux.HandleFunc("GET /v1/bans", s.bans)
+	s.mux.HandleFunc("DELETE /v1/bans/{key...}", s.unban)
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	if opts.Metrics != nil {
+		s.mux.Handle("GET /metrics", opts.Metrics)
+	}
+	return s
+}
+
+// ServeHTTP routes r. Requests that match no route, or no method of their
+// route, get a 404 or 405 problem (with Allow).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	// Let the mux answer into a recorder, to keep its status, its Allow
+	// and its redirects, and answer a problem instead of its text.
+	rec := &recorder{header: http.Header{}}
+	s.mux.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		detail := "no endpoint " + r.URL.Path
+		if rec.status == http.StatusMethodNotAllowed {
+			detail = r.Method + " is not allowed on " + r.URL.Path
+		}
+		middleware.Problem{Status: rec.status, Detail: detail}.Write(w)
+	default:
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+		w.Write(rec.body)
+	}
+}
+
+// recorder keeps what the mux writes for a request it does not route.
+type recorder struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	r.body = append(r.body, b...)
+	return len(b), nil
+}
+
+// statusOf maps an error to its HTTP status, the problem's detail (empty
+// when the error must not be sent) and whether it is the store's failure.
+func statusOf(err error) (status int, detail string, storeDown bool) {
+	var tooLarge *http.MaxBytesError
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, "the body is larger than " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes", false
+	case errors.Is(err, errBadJSON), errors.As(err, &syntax), errors.As(err, &typ):
+		return http.StatusBadRequest, err.Error(), false
+	case errors.Is(err, errMediaType):
+		return http.StatusUnsupportedMediaType, err.Error(), false
+	case errors.Is(err, errInput), errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity),
+		errors.Is(err, funnel.ErrDuplicateKey), errors.Is(err, funnel.ErrCrossSlot):
+		return http.StatusUnprocessableEntity, err.Error(), false
+	case errors.Is(err, funnel.ErrWrongType):
+		return http.StatusConflict, err.Error(), false
+	case errors.Is(err, funnel.ErrNotSupported):
+		return http.StatusNotImplemented, err.Error(), false
+	case errors.Is(err, funnel.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, "the store is unavailable", true
+	}
+	return http.StatusInternalServerError, "", false
+}
+
+// fail answers err as a problem, and logs what is not sent.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, detail, down := statusOf(err)
+	switch {
+	case r.Context().Err() != nil:
+		return // the client has gone
+	case down:
+		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+	case status == http.StatusInternalServerError:
+		s.log.Error("httpapi", "path", r.URL.Path, "err", err)
+	}
+	middleware.Problem{Status: status, Detail: detail}.Write(w)
+}
+
+// Errors of decoding.
+var (
+	errBadJSON   = errors.New("httpapi: bad JSON")
+	errMediaType = errors.New("httpapi: the body must be application/json")
+)
+
+// decode reads r's JSON body into v: bounded, strict (no unknown fields,
+// nothing after the value).
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errMediaType
+		}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: the body is empty", errBadJSON)
+		}
+		return fmt.Errorf("%w: %w", errBadJSON, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+		return fmt.Errorf("%w: more than one JSON value in the body", errBadJSON)
+	}
+	return nil
+}
+
+// writeJSON answers v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		middleware.Problem{Status: http.StatusInternalServerError}.Write(w)
+		return
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// checkKey validates a key.
+func (s *Server) checkKey(key string) error {
+	switch {
+	case key == "":
+		return inputf("the key is missing")
+	case len(key) > s.opts.MaxKeyLen:
+		return inputf("the key is longer than %d bytes", s.opts.MaxKeyLen)
+	}
+	return nil
+}
+
+// checkName validates a policy name, defaulting it.
+func checkName(name, def string) (string, error) {
+	if name == "" {
+		return def, nil
+	}
+	if err := middleware.CheckPolicyName(name); err != nil {
+		return "", inputf("name: %v", err)
+	}
+	return name, nil
+}
+
+// quantity returns a request's quantity, 1 when left out.
+func quantity(q *int64) int64 {
+	if q == nil {
+		return 1
+	}
+	return *q
+}
+
+// observe calls the Observe hook.
+func (s *Server) observe(r funnel.Result, err error) {
+	if s.opts.Observe != nil {
+		s.opts.Observe(r, err)
+	}
+}
+
+// fallback returns the configured answer for a store that is down, and
+// whether there is one (FailError has none).
+func (s *Server) fallback() (funnel.Result, bool) {
+	switch s.opts.Fail {
+	case FailOpen:
+		return funnel.Result{Allowed: true, Fallback: true}, true
+	case FailClosed:
+		return funnel.Result{Fallback: true}, true
+	}
+	return funnel.Result{}, false
+}
+
+// decided answers a decision: the header fields, and 200 or 429.
+func decided(w http.ResponseWriter, allowed bool, policies []middleware.Policy, body any) {
+	middleware.SetHeaders(w.Header(), policies...)
+	status := http.StatusOK
+	if !allowed {
+		status = http.StatusTooManyRequests
+	}
+	writeJSON(w, status, body)
+}
+
+// storeDown reports whether err is the store's failure.
+func storeDown(err error) bool {
+	_, _, down := statusOf(err)
+	return down
+}
+
+// throttle serves POST /v1/throttle.
+func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
+	var req ThrottleRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Limits != nil {
+		if req.Key != "" || req.Limit != nil || req.Quantity != nil || req.Name != "" {
+			s.fail(w, r, inputf("give either key, limit and quantity, or limits, not both"))
+			return
+		}
+		s.throttleAll(w, r, req.Limits)
+		return
+	}
+	name, err := checkName(req.Name, middleware.DefaultName)
+	if err == nil {
+		err = s.checkKey(req.Key)
+	}
+	var limit funnel.Limit
+	if err == nil {
+		limit, err = req.Limit.Funnel()
+	}
+	if err == nil && limit.Algorithm == funnel.Concurrency {
+		err = inputf("concurrency limits take leases: POST /v1/acquire")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.lim.AllowN(r.Context(), req.Key, limit, quantity(req.Quantity))
+	if err != nil {
+		fb, ok := s.fallback()
+		if !ok || !storeDown(err) {
+			s.observe(res, err)
+			s.fail(w, r, err)
+			return
+		}
+		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+		res = fb
+	}
+	s.observe(res, nil)
+	decided(w, res.Allowed, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
+}
+
+// throttleAll serves POST /v1/throttle with several limits.
+func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []Entry) {
+	if len(entries) == 0 || len(entries) > s.opts.MaxLimits {
+		s.fail(w, r, inputf("limits must hold 1 to %d entries", s.opts.MaxLimits))
+		return
+	}
+	reqs := make([]funnel.Request, len(entries))
+	policies := make([]middleware.Policy, len(entries))
+	for i, e := range entries {
+		name, err := checkName(e.Name, "limit"+strconv.Itoa(i))
+		if err == nil {
+			err = s.checkKey(e.Key)
+		}
+		var limit funnel.Limit
+		if err == nil {
+			limit, err = e.Limit.Funnel()
+		}
+		if err == nil && limit.Algorithm == funnel.Concurrency {
+			err = inputf("concurrency limits take leases: POST /v1/acquire")
+		}
+		if err != nil {
+			s.fail(w, r, inputf("limits[%d]: %w", i, err))
+			return
+		}
+		reqs[i] = funnel.Request{Key: e.Key, Limit: limit, N: quantity(e.Quantity)}
+		policies[i] = middleware.Policy{Name: name, Limit: limit}
+	}
+	m, err := s.lim.AllowAll(r.Context(), reqs)
+	if err != nil {
+		fb, ok := s.fallback()
+		if !ok || !storeDown(err) {
+			s.observe(funnel.Result{}, err)
+			s.fail(w, r, err)
+			return
+		}
+		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+		m = funnel.MultiResult{Allowed: fb.Allowed, Refused: -1, Results: make([]funnel.Result, len(reqs))}
+		for i := range m.Results {
+			m.Results[i] = fb
+		}
+		if !fb.Allowed {
+			m.Refused = 0
+		}
+	}
+	reply := MultiDecision{Allowed: m.Allowed, Refused: m.Refused, RetryAfterMs: ms(m.RetryAfter), Results: make([]Decision, len(m.Results))}
+	for i, res := range m.Results {
+		s.observe(res, nil)
+		policies[i].Result = res
+		reply.Results[i] = decision(res)
+		reply.Fallback = reply.Fallback || res.Fallback
+	}
+	decided(w, m.Allowed, policies, reply)
+}
+
+// acquire serves POST /v1/acquire.
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
+	var req AcquireRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name, err := checkName(req.Name, middleware.DefaultName)
+	if err == nil {
+		err = s.checkKey(req.Key)
+	}
+	if err == nil && req.Limit != nil && req.Limit.Algorithm == "" {
+		req.Limit.Algorithm = funnel.Concurrency.String()
+	}
+	var limit funnel.Limit
+	if err == nil {
+		limit, err = req.Limit.Funnel()
+	}
+	if err == nil && limit.Algorithm != funnel.Concurrency {
+		err = inputf("leases are for concurrency limits")
+	}
+	if err == nil && len(req.Lease) > s.opts.MaxKeyLen {
+		err = inputf("the lease id is longer than %d bytes", s.opts.MaxKeyLen)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var lease funnel.Lease
+	var res funnel.Result
+	if req.Lease != "" {
+		lease, res, err = s.lim.AcquireID(r.Context(), req.Key, limit, req.Lease)
+	} else {
+		lease, res, err = s.lim.Acquire(r.Context(), req.Key, limit)
+	}
+	if err != nil {
+		fb, ok := s.fallback()
+		if !ok || !storeDown(err) {
+			s.observe(res, err)
+			s.fail(w, r, err)
+			return
+		}
+		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+		res = fb
+	}
+	s.observe(res, nil)
+	d := decision(res)
+	d.Lease = lease.ID
+	decided(w, res.Allowed, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, d)
+}
+
+// release serves POST /v1/release.
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	var req ReleaseRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	err := s.checkKey(req.Key)
+	if err == nil && req.Lease == "" {
+		err = inputf("the lease is missing")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ok, err := s.lim.Release(r.Context(), funnel.Lease{Key: req.Key, ID: req.Lease})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Released{Released: ok})
+}
+
+// refund serves POST /v1/refund.
+func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
+	var req RefundRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	err := s.checkKey(req.Key)
+	var limit funnel.Limit
+	if err == nil {
+		limit, err = req.Limit.Funnel()
+	}
+	if err == nil && limit.Algorithm == funnel.Concurrency {
+		err = inputf("release the lease instead: POST /v1/release")
+	}
+	if err == nil {
+		err = s.lim.Refund(r.Context(), req.Key, limit, quantity(req.Quantity))
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// peek serves GET /v1/keys/{key}, the limit in the query string.
+func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	q := r.URL.Query()
+	name, err := checkName(q.Get("name"), middleware.DefaultName)
+	if err == nil {
+		err = s.checkKey(key)
+	}
+	var l *Limit
+	if err == nil {
+		l, err = limitFromQuery(q)
+	}
+	var limit funnel.Limit
+	if err == nil {
+		limit, err = l.Funnel()
+	}
+	if err == nil && limit.Algorithm == funnel.Concurrency {
+		err = inputf("concurrency limits cannot be peeked")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.lim.Peek(r.Context(), key, limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	middleware.SetHeaders(w.Header(), middleware.Policy{Name: name, Limit: limit, Result: res})
+	writeJSON(w, http.StatusOK, decision(res))
+}
+
+// reset serves DELETE /v1/keys/{key}.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if err := s.checkKey(key); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	existed, err := s.lim.Store().Reset(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ResetReply{Existed: existed})
+}
+
+// bans serves GET /v1/bans.
+func (s *Server) bans(w http.ResponseWriter, r *http.Request) {
+	bans, err := s.lim.Bans(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	reply := BansReply{Bans: make([]Ban, len(bans))}
+	for i, b := range bans {
+		reply.Bans[i] = Ban{Key: b.Key, Until: b.Until.UTC()}
+	}
+	slices.SortFunc(reply.Bans, func(a, b Ban) int {
+		if c := a.Until.Compare(b.Until); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	writeJSON(w, http.StatusOK, reply)
+}
+
+// unban serves DELETE /v1/bans/{key}.
+func (s *Server) unban(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if err := s.checkKey(key); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ok, err := s.lim.Unban(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, UnbanReply{Unbanned: ok})
+}
+
+// healthz serves GET /healthz: the process answers.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	io.WriteString(w, "ok\n")
+}
+
+// readyzKey is the key the default readiness check asks the store about.
+const readyzKey = "funnel:readyz"
+
+// readyz serves GET /readyz: the store answers.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	var err error
+	if s.opts.Ready != nil {
+		err = s.opts.Ready(r.Context())
+	} else {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.ReadyTimeout)
+		_, _, err = s.lim.Store().TTL(ctx, readyzKey)
+		cancel()
+	}
+	if err != nil {
+		if r.Context().Err() == nil {
+			s.log.Warn("httpapi: not ready", "err", err)
+		}
+		middleware.Problem{Status: http.StatusServiceUnavailable, Detail: "the store is unavailable"}.Write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	io.WriteString(w, "ready\n")
+}

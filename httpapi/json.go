@@ -1,0 +1,318 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/funnelrl/funnel"
+)
+
+// Limit is a limit as JSON carries it. Durations are Go duration strings
+// ("1s", "1m30s", "24h").
+type Limit struct {
+	// Algorithm is gcra (or funnel, the default), leaky_bucket,
+	// fixed_window, sliding_window, sliding_log or concurrency.
+	Algorithm string `json:"algorithm,omitempty"`
+	// Count is the number of units per Period (for concurrency: the leases
+	// held at once).
+	Count int64 `json:"count"`
+	// Period is the window or leak period (for concurrency: a lease's
+	// lifetime). Calendar windows leave it out.
+	Period string `json:"period,omitempty"`
+	// Burst is, for gcra and leaky_bucket, the units beyond the first that
+	// a full bucket admits at once; left out, it is Count-1.
+	Burst *int64 `json:"burst,omitempty"`
+	// Delay is, for leaky_bucket, the excess units that pass at once
+	// (nginx's delay=); NoDelay delays none (nginx's nodelay).
+	Delay   int64 `json:"delay,omitempty"`
+	NoDelay bool  `json:"nodelay,omitempty"`
+	// Calendar is, for fixed_window, "day", "week" (from Monday) or "month"
+	// windows in TimeZone.
+	Calendar string `json:"calendar,omitempty"`
+	// TimeZone is the IANA name of the calendar's time zone, such as
+	// "Europe/Paris"; empty means UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+	// Ban, a duration, bans a key that overflows the limit for that long.
+	Ban string `json:"ban,omitempty"`
+}
+
+// errInput is wrapped by errors in a request's values (answered 422).
+var errInput = errors.New("httpapi: invalid request")
+
+// inputf returns an error wrapping errInput.
+func inputf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errInput}, args...)...)
+}
+
+// parseDuration parses a JSON duration field.
+func parseDuration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, inputf("%s: %q is not a duration such as \"1s\" or \"1m30s\"", field, s)
+	}
+	return d, nil
+}
+
+// Funnel converts l to a funnel.Limit, checking it.
+func (l *Limit) Funnel() (funnel.Limit, error) {
+	if l == nil {
+		return funnel.Limit{}, inputf("the limit is missing")
+	}
+	var fl funnel.Limit
+	var err error
+	if l.Algorithm != "" {
+		if fl.Algorithm, err = funnel.ParseAlgorithm(l.Algorithm); err != nil {
+			return funnel.Limit{}, err
+		}
+	}
+	fl.Count = l.Count
+	if fl.Period, err = parseDuration("period", l.Period); err != nil {
+		return funnel.Limit{}, err
+	}
+	if fl.Ban, err = parseDuration("ban", l.Ban); err != nil {
+		return funnel.Limit{}, err
+	}
+	if l.Burst != nil {
+		fl.Burst = *l.Burst
+	} else if fl.Algorithm == funnel.GCRA || fl.Algorithm == funnel.LeakyBucket {
+		fl.Burst = max(l.Count-1, 0)
+	}
+	fl.Delay = l.Delay
+	if l.NoDelay {
+		if l.Delay != 0 {
+			return funnel.Limit{}, inputf("delay and nodelay exclude each other")
+		}
+		fl.Delay = funnel.NoDelay
+	}
+	switch l.Calendar {
+	case "":
+	case "day":
+		fl.Calendar = funnel.Daily
+	case "week":
+		fl.Calendar = funnel.Weekly
+	case "month":
+		fl.Calendar = funnel.Monthly
+	default:
+		return funnel.Limit{}, inputf("calendar: %q is not day, week or month", l.Calendar)
+	}
+	if l.TimeZone != "" {
+		if l.Calendar == "" {
+			return funnel.Limit{}, inputf("time_zone is for calendar windows")
+		}
+		loc, err := time.LoadLocation(l.TimeZone)
+		if err != nil {
+			return funnel.Limit{}, inputf("time_zone: unknown time zone %q", l.TimeZone)
+		}
+		fl.Location = loc
+	}
+	if err := fl.Validate(); err != nil {
+		return funnel.Limit{}, err
+	}
+	return fl, nil
+}
+
+// limitFromQuery reads a Limit from URL query parameters named as the JSON
+// fields.
+func limitFromQuery(q url.Values) (*Limit, error) {
+	l := &Limit{}
+	for name, vs := range q {
+		if len(vs) != 1 {
+			return nil, inputf("query parameter %s is repeated", name)
+		}
+		v := vs[0]
+		var err error
+		switch name {
+		case "algorithm":
+			l.Algorithm = v
+		case "count":
+			l.Count, err = strconv.ParseInt(v, 10, 64)
+		case "period":
+			l.Period = v
+		case "burst":
+			var b int64
+			b, err = strconv.ParseInt(v, 10, 64)
+			l.Burst = &b
+		case "delay":
+			l.Delay, err = strconv.ParseInt(v, 10, 64)
+		case "nodelay":
+			l.NoDelay, err = strconv.ParseBool(v)
+		case "calendar":
+			l.Calendar = v
+		case "time_zone":
+			l.TimeZone = v
+		case "ban":
+			l.Ban = v
+		case "name":
+			continue
+		default:
+			return nil, inputf("unknown query parameter %s", name)
+		}
+		if err != nil {
+			return nil, inputf("query parameter %s: %q is not valid", name, v)
+		}
+	}
+	return l, nil
+}
+
+// Decision is the answer to a throttle, a peek or an acquire. Times are in
+// milliseconds, rounded up, so that a client that waits that long has
+// waited enough.
+type Decision struct {
+	// Allowed reports whether the request was admitted (and charged).
+	Allowed bool `json:"allowed"`
+	// Limit is the units a full limit admits at once (gcra: burst+1).
+	Limit int64 `json:"limit"`
+	// Remaining is the units that could be admitted now.
+	Remaining int64 `json:"remaining"`
+	// RetryAfterMs is 0 when allowed; when refused, the milliseconds until
+	// the same request would pass, or -1 when it never would (its quantity
+	// is above the limit).
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	// ResetAfterMs is the milliseconds until the limit is whole again.
+	ResetAfterMs int64 `json:"reset_after_ms"`
+	// DelayMs is, for leaky_bucket, how long an admitted request should
+	// wait before it proceeds.
+	DelayMs int64 `json:"delay_ms"`
+	// Banned reports a refusal because the key is banned (RetryAfterMs is
+	// then the time until the ban ends).
+	Banned bool `json:"banned"`
+	// Fallback reports that the store could not decide, and Allowed is the
+	// configured fail-open or fail-closed answer.
+	Fallback bool `json:"fallback"`
+	// Lease is the id of the lease an allowed acquire took.
+	Lease string `json:"lease,omitempty"`
+}
+
+// ms rounds d up to whole milliseconds; Never is -1.
+func ms(d time.Duration) int64 {
+	if d == funnel.Never {
+		return -1
+	}
+	if d <= 0 {
+		return 0
+	}
+	m := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		m++
+	}
+	return m
+}
+
+// decision converts a result to its JSON form.
+func decision(r funnel.Result) Decision {
+	d := Decision{
+		Allowed:      r.Allowed,
+		Limit:        r.Limit,
+		Remaining:    r.Remaining,
+		RetryAfterMs: ms(r.RetryAfter),
+		ResetAfterMs: ms(r.ResetAfter),
+		DelayMs:      ms(r.Delay),
+		Banned:       r.Banned,
+		Fallback:     r.Fallback,
+	}
+	if r.Allowed {
+		d.RetryAfterMs = 0
+	}
+	return d
+}
+
+// ThrottleRequest is the body of POST /v1/throttle: either one limit (Key,
+// Limit, Quantity, Name) or several (Limits) checked all-or-nothing.
+type ThrottleRequest struct {
+	Key   string `json:"key,omitempty"`
+	Limit *Limit `json:"limit,omitempty"`
+	// Quantity is the units asked for; left out, 1. 0 peeks.
+	Quantity *int64 `json:"quantity,omitempty"`
+	// Name is the policy's name in the RateLimit-Policy and RateLimit
+	// fields; left out, "default" (for one limit) or "limit<i>" (for the
+	// i-th of several, from 0).
+	Name   string  `json:"name,omitempty"`
+	Limits []Entry `json:"limits,omitempty"`
+}
+
+// Entry is one limit of a ThrottleRequest with several.
+type Entry struct {
+	Key      string `json:"key"`
+	Limit    *Limit `json:"limit"`
+	Quantity *int64 `json:"quantity,omitempty"`
+	Name     string `json:"name,omitempty"`
+}
+
+// MultiDecision is the answer to a ThrottleRequest with several limits.
+type MultiDecision struct {
+	// Allowed reports whether every limit admitted the request (and all
+	// were charged); when false, none was charged.
+	Allowed bool `json:"allowed"`
+	// Refused is the index in Limits of the first refusing limit, or -1.
+	Refused int `json:"refused"`
+	// RetryAfterMs is 0 when allowed, else the longest wait of the
+	// refusing limits, in milliseconds (-1: never).
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	// Fallback reports that the store could not decide.
+	Fallback bool `json:"fallback"`
+	// Results are each limit's own decision, in the order of Limits.
+	Results []Decision `json:"results"`
+}
+
+// AcquireRequest is the body of POST /v1/acquire.
+type AcquireRequest struct {
+	Key string `json:"key"`
+	// Limit is a concurrency limit (its algorithm may be left out): Count
+	// leases at once, each expiring after Period unless released.
+	Limit *Limit `json:"limit"`
+	// Lease is the lease's id, such as a request id; left out, a random
+	// one. Acquiring an id that is held renews it.
+	Lease string `json:"lease,omitempty"`
+	// Name is the policy's name in the header fields ("default").
+	Name string `json:"name,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/release.
+type ReleaseRequest struct {
+	Key   string `json:"key"`
+	Lease string `json:"lease"`
+}
+
+// Released is the answer to a release.
+type Released struct {
+	// Released is false when the lease had expired or was released before.
+	Released bool `json:"released"`
+}
+
+// RefundRequest is the body of POST /v1/refund.
+type RefundRequest struct {
+	Key   string `json:"key"`
+	Limit *Limit `json:"limit"`
+	// Quantity is the units given back; left out, 1.
+	Quantity *int64 `json:"quantity,omitempty"`
+}
+
+// ResetReply is the answer to DELETE /v1/keys/{key}.
+type ResetReply struct {
+	// Existed reports whether the key held state.
+	Existed bool `json:"existed"`
+}
+
+// Ban is one banned key in BansReply.
+type Ban struct {
+	Key string `json:"key"`
+	// Until is when the ban ends (RFC 3339, UTC).
+	Until time.Time `json:"until"`
+}
+
+// BansReply is the answer to GET /v1/bans.
+type BansReply struct {
+	Bans []Ban `json:"bans"`
+}
+
+// UnbanReply is the answer to DELETE /v1/bans/{key}.
+type UnbanReply struct {
+	// Unbanned reports whether the key was banned.
+	Unbanned bool `json:"unbanned"`
+}
