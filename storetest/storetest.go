@@ -51,7 +51,8 @@ func (c *Clock) Set(ns int64) { c.ns.Store(ns) }
 // Add moves the clock by d.
 func (c *Clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
 
-// Run runs the conformance suite against stores built by newStore.
+// Run runs the conformance suite against stores built by newStore, and the
+// limiter family's (RunFamily) when they implement funnel.Executor.
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Steps", func(t *testing.T) {
 		for _, tc := range stepCases {
@@ -67,6 +68,12 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("BinaryKeys", func(t *testing.T) { t.Parallel(); testBinaryKeys(t, newStore) })
 	t.Run("ExpiryIsFullBucket", func(t *testing.T) { t.Parallel(); testExpiry(t, newStore) })
 	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, newStore) })
+	t.Run("Family", func(t *testing.T) {
+		if _, ok := newStore(t, NewClock(Epoch).Now).(funnel.Executor); !ok {
+			t.Skip("the store does not implement funnel.Executor")
+		}
+		RunFamily(t, newStore)
+	})
 }
 
 // step is one request of a case: at offset At from Epoch, Quantity units.
