@@ -1,14 +1,52 @@
 // Package memstore is Funnel's in-memory store: sharded, exact under
 // contention, and free of allocations when deciding for a key it already
-// holds.
+// holds. It runs the whole limiter family (funnel.Executor).
 //
-// Per key it keeps one int64, the theoretical arrival time, in one small
-// allocation with the key's bytes. Deciding for a key the store holds takes
-// no lock: the TAT is updated by compare-and-swap. A key whose TAT has passed
-// is the same as an absent key, so such keys are forgotten: by a background
-// sweep (one goroutine per store, never one per key), and first when the
-// store is full and must evict. Tables shrink when keys go, so memory follows
-// the keys that are active now.
+// Per funnel key (GCRA, and the leaky bucket, which shares its state) it
+// keeps one int64, the theoretical arrival time, in one small allocation
+// with the key's bytes. Deciding for a key the store holds takes no lock:
+// the TAT is updated by compare-and-swap. A key whose TAT has passed is the
+// same as an absent key, so such keys are forgotten: by a background sweep
+// (one goroutine per store, never one per key), and first when the store
+// is full and must evict. Tables shrink when keys go, so memory follows the
+// keys that are active now.
+//
+// # The other algorithms
+//
+// Keys of the fixed and sliding windows, the sliding log and concurrency
+// keep a richer state (window counts, a log of timestamps, leases) in a map
+// per shard, read and written under the shard's lock, with the instant at
+// which the state is empty: from then on the key reads as absent, the sweep
+// drops it, and it counts against MaxKeys like a funnel key until then.
+//
+// A key holds one kind of state at a time. Both kinds live in the key's
+// shard and are created only under its lock, which first looks for the
+// other kind: a live state of another algorithm is an error that wraps
+// funnel.ErrWrongType (and changes nothing); an empty one is dropped. So a
+// key the table holds has no family state, and the lock-free paths, which
+// only ever see the table, need not look.
+//
+// # Several keys at once
+//
+// Do locks the shards of its keys, each once, in address order, so that
+// two calls that share shards cannot deadlock, and holds them for the whole
+// call. The family states are then its alone. A funnel key's TAT is also
+// changed by the lock-free paths (Throttle, and Do of one funnel op under a
+// limit without a ban), so Do swaps it for a locked sentinel before it
+// decides: a lock-free path that meets the sentinel goes to the shard's
+// lock, and so waits for the call to end. Only then does Do decide every
+// op, and either store every new state or put every TAT back as it was. No
+// decision ever sees a partial charge, and no call waits for anything but
+// shard locks taken in one order.
+//
+// # Bans
+//
+// A refusal under a limit with a Ban records the key's ban, in a map per
+// shard beside the keys, until it ends. Ops under limits with a Ban look
+// for it before every decision; Throttle, and limits without a Ban, do not
+// (see funnel.Limit). Bans lists them, Unban lifts one, the sweep drops
+// those that have ended; Reset forgets a key's state but not its ban. Bans
+// are not counted against MaxKeys: evicting one would lift it.
 package memstore
 
 import (
@@ -37,15 +75,16 @@ type Options struct {
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two. Zero means 16 per CPU, at least 64.
 	Shards int
-	// MaxKeys bounds the number of keys held; zero means no bound. When a new
-	// key arrives at a full shard, keys whose bucket is already full again are
-	// dropped first; otherwise, of a sample of keys, the one whose TAT is
-	// nearest to now (the least harmful to forget) is evicted. The bound is
+	// MaxKeys bounds the number of keys held, of every algorithm; zero means
+	// no bound. When a new key arrives at a full shard, keys whose state is
+	// already empty (a bucket full again) are dropped first; otherwise, of a
+	// sample of keys, the one whose state empties first (for a funnel, the
+	// TAT nearest to now: the least harmful to forget) is evicted. The bound is
 	// split evenly between shards, so the store never holds more than MaxKeys.
 	MaxKeys int
 	// SweepInterval is how often a background goroutine drops keys whose
-	// TAT passed at least one interval ago (their bucket has been full that
-	// long). Zero means one second; a negative value disables the sweep
+	// state has been empty for at least one interval (for a funnel, whose
+	// TAT passed that long ago), and bans that have ended. Zero means one second; a negative value disables the sweep
 	// (keys are then dropped only by Sweep, Reset or eviction).
 	SweepInterval time.Duration
 }
@@ -53,7 +92,7 @@ type Options struct {
 // evictionSample is how many keys a full shard looks at to choose a victim.
 const evictionSample = 8
 
-// Store is an in-memory funnel.Store. It is safe for concurrent use. Build
+// Store is an in-memory funnel.Store and funnel.Executor. It is safe for concurrent use. Build
 // one with New and stop its sweep with Close.
 type Store struct {
 	shards []shard
@@ -71,10 +110,14 @@ type Store struct {
 type shard struct {
 	table   atomic.Pointer[table]
 	mu      sync.Mutex // serialises the writers of table and the fields below
-	live    int        // keys held
+	live    int        // keys held in table
 	tombs   int        // tombstones in table
 	evicted uint64
 	expired uint64
+	fam     map[string]*fstate // keys of the other algorithms (family.go)
+	famPeak int                // the most keys fam held since it was made
+	bans    map[string]int64   // banned keys: the instant each ban ends
+	banPeak int
 	_       [64]byte // keep neighbouring shards' locks on separate cache lines
 }
 
@@ -150,7 +193,9 @@ func (s *Store) hash(key string) (uint64, *shard) {
 
 // Throttle applies a request for quantity units of key under p at the
 // store's current time. It never blocks on I/O and ignores ctx. The key may
-// alias a buffer the caller reuses: the store copies a key it keeps.
+// alias a buffer the caller reuses: the store copies a key it keeps. A key
+// that holds the state of another algorithm than the funnel's is an error
+// that wraps funnel.ErrWrongType. Throttle does not look for bans.
 func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
 	now := s.Now()
 	h, sh := s.hash(key)
@@ -158,8 +203,8 @@ func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity 
 		// decideOn, inlined by hand on this hot path.
 		for {
 			tat := e.tat.Load()
-			if tat == dead {
-				break // deleted meanwhile: decide under the lock
+			if tat <= locked {
+				break // deleted, or held by a Do call: decide under the lock
 			}
 			newTAT, r, err := gcra.Decide(now, tat, p, quantity)
 			if err != nil {
@@ -178,7 +223,7 @@ func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity 
 func decideOn(e *entry, now int64, p gcra.Params, quantity int64) (funnel.Result, error, bool) {
 	for {
 		tat := e.tat.Load()
-		if tat == dead {
+		if tat <= locked {
 			return funnel.Result{}, nil, false
 		}
 		newTAT, r, err := gcra.Decide(now, tat, p, quantity)
@@ -202,6 +247,13 @@ func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcr
 		r, err, _ := decideOn(e, now, p, quantity)
 		return r, err
 	}
+	if fs := sh.fam[key]; fs != nil {
+		if fs.expires > now {
+			return funnel.Result{}, errWrongType[fs.kind]
+		}
+		delete(sh.fam, key)
+		sh.expired++
+	}
 	newTAT, r, err := gcra.Decide(now, 0, p, quantity)
 	if err != nil {
 		return funnel.Result{}, err
@@ -214,7 +266,7 @@ func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcr
 
 // insert adds e, whose key is absent. The caller holds the lock.
 func (sh *shard) insert(h uint64, e *entry, now int64, perCap int) {
-	if perCap > 0 && sh.live >= perCap {
+	if perCap > 0 && sh.live+len(sh.fam) >= perCap {
 		sh.makeRoom(now)
 	}
 	t := sh.table.Load()
@@ -264,14 +316,18 @@ func (sh *shard) remove(s *slot, tat int64) (int64, bool) {
 }
 
 // makeRoom frees at least one place in a full shard: it drops the keys of a
-// sample whose TAT has passed, or else the sampled key whose TAT is nearest
-// to now. The caller holds the lock.
+// sample whose state is empty at now, or else the sampled key whose state
+// empties first (a TAT nearest to now: the least harmful to forget). The
+// sample takes evictionSample keys of the table and as many of the family
+// states. The caller holds the lock.
 func (sh *shard) makeRoom(now int64) {
 	t := sh.table.Load()
 	start := uint64(cheaprand()) & t.mask
 	var victim *slot
+	var famVictim string
 	var min int64
-	seen, dropped := 0, false
+	found, dropped := false, false
+	seen := 0
 	for i, n := start, 0; n <= int(t.mask) && seen < evictionSample; i, n = (i+1)&t.mask, n+1 {
 		s := &t.slots[i]
 		e := s.e.Load()
@@ -285,71 +341,125 @@ func (sh *shard) makeRoom(now int64) {
 				sh.expired++
 				dropped = true
 			}
-		} else if victim == nil || tat < min {
-			victim, min = s, tat
+		} else if !found || tat < min {
+			victim, min, found = s, tat, true
 		}
 	}
-	if !dropped && victim != nil {
+	// Map iteration starts at a random place: the first states are a sample.
+	seen = 0
+	for k, fs := range sh.fam {
+		if seen == evictionSample {
+			break
+		}
+		seen++
+		if fs.expires <= now {
+			delete(sh.fam, k)
+			sh.expired++
+			dropped = true
+		} else if !found || fs.expires < min {
+			victim, famVictim, min, found = nil, k, fs.expires, true
+		}
+	}
+	switch {
+	case dropped || !found:
+	case victim != nil:
 		// If a concurrent charge moved its TAT, evict it all the same: the
 		// bound on keys is firm.
 		sh.remove(victim, dead)
 		sh.evicted++
+	default:
+		delete(sh.fam, famVictim)
+		sh.evicted++
 	}
 }
 
-// TTL returns the time until key's bucket is full again, and false when the
-// key holds no state. It never fails.
+// TTL returns the time until key holds no state (for a funnel, until its
+// bucket is full again), and false when the key holds no state. It never
+// fails.
 func (s *Store) TTL(_ context.Context, key string) (time.Duration, bool, error) {
 	now := s.Now()
-	tat, ok := s.tatAt(key, now)
+	end, ok := s.endAt(key, now)
 	if !ok {
 		return 0, false, nil
 	}
-	return time.Duration(tat - now), true, nil
+	return time.Duration(end - now), true, nil
 }
 
 // TAT returns key's theoretical arrival time and true, or 0 and false when
-// the key holds no state at the store's current time.
+// the key holds no funnel state at the store's current time.
 func (s *Store) TAT(key string) (int64, bool) {
-	return s.tatAt(key, s.Now())
-}
-
-func (s *Store) tatAt(key string, now int64) (int64, bool) {
+	now := s.Now()
 	h, sh := s.hash(key)
-	e := sh.table.Load().find(h, key)
-	if e == nil {
-		return 0, false
+	if e := sh.table.Load().find(h, key); e != nil {
+		if tat := e.tat.Load(); tat > locked {
+			if tat <= now {
+				return 0, false
+			}
+			return tat, true
+		}
 	}
-	tat := e.tat.Load()
-	if tat <= now { // dead is below any now
-		return 0, false
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.table.Load().find(h, key); e != nil {
+		if tat := e.tat.Load(); tat > now {
+			return tat, true
+		}
 	}
-	return tat, true
+	return 0, false
 }
 
-// Reset forgets key and reports whether it held state. It never fails.
+// endAt returns the instant at which key's state is empty, if it holds
+// state at now.
+func (s *Store) endAt(key string, now int64) (int64, bool) {
+	h, sh := s.hash(key)
+	if e := sh.table.Load().find(h, key); e != nil {
+		// A key in the table holds no family state.
+		if tat := e.tat.Load(); tat > locked {
+			return tat, tat > now
+		}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.table.Load().find(h, key); e != nil {
+		tat := e.tat.Load()
+		return tat, tat > now
+	}
+	if fs := sh.fam[key]; fs != nil {
+		return fs.expires, fs.expires > now
+	}
+	return 0, false
+}
+
+// Reset forgets key's state, whatever its algorithm, and reports whether it
+// held state. It does not lift a ban (Unban does). It never fails.
 func (s *Store) Reset(_ context.Context, key string) (bool, error) {
 	now := s.Now()
 	h, sh := s.hash(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sl := sh.table.Load().findSlot(h, key)
-	if sl == nil {
-		return false, nil
+	if sl := sh.table.Load().findSlot(h, key); sl != nil {
+		tat, _ := sh.remove(sl, dead)
+		return tat > now, nil
 	}
-	tat, _ := sh.remove(sl, dead)
-	return tat > now, nil
+	if fs := sh.fam[key]; fs != nil {
+		delete(sh.fam, key)
+		return fs.expires > now, nil
+	}
+	return false, nil
 }
 
-// Sweep drops every key whose TAT has passed and returns how many it dropped.
-// A table left mostly empty is rebuilt smaller, so that memory is given back
-// after a burst of keys. The background sweep calls Sweep; it is exported
-// for tests and for callers that disable the background sweep.
+// Sweep drops every key whose state is empty (for a funnel, whose TAT has
+// passed) and every ban that has ended, and returns how many keys it
+// dropped. A table or map left mostly empty is rebuilt smaller, so that
+// memory is given back after a burst of keys. The background sweep calls
+// Sweep; it is exported for tests and for callers that disable the
+// background sweep.
 func (s *Store) Sweep() int {
 	return s.sweepBefore(s.Now())
 }
 
-// sweepBefore drops every key whose TAT is at or before t.
+// sweepBefore drops every key whose state is empty at t, and the bans that
+// end at or before t.
 func (s *Store) sweepBefore(t int64) int {
 	total := 0
 	for i := range s.shards {
@@ -375,6 +485,19 @@ func (sh *shard) sweep(now int64) int {
 			}
 		}
 	}
+	for k, fs := range sh.fam {
+		if fs.expires <= now {
+			delete(sh.fam, k)
+			n++
+		}
+	}
+	for k, until := range sh.bans {
+		if until <= now {
+			delete(sh.bans, k)
+		}
+	}
+	sh.fam, sh.famPeak = shrink(sh.fam, sh.famPeak)
+	sh.bans, sh.banPeak = shrink(sh.bans, sh.banPeak)
 	sh.expired += uint64(n)
 	if len(t.slots) > minSlots && (sh.live*8 < len(t.slots) || sh.tombs*4 > len(t.slots)) {
 		sh.rebuild(sh.live)
@@ -401,14 +524,18 @@ func (s *Store) sweepEvery(every time.Duration) {
 
 // Stats are counters of a Store.
 type Stats struct {
-	// Keys is the number of keys held, including any whose TAT has passed
-	// but that have not been dropped yet.
+	// Keys is the number of keys held, of every algorithm, including any
+	// whose state is empty but that have not been dropped yet.
 	Keys int
-	// Expired counts keys dropped because their TAT had passed.
+	// Bans is the number of bans held, including any that have ended but
+	// have not been dropped yet.
+	Bans int
+	// Expired counts keys dropped because their state was empty.
 	Expired uint64
 	// Evicted counts keys dropped to respect MaxKeys while still limited.
 	Evicted uint64
-	// Bytes estimates the memory held by the keys: their tables and entries.
+	// Bytes estimates the memory held by the keys: their tables, entries
+	// and family states.
 	Bytes int64
 }
 
@@ -418,7 +545,8 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += sh.live
+		st.Keys += sh.live + len(sh.fam)
+		st.Bans += len(sh.bans)
 		st.Expired += sh.expired
 		st.Evicted += sh.evicted
 		t := sh.table.Load()
@@ -427,6 +555,9 @@ func (s *Store) Stats() Stats {
 			if e := t.slots[j].e.Load(); e != nil {
 				st.Bytes += int64(e.size())
 			}
+		}
+		for k, fs := range sh.fam {
+			st.Bytes += fs.size(k)
 		}
 		sh.mu.Unlock()
 	}
@@ -439,7 +570,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.live
+		n += sh.live + len(sh.fam)
 		sh.mu.Unlock()
 	}
 	return n

@@ -26,6 +26,12 @@ import (
 // dead is the TAT of a deleted entry. No real TAT is negative.
 const dead = math.MinInt64
 
+// locked is the TAT of an entry that a Do call holds, with its shard's lock,
+// while it decides several keys at once. Lock-free paths that meet it go
+// to the shard's lock, which makes them wait for the call to end; paths
+// that hold the lock never meet another call's locked entry.
+const locked = dead + 1
+
 // entry is the header of a key's allocation; the key's bytes follow it.
 type entry struct {
 	tat atomic.Int64

@@ -1,0 +1,719 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
+	"github.com/funnelrl/funnel/gcra"
+)
+
+var _ funnel.Executor = (*Store)(nil)
+
+// kind is the kind of state a key holds. The funnel and the leaky bucket
+// share theirs: the TAT, kept in the shard's table. The others are kept in
+// the shard's map of family states.
+type kind uint8
+
+const (
+	kindTAT kind = iota
+	kindFixed
+	kindSliding
+	kindLog
+	kindConc
+	numKinds
+)
+
+var kindNames = [numKinds]string{"funnel (gcra or leaky_bucket)", "fixed_window", "sliding_window", "sliding_log", "concurrency"}
+
+// errWrongType[k] is the error of an op on a key that holds state of kind k.
+var errWrongType = func() (errs [numKinds]error) {
+	for k := range errs {
+		errs[k] = fmt.Errorf("%w (it holds %s state)", funnel.ErrWrongType, kindNames[k])
+	}
+	return errs
+}()
+
+var (
+	errShortResults = errors.New("memstore: fewer results than ops")
+	errRefundAlone  = errors.New("memstore: a refund must be the only op of its call")
+	errOpKind       = errors.New("memstore: unknown op kind")
+)
+
+// kindOf returns the kind of state algorithm a keeps.
+func kindOf(a funnel.Algorithm) (kind, bool) {
+	switch a {
+	case funnel.GCRA, funnel.LeakyBucket:
+		return kindTAT, true
+	case funnel.FixedWindow:
+		return kindFixed, true
+	case funnel.SlidingWindow:
+		return kindSliding, true
+	case funnel.SlidingLog:
+		return kindLog, true
+	case funnel.Concurrency:
+		return kindConc, true
+	}
+	return 0, false
+}
+
+// fstate is the state of a key under a window algorithm or concurrency. It
+// is read and written only under its shard's lock.
+type fstate struct {
+	kind kind
+	// expires is when the state is empty (ns since the Unix epoch): from then
+	// on the key reads as absent, and the sweep may drop it.
+	expires int64
+	a, b, c int64        // fixed: Start, N; sliding: Start, Prev, Cur (ms)
+	times   []int64      // sliding log (ms)
+	leases  []algo.Lease // concurrency
+}
+
+// pending is one op of a Do call while the call holds its shards' locks.
+type pending struct {
+	op   *funnel.Op
+	sh   *shard
+	h    uint64
+	kind kind
+	e    *entry  // the key's TAT entry, held at locked; nil when absent
+	old  int64   // e's TAT before the call (0 when absent)
+	tat  int64   // the TAT after the op
+	fs   *fstate // the key's family state; nil when absent
+	live bool    // fs holds state at now (otherwise it reads as empty)
+	st   fstate  // the family state after the op
+	ban  int64   // time left in the key's ban, when positive
+}
+
+// checkOp validates op and returns the kind of state it acts on. The
+// parameters must come from funnel.Limit.Check; the test here only keeps a
+// zero Checked from dividing by zero.
+func checkOp(op *funnel.Op) (kind, error) {
+	k, ok := kindOf(op.Limit.Algorithm)
+	if !ok {
+		return 0, fmt.Errorf("%w: unknown algorithm %v", funnel.ErrInvalidLimit, op.Limit.Algorithm)
+	}
+	if op.Kind != funnel.OpTake && op.Kind != funnel.OpRefund {
+		return 0, errOpKind
+	}
+	if op.Kind == funnel.OpRefund && k == kindConc {
+		return k, nil // a release needs only the lease's key and id
+	}
+	if op.N < 0 {
+		if k == kindTAT {
+			return 0, gcra.ErrNegative
+		}
+		return 0, algo.ErrNegative
+	}
+	w := op.Limit.Window
+	switch {
+	case k == kindTAT:
+		ok = op.Limit.GCRA.Interval > 0
+	case k == kindFixed && op.Limit.Calendar != funnel.NoCalendar:
+		ok = w.Count > 0
+	default:
+		ok = w.Count > 0 && w.Period > 0
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w %v: parameters not computed by Limit.Check", funnel.ErrInvalidLimit, op.Limit.Limit)
+	}
+	return k, nil
+}
+
+// Do applies ops at the store's current time and writes their results into
+// res, as funnel.Executor says. It never blocks on I/O and ignores ctx.
+//
+// One op on a funnel or leaky bucket key that the store holds, under a
+// limit without a ban, is decided without a lock, like Throttle. Every
+// other call locks the shards of its keys (each once, in a global order)
+// for the length of the call; see the package documentation for how
+// several keys are charged atomically.
+func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
+	if len(res) < len(ops) {
+		return errShortResults
+	}
+	switch len(ops) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return s.doMany(ops, res)
+	}
+	op := &ops[0]
+	k, err := checkOp(op)
+	if err != nil {
+		return err
+	}
+	h, sh := s.hash(op.Key)
+	if k == kindTAT && op.Kind == funnel.OpTake && op.Limit.Ban == 0 {
+		// An entry in the table means the key holds no family state, so
+		// there is no type to check; and the limit looks for no ban.
+		if e := sh.table.Load().find(h, op.Key); e != nil {
+			if done, err := takeTAT(e, s.Now(), op, &res[0]); done {
+				return err
+			}
+		}
+	}
+	var one [1]pending
+	one[0] = pending{op: op, sh: sh, h: h, kind: k}
+	sh.mu.Lock()
+	err = s.apply(s.Now(), one[:], res)
+	sh.mu.Unlock()
+	return err
+}
+
+// doMany applies several ops, which must all be OpTake, all-or-nothing.
+func (s *Store) doMany(ops []funnel.Op, res []funnel.Result) error {
+	var buf [8]pending
+	ps := buf[:0]
+	if len(ops) > len(buf) {
+		ps = make([]pending, 0, len(ops))
+	}
+	var seen map[string]struct{}
+	if len(ops) > 16 {
+		seen = make(map[string]struct{}, len(ops))
+	}
+	for i := range ops {
+		op := &ops[i]
+		k, err := checkOp(op)
+		if err != nil {
+			return err
+		}
+		if op.Kind == funnel.OpRefund {
+			return errRefundAlone
+		}
+		dup := false
+		if seen != nil {
+			_, dup = seen[op.Key]
+			seen[op.Key] = struct{}{}
+		} else {
+			for j := range i {
+				dup = dup || ops[j].Key == op.Key
+			}
+		}
+		if dup {
+			return fmt.Errorf("%w: %q", funnel.ErrDuplicateKey, op.Key)
+		}
+		h, sh := s.hash(op.Key)
+		ps = append(ps, pending{op: op, sh: sh, h: h, kind: k})
+	}
+	// Lock each shard once, in address order (the shards are one array):
+	// calls that share shards lock them in the same order, so they cannot
+	// deadlock.
+	var lb [8]*shard
+	locks := lb[:0]
+	for i := range ps {
+		locks = append(locks, ps[i].sh)
+	}
+	slices.SortFunc(locks, func(a, b *shard) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+	})
+	locks = slices.Compact(locks)
+	for _, sh := range locks {
+		sh.mu.Lock()
+	}
+	err := s.apply(s.Now(), ps, res)
+	for _, sh := range locks {
+		sh.mu.Unlock()
+	}
+	return err
+}
+
+// takeTAT decides a funnel or leaky bucket take on entry e without the lock,
+// by compare-and-swap, as Throttle does. It reports false, having changed
+// nothing, when e is locked by a call that holds its shard's lock, or
+// deleted: the op must then be applied under the lock.
+func takeTAT(e *entry, now int64, op *funnel.Op, r *funnel.Result) (bool, error) {
+	for {
+		tat := e.tat.Load()
+		if tat <= locked {
+			return false, nil
+		}
+		newTAT, res, err := decideTAT(now, tat, op)
+		if err != nil {
+			return true, err
+		}
+		if !res.Allowed || op.N == 0 || e.tat.CompareAndSwap(tat, newTAT) {
+			*r = res
+			return true, nil
+		}
+	}
+}
+
+// decideTAT applies a take of a funnel or leaky bucket to a TAT.
+func decideTAT(now, tat int64, op *funnel.Op) (int64, funnel.Result, error) {
+	p := op.Limit.GCRA
+	if op.Limit.Algorithm == funnel.LeakyBucket {
+		newTAT, r, err := algo.LeakyDecide(now, tat, p, op.Limit.Delay, op.N)
+		return newTAT, result(p.Limit, r), err
+	}
+	newTAT, r, err := gcra.Decide(now, tat, p, op.N)
+	return newTAT, funnel.ResultOf(p, r), err
+}
+
+// result converts an algo result under a limit that admits limit units.
+func result(limit int64, r algo.Result) funnel.Result {
+	return funnel.Result{
+		Allowed:    r.Allowed,
+		Limit:      limit,
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter,
+		Delay:      r.Delay,
+	}
+}
+
+// apply applies the ops of ps, whose shards' locks are held, at now.
+func (s *Store) apply(now int64, ps []pending, res []funnel.Result) error {
+	for i := range ps {
+		if err := ps[i].resolve(now); err != nil {
+			unlockTATs(ps[:i])
+			return err
+		}
+	}
+	if ps[0].op.Kind == funnel.OpRefund { // alone in its call
+		ps[0].refund(now, &res[0])
+		return nil
+	}
+	many := len(ps) > 1
+	all := true
+	for i := range ps {
+		if err := ps[i].decide(now, &res[i], many); err != nil {
+			unlockTATs(ps)
+			return err
+		}
+		all = all && res[i].Allowed
+	}
+	if !all {
+		for i := range ps {
+			ps[i].refuse(now, &res[i], many)
+		}
+		return nil
+	}
+	for i := range ps {
+		ps[i].commit(now)
+	}
+	// New keys last: making room for one may evict any key, and every
+	// existing key has its final state by now.
+	for i := range ps {
+		s.insertNew(now, &ps[i])
+	}
+	return nil
+}
+
+// unlockTATs gives the TAT entries of ps back their TAT, unchanged.
+func unlockTATs(ps []pending) {
+	for i := range ps {
+		if e := ps[i].e; e != nil {
+			e.tat.Store(ps[i].old)
+		}
+	}
+}
+
+// resolve finds p's key's state, checks its type, and locks its TAT entry.
+// A state of another kind that is empty at now is dropped (it reads as
+// absent); a live one is ErrWrongType.
+func (p *pending) resolve(now int64) error {
+	sh, key := p.sh, p.op.Key
+	if p.kind == kindTAT {
+		if fs := sh.fam[key]; fs != nil {
+			if fs.expires > now {
+				return errWrongType[fs.kind]
+			}
+			delete(sh.fam, key)
+			sh.expired++
+		}
+		if e := sh.table.Load().find(p.h, key); e != nil {
+			// Deletions hold the lock, so e is live; only the lock-free
+			// paths may change its TAT, and they wait once it is locked.
+			for {
+				tat := e.tat.Load()
+				if e.tat.CompareAndSwap(tat, locked) {
+					p.e, p.old = e, tat
+					break
+				}
+			}
+		}
+		return nil
+	}
+	if sl := sh.table.Load().findSlot(p.h, key); sl != nil {
+		e := sl.e.Load()
+		for {
+			tat := e.tat.Load()
+			if tat > now {
+				return errWrongType[kindTAT]
+			}
+			if _, ok := sh.remove(sl, tat); ok {
+				sh.expired++
+				break
+			}
+			// A lock-free Throttle charged it meanwhile: look again.
+		}
+	}
+	if fs := sh.fam[key]; fs != nil {
+		if fs.expires > now {
+			if fs.kind != p.kind {
+				return errWrongType[fs.kind]
+			}
+			p.live = true
+		}
+		p.fs = fs
+	}
+	p.st.kind = p.kind
+	return nil
+}
+
+// The state of p's key before the op, as each algorithm reads it.
+
+func (p *pending) fixed() algo.Fixed {
+	if !p.live {
+		return algo.Fixed{}
+	}
+	return algo.Fixed{Start: p.fs.a, N: p.fs.b}
+}
+
+func (p *pending) sliding() algo.Sliding {
+	if !p.live {
+		return algo.Sliding{}
+	}
+	return algo.Sliding{Start: p.fs.a, Prev: p.fs.b, Cur: p.fs.c}
+}
+
+func (p *pending) times() []int64 {
+	switch {
+	case p.live:
+		return p.fs.times
+	case p.fs != nil && p.fs.kind == kindLog:
+		return p.fs.times[:0] // reuse the space of an empty log
+	}
+	return nil
+}
+
+func (p *pending) leases() []algo.Lease {
+	switch {
+	case p.live:
+		return p.fs.leases
+	case p.fs != nil && p.fs.kind == kindConc:
+		return p.fs.leases[:0]
+	}
+	return nil
+}
+
+// decide computes p's take into *r and p's new state, changing nothing
+// stored (but the leases of a lone acquire, see refuse). many says the call
+// has several ops.
+func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
+	op := p.op
+	if op.Limit.Ban > 0 {
+		if until, ok := p.sh.bans[op.Key]; ok && until > now {
+			p.ban = until - now
+		}
+	}
+	w := op.Limit.Window
+	var ar algo.Result
+	var err error
+	switch p.kind {
+	case kindTAT:
+		p.tat, *r, err = decideTAT(now, p.old, op)
+	case kindFixed:
+		var st algo.Fixed
+		st, ar, err = algo.FixedDecide(now, p.fixed(), w.Count, op.Limit.Span(now), op.N)
+		p.st.a, p.st.b = st.Start, st.N
+	case kindSliding:
+		var st algo.Sliding
+		st, ar, err = algo.SlidingDecide(now, p.sliding(), w, op.N)
+		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
+	case kindLog:
+		// The entries of the stored log are never modified.
+		p.st.times, ar, err = algo.LogDecide(now, p.times(), w, op.N)
+	case kindConc:
+		leases := p.leases()
+		if p.live && (many || op.Limit.Ban > 0) {
+			// A grant rewrites the leases in place; keep the stored ones
+			// intact while the call may still be refused.
+			leases = append(make([]algo.Lease, 0, len(leases)+1), leases...)
+		}
+		p.st.leases, ar, err = algo.Acquire(now, leases, w, op.Lease, op.N)
+	}
+	if err != nil {
+		return err
+	}
+	if p.kind != kindTAT {
+		*r = result(w.Count, ar)
+		p.st.expires = now + int64(ar.ResetAfter)
+	}
+	if p.ban > 0 {
+		own := r.RetryAfter
+		if r.Allowed {
+			*r = p.peek(now)
+			own = 0
+		}
+		r.Allowed, r.Banned, r.Remaining, r.Delay = false, true, 0, 0
+		r.RetryAfter = max(time.Duration(p.ban), own)
+	}
+	return nil
+}
+
+// peek returns the result of a peek at p's key's state as it was before the
+// call: what an admitted op reports when it is not charged.
+func (p *pending) peek(now int64) funnel.Result {
+	op := p.op
+	w := op.Limit.Window
+	var ar algo.Result
+	switch p.kind {
+	case kindTAT:
+		_, g, _ := gcra.Decide(now, p.old, op.Limit.GCRA, 0)
+		return funnel.ResultOf(op.Limit.GCRA, g)
+	case kindFixed:
+		_, ar, _ = algo.FixedDecide(now, p.fixed(), w.Count, op.Limit.Span(now), 0)
+	case kindSliding:
+		_, ar, _ = algo.SlidingDecide(now, p.sliding(), w, 0)
+	case kindLog:
+		_, ar, _ = algo.LogDecide(now, p.times(), w, 0)
+	case kindConc:
+		if p.live {
+			ar = peekLeases(now, p.fs.leases, w.Count)
+		} else {
+			ar = peekLeases(now, nil, w.Count)
+		}
+	}
+	return result(w.Count, ar)
+}
+
+// peekLeases is a peek at a concurrency key: it reads leases without
+// dropping the expired ones in place.
+func peekLeases(now int64, leases []algo.Lease, count int64) algo.Result {
+	ms := algo.Millis(now)
+	n, last := int64(0), int64(0)
+	for _, l := range leases {
+		if l.Expires > ms {
+			n++
+			last = max(last, l.Expires)
+		}
+	}
+	r := algo.Result{Allowed: true}
+	if n < count {
+		r.Remaining = count - n
+	}
+	if n > 0 {
+		r.ResetAfter = time.Duration(last*int64(time.Millisecond) - now)
+	}
+	return r
+}
+
+// refuse ends a call that was refused: nothing is charged, refusals start
+// the bans of their limits, and the ops that were admitted alone report the
+// state as it stays.
+func (p *pending) refuse(now int64, r *funnel.Result, many bool) {
+	if p.e != nil {
+		p.e.tat.Store(p.old)
+	}
+	if p.kind == kindConc && p.live && !many && p.op.Limit.Ban == 0 {
+		// A lone acquire decided on the stored leases; whatever it left in
+		// them is what must be stored (the live leases are unchanged).
+		p.fs.leases = p.st.leases
+	}
+	switch {
+	case p.ban > 0:
+	case r.Allowed:
+		*r = p.peek(now)
+	case p.op.N > 0 && p.op.Limit.Ban > 0:
+		until := now + int64(p.op.Limit.Ban)
+		if until < now {
+			until = math.MaxInt64
+		}
+		p.sh.banUntil(p.op.Key, until)
+		r.Banned, r.Remaining = true, 0
+		r.RetryAfter = max(r.RetryAfter, p.op.Limit.Ban)
+	}
+}
+
+// commit stores p's new state; every op of the call was admitted.
+func (p *pending) commit(now int64) {
+	switch {
+	case p.kind == kindTAT:
+		if p.e != nil {
+			p.e.tat.Store(p.tat) // also unlocks it
+		}
+	case p.fs == nil:
+		// a new key: see insertNew
+	case p.op.N == 0:
+		if p.kind == kindConc && p.live {
+			p.fs.leases = p.st.leases
+		}
+	default:
+		*p.fs = p.st
+		if p.kind == kindConc {
+			cloneLease(p.fs.leases, p.op.Lease)
+		}
+	}
+}
+
+// insertNew adds p's key, when it was absent and is charged now.
+func (s *Store) insertNew(now int64, p *pending) {
+	switch {
+	case p.op.N == 0:
+	case p.kind == kindTAT:
+		if p.e == nil && p.tat > now {
+			p.sh.insert(p.h, newEntry(p.op.Key, p.tat), now, s.perCap)
+		}
+	case p.fs == nil:
+		fs := new(fstate)
+		*fs = p.st
+		if p.kind == kindConc {
+			cloneLease(fs.leases, p.op.Lease)
+		}
+		p.sh.insertFam(p.op.Key, fs, now, s.perCap)
+	}
+}
+
+// cloneLease copies the id of the lease just granted, if it is still the
+// caller's string (which may alias a buffer the caller reuses).
+func cloneLease(leases []algo.Lease, id string) {
+	for i := range leases {
+		if l := &leases[i]; l.ID == id && len(id) > 0 && unsafe.StringData(l.ID) == unsafe.StringData(id) {
+			l.ID = strings.Clone(id)
+		}
+	}
+}
+
+// refund applies an OpRefund (alone in its call) and stores the result.
+func (p *pending) refund(now int64, r *funnel.Result) {
+	op := p.op
+	w := op.Limit.Window
+	var ar algo.Result
+	switch p.kind {
+	case kindTAT:
+		g := op.Limit.GCRA
+		tat := p.old
+		if p.e != nil {
+			tat, _ = algo.Refund(now, p.old, g, op.N)
+			p.e.tat.Store(tat) // an empty TAT reads as absent; the sweep drops it
+		}
+		_, gr, _ := gcra.Decide(now, tat, g, 0)
+		*r = funnel.ResultOf(g, gr)
+		return
+	case kindFixed:
+		span := op.Limit.Span(now)
+		st := algo.FixedRefund(p.fixed(), span, op.N)
+		p.st.a, p.st.b = st.Start, st.N
+		_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
+	case kindSliding:
+		st := algo.SlidingRefund(now, p.sliding(), w, op.N)
+		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
+		_, ar, _ = algo.SlidingDecide(now, st, w, 0)
+	case kindLog:
+		p.st.times = algo.LogRefund(now, p.times(), w, op.N)
+		_, ar, _ = algo.LogDecide(now, p.st.times, w, 0)
+	case kindConc:
+		var held bool
+		p.st.leases, held = algo.Release(now, p.leases(), op.Lease)
+		ar = peekLeases(now, p.st.leases, w.Count)
+		ar.Allowed = held
+	}
+	*r = result(w.Count, ar)
+	if p.kind != kindConc {
+		r.Allowed = true
+	}
+	if p.fs == nil || !p.live {
+		return // nothing to give back
+	}
+	// An emptied state stays until the sweep, reading as absent, so that a
+	// key used again soon (a lease taken and released) reuses it.
+	p.st.expires = now + int64(ar.ResetAfter)
+	*p.fs = p.st
+}
+
+// banUntil bans key until the instant until (ns), unless it is banned for
+// longer already. The caller holds the lock.
+func (sh *shard) banUntil(key string, until int64) {
+	if old, ok := sh.bans[key]; ok {
+		sh.bans[key] = max(old, until)
+		return
+	}
+	if sh.bans == nil {
+		sh.bans = make(map[string]int64)
+	}
+	sh.bans[strings.Clone(key)] = until
+	sh.banPeak = max(sh.banPeak, len(sh.bans))
+}
+
+// insertFam adds the family state of key, which is absent. The caller holds
+// the lock.
+func (sh *shard) insertFam(key string, fs *fstate, now int64, perCap int) {
+	if perCap > 0 && sh.live+len(sh.fam) >= perCap {
+		sh.makeRoom(now)
+	}
+	if sh.fam == nil {
+		sh.fam = make(map[string]*fstate)
+	}
+	sh.fam[strings.Clone(key)] = fs
+	sh.famPeak = max(sh.famPeak, len(sh.fam))
+}
+
+// Bans lists the keys banned now, sorted by key. It never fails.
+func (s *Store) Bans(context.Context) ([]funnel.Ban, error) {
+	now := s.Now()
+	var out []funnel.Ban
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, until := range sh.bans {
+			if until > now {
+				out = append(out, funnel.Ban{Key: k, Until: time.Unix(0, until)})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b funnel.Ban) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// Unban lifts key's ban and reports whether it was banned. It never fails.
+func (s *Store) Unban(_ context.Context, key string) (bool, error) {
+	now := s.Now()
+	_, sh := s.hash(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	until, ok := sh.bans[key]
+	if !ok {
+		return false, nil
+	}
+	delete(sh.bans, key)
+	return until > now, nil
+}
+
+// shrink returns m, or a copy of it sized for what it holds when it holds
+// far less than it once did (a Go map never shrinks), and its new peak.
+func shrink[V any](m map[string]V, peak int) (map[string]V, int) {
+	switch n := len(m); {
+	case n == 0:
+		return nil, 0
+	case peak >= 64 && n*8 < peak:
+		c := make(map[string]V, n)
+		for k, v := range m {
+			c[k] = v
+		}
+		return c, n
+	}
+	return m, peak
+}
+
+// size estimates the memory held by a family state and its key.
+func (fs *fstate) size(key string) int64 {
+	const mapEntry = int64(unsafe.Sizeof("") + unsafe.Sizeof((*fstate)(nil)) + 8)
+	n := mapEntry + int64(unsafe.Sizeof(*fs)) + int64(len(key))
+	n += int64(cap(fs.times)) * 8
+	n += int64(cap(fs.leases)) * int64(unsafe.Sizeof(algo.Lease{}))
+	for _, l := range fs.leases {
+		n += int64(len(l.ID))
+	}
+	return n
+}
