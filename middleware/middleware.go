@@ -18,10 +18,13 @@ package middleware
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -46,6 +49,33 @@ type config struct {
 	onError   func(http.ResponseWriter, *http.Request, http.Handler, error) // nil: fail open
 	observe   func(funnel.Result, error)
 	log       *slog.Logger
+	warned    throttledLog
+}
+
+// throttledLog lets a message through at most once per interval, so that a
+// store that is down does not log once per request.
+type throttledLog struct{ last atomic.Int64 }
+
+// every reports whether the message may be logged now.
+func (t *throttledLog) every(d time.Duration) bool {
+	now := time.Now().UnixNano()
+	last := t.last.Load()
+	return now-last >= int64(d) && t.last.CompareAndSwap(last, now)
+}
+
+// MaxKeyLen is the longest key the middleware sends to the store as it is;
+// a longer one (a header's value is the client's choice) is replaced by
+// "sha256:" and its hash in hex, so that a client cannot fill the store
+// with large keys.
+const MaxKeyLen = 256
+
+// boundKey returns k, or its hash when k is longer than MaxKeyLen.
+func boundKey(k string) string {
+	if len(k) <= MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Name sets the policy name written in the header fields and in the
@@ -59,7 +89,8 @@ func Prefix(prefix string) Option { return func(c *config) { c.prefix = prefix }
 
 // Quantity sets the units a request costs, such as its size; the default
 // is 1. A cost of 0 lets the request through without charging it; a
-// negative cost is answered 500 and logged.
+// negative cost is answered 500 and logged. A concurrency limit ignores it:
+// a request holds one lease.
 func Quantity(f func(*http.Request) int64) Option { return func(c *config) { c.quantity = f } }
 
 // Skip lets the requests for which f reports true through without a
@@ -173,7 +204,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
 		return
 	}
-	k = c.prefix + k
+	k = c.prefix + boundKey(k)
 	ctx := r.Context()
 
 	var (
@@ -248,7 +279,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 		Problem{Status: http.StatusInternalServerError}.Write(w)
 		return
 	}
-	c.log.Warn("rate limit: the store cannot decide", "err", err)
+	if c.warned.every(time.Second) {
+		c.log.Warn("rate limit: the store cannot decide (logged once a second at most)", "err", err)
+	}
 	if c.onError == nil { // FailOpen
 		h.observe(funnel.Result{Allowed: true, Fallback: true}, nil)
 	} else {

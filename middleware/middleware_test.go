@@ -2,6 +2,8 @@ package middleware_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -456,5 +459,27 @@ func TestConcurrencyLease(t *testing.T) {
 	defer mu.Unlock()
 	if len(held) != 0 {
 		t.Errorf("leases still held: %v", held)
+	}
+}
+
+// A key longer than MaxKeyLen is hashed: the store never holds a client's
+// megabyte of header.
+func TestLongKeyHashed(t *testing.T) {
+	lim := memLimiter(t, newClock())
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.Header("X-Api-Key"), middleware.Prefix("k:")), okHandler())
+	long := strings.Repeat("x", 10000)
+	if r := get(t, srv, "X-Api-Key", long); r.status != 200 {
+		t.Fatal(r.status)
+	}
+	if r := get(t, srv, "X-Api-Key", long); r.status != 429 {
+		t.Fatal(r.status)
+	}
+	if r := get(t, srv, "X-Api-Key", long+"y"); r.status != 200 {
+		t.Fatal("another long key shares the bucket", r.status)
+	}
+	sum := sha256.Sum256([]byte(long))
+	res, err := lim.Peek(context.Background(), "k:sha256:"+hex.EncodeToString(sum[:]), funnel.PerMinute(1))
+	if err != nil || res.Remaining != 0 {
+		t.Errorf("hashed key: %+v %v", res, err)
 	}
 }
