@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -102,6 +103,8 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
+
+	warned atomic.Int64 // when the store was last said to be down, Unix ns
 }
 
 // New returns the HTTP API over lim.
@@ -220,11 +223,21 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case r.Context().Err() != nil:
 		return // the client has gone
 	case down:
-		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+		s.warnDown(r, err)
 	case status == http.StatusInternalServerError:
 		s.log.Error("httpapi", "path", r.URL.Path, "err", err)
 	}
 	middleware.Problem{Status: status, Detail: detail}.Write(w)
+}
+
+// warnDown logs that the store is unavailable, at most once a second, so
+// that a store that is down does not log once per request.
+func (s *Server) warnDown(r *http.Request, err error) {
+	now := time.Now().UnixNano()
+	last := s.warned.Load()
+	if now-last >= int64(time.Second) && s.warned.CompareAndSwap(last, now) {
+		s.log.Warn("httpapi: the store is unavailable (logged once a second at most)", "path", r.URL.Path, "err", err)
+	}
 }
 
 // Errors of decoding.
@@ -383,7 +396,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+		s.warnDown(r, err)
 		res = fb
 	}
 	s.observe(res, nil)
@@ -425,7 +438,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 			s.fail(w, r, err)
 			return
 		}
-		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+		s.warnDown(r, err)
 		m = funnel.MultiResult{Allowed: fb.Allowed, Refused: -1, Results: make([]funnel.Result, len(reqs))}
 		for i := range m.Results {
 			m.Results[i] = fb
@@ -486,7 +499,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		s.log.Warn("httpapi: the store is unavailable", "path", r.URL.Path, "err", err)
+		s.warnDown(r, err)
 		res = fb
 	}
 	s.observe(res, nil)

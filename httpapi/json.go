@@ -27,8 +27,10 @@ type Limit struct {
 	Burst *int64 `json:"burst,omitempty"`
 	// Delay is, for leaky_bucket, the excess units that pass at once
 	// (nginx's delay=); NoDelay delays none (nginx's nodelay).
-	Delay   int64 `json:"delay,omitempty"`
-	NoDelay bool  `json:"nodelay,omitempty"`
+	Delay int64 `json:"delay,omitempty"`
+	// NoDelay, for leaky_bucket, lets every unit within the burst pass at
+	// once (nginx's nodelay); it excludes Delay.
+	NoDelay bool `json:"nodelay,omitempty"`
 	// Calendar is, for fixed_window, "day", "week" (from Monday) or "month"
 	// windows in TimeZone.
 	Calendar string `json:"calendar,omitempty"`
@@ -225,6 +227,7 @@ func decision(r funnel.Result) Decision {
 // ThrottleRequest is the body of POST /v1/throttle: either one limit (Key,
 // Limit, Quantity, Name) or several (Limits) checked all-or-nothing.
 type ThrottleRequest struct {
+	// Key is the key the limit applies to, such as "user:42".
 	Key   string `json:"key,omitempty"`
 	Limit *Limit `json:"limit,omitempty"`
 	// Quantity is the units asked for; left out, 1. 0 peeks.
@@ -232,16 +235,23 @@ type ThrottleRequest struct {
 	// Name is the policy's name in the RateLimit-Policy and RateLimit
 	// fields; left out, "default" (for one limit) or "limit<i>" (for the
 	// i-th of several, from 0).
-	Name   string  `json:"name,omitempty"`
+	Name string `json:"name,omitempty"`
+	// Limits, instead of Key and Limit, are checked all-or-nothing: every
+	// one admits the request and all are charged, or none is charged.
 	Limits []Entry `json:"limits,omitempty"`
 }
 
 // Entry is one limit of a ThrottleRequest with several.
 type Entry struct {
-	Key      string `json:"key"`
-	Limit    *Limit `json:"limit"`
+	// Key is the key this limit applies to; the keys of one request must
+	// differ (and, on Redis Cluster, share a {hash tag}).
+	Key   string `json:"key"`
+	Limit *Limit `json:"limit"`
+	// Quantity is the units asked for; left out, 1.
 	Quantity *int64 `json:"quantity,omitempty"`
-	Name     string `json:"name,omitempty"`
+	// Name is the policy's name in the header fields; left out,
+	// "limit<i>".
+	Name string `json:"name,omitempty"`
 }
 
 // MultiDecision is the answer to a ThrottleRequest with several limits.
@@ -275,7 +285,8 @@ type AcquireRequest struct {
 
 // ReleaseRequest is the body of POST /v1/release.
 type ReleaseRequest struct {
-	Key   string `json:"key"`
+	Key string `json:"key"`
+	// Lease is the id that the acquire answered (or was given).
 	Lease string `json:"lease"`
 }
 
