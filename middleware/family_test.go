@@ -1,0 +1,85 @@
+package middleware_test
+
+// The limiter family behind the middleware, over the memory store.
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/middleware"
+)
+
+func TestMemstoreConcurrency(t *testing.T) {
+	lim := memLimiter(t, newClock())
+	limit := funnel.Limit{Algorithm: funnel.Concurrency, Count: 1, Period: time.Minute}
+	entered, release := make(chan struct{}), make(chan struct{})
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+	})
+	srv := serve(t, newMW(t, lim, limit, middleware.ClientIP()), app)
+	done := make(chan int)
+	go func() {
+		resp, err := srv.Client().Get(srv.URL + "/slow")
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-entered
+	if r := get(t, srv); r.status != 429 || r.header.Get("Retry-After") != "60" {
+		t.Fatalf("while a lease is held: %d %v", r.status, r.header)
+	}
+	close(release)
+	if s := <-done; s != 200 {
+		t.Fatalf("slow request: %d", s)
+	}
+	for range 3 { // released after each request
+		if r := get(t, srv); r.status != 200 {
+			t.Fatalf("after the release: %d", r.status)
+		}
+	}
+}
+
+func TestMemstoreBan(t *testing.T) {
+	c := newClock()
+	limit := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Minute, Ban: time.Hour}
+	srv := serve(t, newMW(t, memLimiter(t, c), limit, middleware.ClientIP(), middleware.Name("login")), okHandler())
+	if r := get(t, srv); r.status != 200 || r.header.Get("RateLimit-Policy") != `"login";q=1;w=60` {
+		t.Fatalf("%d %v", r.status, r.header)
+	}
+	if r := get(t, srv); r.status != 429 {
+		t.Fatalf("overflow: %d", r.status)
+	}
+	c.add(2 * time.Minute)
+	r := get(t, srv)
+	if r.status != 429 || r.problem.Type != middleware.TypeAbnormalUsageDetected || r.header.Get("Retry-After") != "3480" {
+		t.Fatalf("banned: %d %v %+v", r.status, r.header, r.problem)
+	}
+	if r.problem.Title != "Abnormal Usage Detected" || r.problem.Detail != "banned; retry in 3480 s" || r.problem.ViolatedPolicies[0] != "login" {
+		t.Errorf("%+v", r.problem)
+	}
+}
+
+func TestMemstoreLeakyBucket(t *testing.T) {
+	// 20 per second (50 ms apart), burst 3, no excess passes at once: the
+	// second request waits 50 ms before the handler runs.
+	limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 20, Period: time.Second, Burst: 3}
+	srv := serve(t, newMW(t, memLimiter(t, newClock()), limit, middleware.ClientIP()), okHandler())
+	if r := get(t, srv); r.status != 200 {
+		t.Fatal(r.status)
+	}
+	begin := time.Now()
+	if r := get(t, srv); r.status != 200 {
+		t.Fatal(r.status)
+	}
+	if d := time.Since(begin); d < 50*time.Millisecond {
+		t.Errorf("the delayed request was served after %v", d)
+	}
+}
