@@ -16,6 +16,10 @@
 //	GET    /readyz           the store answers
 //	GET    /metrics          Options.Metrics
 //
+// A key in a path is percent-encoded (url.PathEscape): "a//b" is
+// /v1/keys/a%2F%2Fb. Unescaped, "//" and ".." segments would be cleaned away
+// by a redirect to another key.
+//
 // Decisions carry the RateLimit-Policy and RateLimit header fields of
 // draft-ietf-httpapi-ratelimit-headers (see middleware.SetHeaders), and
 // Retry-After on a 429. Errors are problem details (RFC 9457,

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -283,6 +284,12 @@ func TestPeekAndReset(t *testing.T) {
 	r = a.do(t, "DELETE", "/v1/keys/user%2F1", "")
 	if r.status != 200 || strings.TrimSpace(r.body) != `{"existed":false}` {
 		t.Fatalf("reset again: %d %s", r.status, r.body)
+	}
+	// Escaped, "//" and ".." are part of the key.
+	a.post(t, "/v1/throttle", `{"key":"a/../b//c","limit":{"count":10,"period":"1s"}}`)
+	r = a.do(t, "DELETE", "/v1/keys/"+url.PathEscape("a/../b//c"), "")
+	if r.status != 200 || strings.TrimSpace(r.body) != `{"existed":true}` {
+		t.Fatalf("reset of an escaped key: %d %s", r.status, r.body)
 	}
 	if r := a.do(t, "DELETE", "/v1/keys/", ""); r.status != 422 {
 		t.Errorf("reset of no key: %d %s", r.status, r.body)
