@@ -1,0 +1,586 @@
+// Package rls serves Envoy's rate-limit service,
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over gRPC,
+// with rules in envoyproxy/ratelimit's configuration format (package
+// config) and decisions taken by a funnel.Limiter.
+//
+// A request's descriptors are matched to rules as envoyproxy/ratelimit
+// matches them, and decided together: either every limit that is enforced
+// admits the request and each matched limit is charged, or the request is
+// refused and nothing is charged. This is where Funnel differs from envoy's
+// service, which counts every hit, refused or not, on every descriptor: with
+// Funnel a refused request (or a request refused by another descriptor)
+// does not eat into the limits that admitted it. A rule in shadow mode
+// reports OVER_LIMIT in its descriptor status but does not refuse the
+// request, which is then charged to the limits that admitted it.
+//
+//	srv := rls.New(limiter, watcher, rls.Options{})
+//	go srv.Serve(ctx, listener)
+package rls
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimit "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/config"
+)
+
+// ServiceName is the gRPC name of the rate-limit service, as the health
+// service reports it.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// RulesSource gives the rules in force. *config.RulesWatcher is one; Static
+// makes one of fixed rules.
+type RulesSource interface {
+	// Rules returns the rules in force (nil: no rules, every domain
+	// unknown).
+	Rules() *config.Rules
+}
+
+// Static returns a RulesSource that always gives r.
+func Static(r *config.Rules) RulesSource { return static{r} }
+
+type static struct{ r *config.Rules }
+
+func (s static) Rules() *config.Rules { return s.r }
+
+// Headers names the X-RateLimit-* headers that envoyproxy/ratelimit can add
+// to responses (RESPONSE_HEADERS_ENABLED): the limit, the remaining count
+// and the seconds to reset of the descriptor closest to its limit (or of
+// the one that refused the request).
+type Headers struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultHeaders returns envoy's default names: X-RateLimit-Limit,
+// X-RateLimit-Remaining and X-RateLimit-Reset.
+func DefaultHeaders() *Headers {
+	return &Headers{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset"}
+}
+
+// Options configure a Server. The zero value is a good default.
+type Options struct {
+	// Logger receives store errors and other failures that are not sent
+	// to clients; nil means slog.Default().
+	Logger *slog.Logger
+	// ShadowMode turns every OVER_LIMIT answer into OK (envoy's global
+	// SHADOW_MODE); descriptor statuses still say which limit refused.
+	ShadowMode bool
+	// ResponseHeaders, when set, adds these headers to every answer that
+	// has a limit (response_headers_to_add); nil adds none, as envoy by
+	// default.
+	ResponseHeaders *Headers
+	// RequestHeaders, when set, asks Envoy to add these headers to the
+	// request it forwards upstream (request_headers_to_add).
+	RequestHeaders *Headers
+	// KeyPrefix is prepended to every store key.
+	KeyPrefix string
+	// Now is the clock used for the reset of rules that refuse every
+	// request (requests_per_unit 0), which never reach the store; nil
+	// means time.Now.
+	Now func() time.Time
+	// Observe, when set, is called once per decided descriptor with the
+	// rule's metric name (config.Match.Metric) and the result or error,
+	// for metrics by rule.
+	Observe func(rule string, r funnel.Result, err error)
+	// StopTimeout bounds the graceful stop in Serve; 0 means 5 seconds.
+	StopTimeout time.Duration
+}
+
+// Server answers ShouldRateLimit. Build one with New; it is safe for
+// concurrent use.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	lim    *funnel.Limiter
+	rules  RulesSource
+	opts   Options
+	log    *slog.Logger
+	health *health.Server
+}
+
+// New returns a server that decides with lim under the rules of rules.
+func New(lim *funnel.Limiter, rules RulesSource, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = 5 * time.Second
+	}
+	s := &Server{lim: lim, rules: rules, opts: opts, log: opts.Logger, health: health.NewServer()}
+	s.SetServing(true)
+	return s
+}
+
+// Register registers the rate-limit service, the gRPC health service and
+// server reflection on g. Call it once per grpc.Server.
+func (s *Server) Register(g *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+}
+
+// SetServing sets what the health service reports, for the whole server
+// ("") and for ServiceName: SERVING or NOT_SERVING.
+func (s *Server) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(ServiceName, st)
+}
+
+// Serve serves the service on l until ctx ends, then reports NOT_SERVING,
+// stops gracefully (at most Options.StopTimeout, then abruptly) and returns
+// nil. It returns the error of grpc.Server.Serve if serving fails first.
+func (s *Server) Serve(ctx context.Context, l net.Listener, opts ...grpc.ServerOption) error {
+	g := grpc.NewServer(opts...)
+	s.Register(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.SetServing(false)
+	stopped := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(s.opts.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		g.Stop()
+		<-stopped
+	}
+	<-errc
+	return nil
+}
+
+// ShouldRateLimit decides a request. Its errors are gRPC statuses: see
+// statusOf.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.decide(ctx, req)
+	if err != nil {
+		return nil, s.statusOf(err)
+	}
+	return resp, nil
+}
+
+// badRequest is an error in the request, sent to the client as it is.
+type badRequest string
+
+func (e badRequest) Error() string { return "rls: " + string(e) }
+
+// errFallback reports that the store could not decide and is configured to
+// fail closed.
+var errFallback = errors.New("rls: the store could not decide (fail-closed fallback)")
+
+// statusOf maps an error of decide to the gRPC status sent to the client:
+// a bad request or limit is InvalidArgument; a store that cannot be reached
+// (or its fail-closed fallback) is Unavailable, so that Envoy applies its
+// own failure_mode_deny; a context that ended is Canceled or
+// DeadlineExceeded; anything else is Internal. The detail of store errors
+// is logged, never sent.
+func (s *Server) statusOf(err error) error {
+	var bad badRequest
+	switch {
+	case errors.As(err, &bad):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity):
+		return status.Error(codes.InvalidArgument, "rls: "+err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "rls: canceled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "rls: deadline exceeded")
+	case errors.Is(err, funnel.ErrUnavailable), errors.Is(err, errFallback):
+		s.log.Warn("rls: store unavailable", "err", err)
+		return status.Error(codes.Unavailable, "rls: the store is unavailable")
+	case errors.Is(err, funnel.ErrCrossSlot):
+		s.log.Error("rls: the keys of one request are in several hash slots", "err", err)
+		return status.Error(codes.FailedPrecondition, "rls: the limits of one request must share a hash slot")
+	default:
+		s.log.Error("rls: decision failed", "err", err)
+		return status.Error(codes.Internal, "rls: internal error")
+	}
+}
+
+// item is one descriptor of a request.
+type item struct {
+	rule      *config.Rule
+	key       string
+	metric    string
+	hits      int64
+	negative  bool
+	unlimited bool
+	op        int // index in ops, or -1
+	res       funnel.Result
+	over      bool
+}
+
+// op is one distinct key charged by a request.
+type op struct {
+	req      funnel.Request
+	enforced bool // a rule not in shadow mode charges it
+	res      funnel.Result
+}
+
+// maxHits bounds a hits_addend, so that sums of several stay in int64.
+const maxHits = math.MaxInt64 / 1024
+
+func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, badRequest("the domain is required")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, badRequest("at least one descriptor is required")
+	}
+	rules := s.rules.Rules()
+	domain := req.Domain
+	known := rules.HasDomain(domain)
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1
+	}
+
+	items := make([]item, len(descs))
+	var replacing map[string]bool
+	for i, d := range descs {
+		it := &items[i]
+		it.op = -1
+		it.hits = hits
+		if h := d.GetHitsAddend(); h != nil {
+			if h.Value > maxHits {
+				return nil, badRequest("descriptor " + strconv.Itoa(i) + ": hits_addend is too large")
+			}
+			it.hits = int64(h.Value)
+		}
+		it.negative = d.GetIsNegativeHits()
+		if !known {
+			continue // an unknown domain is not limited, as in envoy
+		}
+		entries := make([]config.Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		if o := d.GetLimit(); o != nil {
+			r, err := overrideRule(domain, o)
+			if err != nil {
+				return nil, badRequest("descriptor " + strconv.Itoa(i) + ": " + err.Error())
+			}
+			it.rule, it.key, it.metric = r, config.KeyFor(domain, entries), r.FullKey
+		} else if m, ok := rules.Match(domain, entries); ok {
+			it.rule, it.key, it.metric = m.Rule, m.Key, m.Metric
+		} else {
+			continue
+		}
+		if len(it.rule.Replaces) > 0 {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
+			for _, name := range it.rule.Replaces {
+				replacing[name] = true
+			}
+		}
+		if it.rule.Unlimited {
+			it.unlimited, it.rule = true, nil
+		}
+	}
+
+	// Drop the replaced rules, then gather the keys to charge.
+	var ops []op
+	var byKey map[string]int
+	denied := false // a rule that refuses everything is enforced
+	for i := range items {
+		it := &items[i]
+		if it.rule == nil {
+			continue
+		}
+		if it.rule.Name != "" && replacing[it.rule.Name] {
+			it.rule = nil
+			continue
+		}
+		enforced := !it.rule.ShadowMode && !s.opts.ShadowMode
+		if it.rule.Deny() {
+			it.over = true
+			denied = denied || enforced
+			s.observe(it.metric, funnel.Result{}, nil)
+			continue
+		}
+		if it.negative {
+			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+it.key, it.rule.Limit, it.hits); err != nil {
+				s.observe(it.metric, funnel.Result{}, err)
+				return nil, err
+			}
+			it.res = funnel.Result{Allowed: true}
+			continue
+		}
+		key := s.opts.KeyPrefix + it.key
+		if j, ok := byKey[key]; ok {
+			// Two descriptors on one key: one charge of both quantities.
+			ops[j].req.N += it.hits
+			ops[j].enforced = ops[j].enforced || enforced
+			it.op = j
+			continue
+		}
+		if byKey == nil {
+			byKey = make(map[string]int, len(items))
+		}
+		byKey[key] = len(ops)
+		it.op = len(ops)
+		ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, enforced: enforced})
+	}
+
+	if len(ops) > 0 {
+		if err := s.charge(ctx, ops, denied); err != nil {
+			for i := range items {
+				if items[i].op >= 0 {
+					s.observe(items[i].metric, funnel.Result{}, err)
+				}
+			}
+			return nil, err
+		}
+	}
+
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
+	}
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus // for the headers
+	closestOver := false
+	now := s.opts.Now()
+	for i := range items {
+		it := &items[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case it.unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		case it.rule == nil:
+			continue
+		}
+		st.CurrentLimit = currentLimit(it.rule)
+		switch {
+		case it.rule.Deny():
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			st.DurationUntilReset = durationpb.New(unitReset(it.rule, now))
+		case it.op >= 0:
+			it.res = ops[it.op].res
+			s.observe(it.metric, it.res, nil)
+			it.over = !it.res.Allowed
+			if it.over {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+			st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
+			reset := it.res.ResetAfter
+			if reset == 0 && it.rule.Limit.Algorithm == funnel.FixedWindow {
+				reset = windowReset(it.rule.Limit, now)
+			}
+			st.DurationUntilReset = durationpb.New(reset)
+		default: // a refund
+			st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
+		}
+		enforcedOver := it.over && !it.rule.ShadowMode
+		if enforcedOver {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		switch {
+		case enforcedOver:
+			closest, closestOver = st, true
+		case !closestOver && (closest == nil || st.LimitRemaining < closest.LimitRemaining):
+			closest = st
+		}
+	}
+	if s.opts.ShadowMode {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+	}
+	if closest != nil {
+		if h := s.opts.ResponseHeaders; h != nil {
+			resp.ResponseHeadersToAdd = headers(h, closest)
+		}
+		if h := s.opts.RequestHeaders; h != nil {
+			resp.RequestHeadersToAdd = headers(h, closest)
+		}
+	}
+	return resp, nil
+}
+
+// charge decides ops together. If every one admits, all are charged. If
+// an enforced one refuses, none is. If only limits in shadow mode refuse,
+// the request goes on, so it is charged to the others, together again
+// (which a concurrent request may have filled meanwhile: then the
+// decision is taken again on those that still admit, at most a few
+// times). When denied, a rule that refuses everything was matched: the
+// others are only peeked, for their statuses.
+func (s *Server) charge(ctx context.Context, ops []op, denied bool) error {
+	reqs := make([]funnel.Request, 0, len(ops))
+	idx := make([]int, 0, len(ops))
+	for i := range ops {
+		r := ops[i].req
+		if denied {
+			r.N = 0
+		}
+		reqs = append(reqs, r)
+		idx = append(idx, i)
+	}
+	for attempt := 0; len(reqs) > 0; attempt++ {
+		m, err := s.lim.AllowAll(ctx, reqs)
+		if err != nil {
+			return err
+		}
+		enforcedRefusal := false
+		for j, r := range m.Results {
+			if r.Fallback && !r.Allowed {
+				return errFallback
+			}
+			o := &ops[idx[j]]
+			o.res = r
+			if !r.Allowed && o.enforced {
+				enforcedRefusal = true
+			}
+		}
+		if m.Allowed || enforcedRefusal || attempt == 3 {
+			return nil
+		}
+		// Only shadow rules refused: charge the others.
+		k := 0
+		for j, r := range m.Results {
+			if r.Allowed {
+				reqs[k], idx[k] = reqs[j], idx[j]
+				k++
+			}
+		}
+		reqs, idx = reqs[:k], idx[:k]
+	}
+	return nil
+}
+
+func (s *Server) observe(rule string, r funnel.Result, err error) {
+	if s.opts.Observe != nil {
+		s.opts.Observe(rule, r, err)
+	}
+}
+
+// overrideRule builds the rule of a limit sent with a descriptor (envoy's
+// limit override): a fixed window, never in shadow mode.
+func overrideRule(domain string, o *ratelimit.RateLimitDescriptor_RateLimitOverride) (*config.Rule, error) {
+	var u config.Unit
+	switch o.GetUnit() {
+	case typev3.RateLimitUnit_SECOND:
+		u = config.UnitSecond
+	case typev3.RateLimitUnit_MINUTE:
+		u = config.UnitMinute
+	case typev3.RateLimitUnit_HOUR:
+		u = config.UnitHour
+	case typev3.RateLimitUnit_DAY:
+		u = config.UnitDay
+	case typev3.RateLimitUnit_MONTH:
+		u = config.UnitMonth
+	case typev3.RateLimitUnit_YEAR:
+		u = config.UnitYear
+	default:
+		return nil, errors.New("the limit override has no valid unit")
+	}
+	mult := uint32(1)
+	if m := o.GetUnitMultiplier(); m != nil && m.Value > 0 {
+		mult = m.Value
+	}
+	r := &config.Rule{
+		Domain:          domain,
+		FullKey:         domain + ".override",
+		RequestsPerUnit: o.GetRequestsPerUnit(),
+		Unit:            u,
+		UnitMultiplier:  mult,
+	}
+	if r.RequestsPerUnit > 0 {
+		r.Limit = funnel.Limit{Algorithm: funnel.FixedWindow, Count: int64(r.RequestsPerUnit), Period: u.Duration() * time.Duration(mult)}
+		if err := r.Limit.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// units maps the rules' units to the protocol's.
+var units = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
+	config.UnitUnknown: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
+	config.UnitSecond:  rlsv3.RateLimitResponse_RateLimit_SECOND,
+	config.UnitMinute:  rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	config.UnitHour:    rlsv3.RateLimitResponse_RateLimit_HOUR,
+	config.UnitDay:     rlsv3.RateLimitResponse_RateLimit_DAY,
+	config.UnitWeek:    rlsv3.RateLimitResponse_RateLimit_WEEK,
+	config.UnitMonth:   rlsv3.RateLimitResponse_RateLimit_MONTH,
+	config.UnitYear:    rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// currentLimit reports a rule as the protocol's RateLimit: its name,
+// requests_per_unit, unit and, when the period is several units,
+// unit_multiplier.
+func currentLimit(r *config.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	l := &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit}
+	if int(r.Unit) < len(units) {
+		l.Unit = units[r.Unit]
+	}
+	if r.UnitMultiplier > 1 {
+		l.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
+	}
+	return l
+}
+
+// windowReset is the time from now to the end of a fixed window.
+func windowReset(l funnel.Limit, now time.Time) time.Duration {
+	ns := now.UnixNano()
+	span := l.Span(ns)
+	return time.Duration(span.End)*time.Millisecond - time.Duration(ns)
+}
+
+// unitReset is the time from now to the end of the rule's reported
+// period, aligned to the Unix epoch, as envoy computes it for a rule that
+// refuses everything.
+func unitReset(r *config.Rule, now time.Time) time.Duration {
+	p := r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
+	if p <= 0 {
+		return 0
+	}
+	ns := now.UnixNano()
+	return p - time.Duration(ns)%p
+}
+
+// headers builds the X-RateLimit-* headers of a status: the limit, the
+// remaining count and the whole seconds to reset (rounded up).
+func headers(h *Headers, st *rlsv3.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
+	reset := st.GetDurationUntilReset().AsDuration()
+	secs := int64((reset + time.Second - 1) / time.Second)
+	return []*core.HeaderValue{
+		{Key: h.Limit, Value: strconv.FormatUint(uint64(st.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		{Key: h.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(secs, 10)},
+	}
+}
