@@ -334,15 +334,22 @@ func (s *Server) observe(r funnel.Result, err error) {
 	}
 }
 
-// fallback returns the configured answer for a store that is down, and
-// whether there is one (FailError has none).
-func (s *Server) fallback() (funnel.Result, bool) {
-	switch s.opts.Fail {
-	case FailOpen:
-		return funnel.Result{Allowed: true, Fallback: true}, true
-	case FailClosed:
-		return funnel.Result{Fallback: true}, true
+// fallback handles the error of a decision: for a store that is down under
+// FailOpen or FailClosed it returns the configured answer and true;
+// otherwise it answers the error and returns false.
+func (s *Server) fallback(w http.ResponseWriter, r *http.Request, err error) (funnel.Result, bool) {
+	if storeDown(err) {
+		switch s.opts.Fail {
+		case FailOpen:
+			s.warnDown(r, err)
+			return funnel.Result{Allowed: true, Fallback: true}, true
+		case FailClosed:
+			s.warnDown(r, err)
+			return funnel.Result{Fallback: true}, true
+		}
 	}
+	s.observe(funnel.Result{}, err)
+	s.fail(w, r, err)
 	return funnel.Result{}, false
 }
 
@@ -394,14 +401,10 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.lim.AllowN(r.Context(), req.Key, limit, quantity(req.Quantity))
 	if err != nil {
-		fb, ok := s.fallback()
-		if !ok || !storeDown(err) {
-			s.observe(res, err)
-			s.fail(w, r, err)
+		var ok bool
+		if res, ok = s.fallback(w, r, err); !ok {
 			return
 		}
-		s.warnDown(r, err)
-		res = fb
 	}
 	s.observe(res, nil)
 	decided(w, res.Allowed, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
@@ -436,13 +439,10 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 	}
 	m, err := s.lim.AllowAll(r.Context(), reqs)
 	if err != nil {
-		fb, ok := s.fallback()
-		if !ok || !storeDown(err) {
-			s.observe(funnel.Result{}, err)
-			s.fail(w, r, err)
+		fb, ok := s.fallback(w, r, err)
+		if !ok {
 			return
 		}
-		s.warnDown(r, err)
 		m = funnel.MultiResult{Allowed: fb.Allowed, Refused: -1, Results: make([]funnel.Result, len(reqs))}
 		for i := range m.Results {
 			m.Results[i] = fb
@@ -497,14 +497,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		lease, res, err = s.lim.Acquire(r.Context(), req.Key, limit)
 	}
 	if err != nil {
-		fb, ok := s.fallback()
-		if !ok || !storeDown(err) {
-			s.observe(res, err)
-			s.fail(w, r, err)
+		var ok bool
+		if res, ok = s.fallback(w, r, err); !ok {
 			return
 		}
-		s.warnDown(r, err)
-		res = fb
 	}
 	s.observe(res, nil)
 	d := decision(res)
