@@ -1,0 +1,170 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Store operations, the values of the op label.
+const (
+	opThrottle = iota
+	opReset
+	opTTL
+	opDo
+	opBans
+	opUnban
+	numOps
+)
+
+var opNames = [numOps]string{"throttle", "reset", "ttl", "do", "bans", "unban"}
+
+// Kinds of store errors, the values of the kind label.
+const (
+	kindUnavailable = iota
+	kindCanceled
+	kindWrongType
+	kindCrossSlot
+	kindInvalid
+	kindOther
+	numKinds
+)
+
+var kindNames = [numKinds]string{"unavailable", "canceled", "wrong_type", "cross_slot", "invalid", "other"}
+
+// opMetrics are one operation's series, looked up once.
+type opMetrics struct {
+	time   prometheus.Observer
+	errors [numKinds]prometheus.Counter
+}
+
+// kindOf classifies a store error.
+func kindOf(err error) int {
+	switch {
+	case errors.Is(err, funnel.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return kindUnavailable
+	case errors.Is(err, context.Canceled):
+		return kindCanceled
+	case errors.Is(err, funnel.ErrWrongType):
+		return kindWrongType
+	case errors.Is(err, funnel.ErrCrossSlot):
+		return kindCrossSlot
+	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity),
+		errors.Is(err, funnel.ErrDuplicateKey), errors.Is(err, funnel.ErrNotSupported),
+		errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow):
+		return kindInvalid
+	}
+	return kindOther
+}
+
+// done records a call of op that started at start.
+func (m *Metrics) done(op int, start time.Time, err error, fallback bool) {
+	o := &m.ops[op]
+	o.time.Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		o.errors[kindOf(err)].Inc()
+	case fallback:
+		o.errors[kindUnavailable].Inc()
+	}
+}
+
+// InstrumentStore returns a store that passes every call to s and records
+// its latency (store_duration_seconds) and its errors (store_errors_total;
+// a result with Fallback set counts as an unavailable store). If s
+// implements funnel.Executor, so does the returned store; it reports
+// NonBlocking as s does. With a nil m it returns s unchanged.
+func InstrumentStore(s funnel.Store, m *Metrics) funnel.Store {
+	if m == nil {
+		return s
+	}
+	st := &Store{inner: s, m: m}
+	if e, ok := s.(funnel.Executor); ok {
+		return &ExecutorStore{Store: st, inner: e}
+	}
+	return st
+}
+
+// Store is a funnel.Store that records the latency and the errors of the
+// store it wraps. Build one with InstrumentStore.
+type Store struct {
+	inner funnel.Store
+	m     *Metrics
+}
+
+var _ funnel.Store = (*Store)(nil)
+
+// Throttle calls the wrapped store's Throttle.
+func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+	start := time.Now()
+	r, err := s.inner.Throttle(ctx, key, p, quantity)
+	s.m.done(opThrottle, start, err, r.Fallback)
+	return r, err
+}
+
+// Reset calls the wrapped store's Reset.
+func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
+	start := time.Now()
+	ok, err := s.inner.Reset(ctx, key)
+	s.m.done(opReset, start, err, false)
+	return ok, err
+}
+
+// TTL calls the wrapped store's TTL.
+func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
+	start := time.Now()
+	d, ok, err := s.inner.TTL(ctx, key)
+	s.m.done(opTTL, start, err, false)
+	return d, ok, err
+}
+
+// NonBlocking reports whether the wrapped store says that its calls never
+// wait (see resp.NonBlockingStore); recording metrics does not wait.
+func (s *Store) NonBlocking() bool {
+	nb, ok := s.inner.(interface{ NonBlocking() bool })
+	return ok && nb.NonBlocking()
+}
+
+// Unwrap returns the wrapped store.
+func (s *Store) Unwrap() funnel.Store { return s.inner }
+
+// ExecutorStore is a Store over a funnel.Executor, and an Executor itself.
+// Build one with InstrumentStore.
+type ExecutorStore struct {
+	*Store
+	inner funnel.Executor
+}
+
+var _ funnel.Executor = (*ExecutorStore)(nil)
+
+// Do calls the wrapped store's Do.
+func (s *ExecutorStore) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	start := time.Now()
+	err := s.inner.Do(ctx, ops, res)
+	fallback := false
+	if err == nil && len(ops) > 0 && len(res) > 0 {
+		fallback = res[0].Fallback
+	}
+	s.m.done(opDo, start, err, fallback)
+	return err
+}
+
+// Bans calls the wrapped store's Bans.
+func (s *ExecutorStore) Bans(ctx context.Context) ([]funnel.Ban, error) {
+	start := time.Now()
+	b, err := s.inner.Bans(ctx)
+	s.m.done(opBans, start, err, false)
+	return b, err
+}
+
+// Unban calls the wrapped store's Unban.
+func (s *ExecutorStore) Unban(ctx context.Context, key string) (bool, error) {
+	start := time.Now()
+	ok, err := s.inner.Unban(ctx, key)
+	s.m.done(opUnban, start, err, false)
+	return ok, err
+}
