@@ -9,9 +9,10 @@
 // scripts are proven equal to them by the shared conformance suite.
 //
 // Time is int64 nanoseconds since the Unix epoch. The window algorithms and
-// leases keep their state in whole milliseconds (floor(now/1ms)), which is
-// exact in the doubles of Redis's Lua; the durations they return are exact
-// nanoseconds from now to a millisecond boundary.
+// leases keep their state in whole milliseconds (now rounded down, except
+// the sliding log's entries, rounded up), which is exact in the doubles of
+// Redis's Lua; the durations they return are exact nanoseconds from now to
+// a millisecond boundary.
 package algo
 
 import (
@@ -45,7 +46,8 @@ const (
 	// sum of counts stays exact in a double.
 	MaxCount = 1 << 40
 	// MaxWeight bounds count × period (in ms) of a sliding window counter, so
-	// that its weighted estimate is computed exactly in a double.
+	// that the product prev × (period − elapsed) of its weighted estimate is
+	// exact in a double.
 	MaxWeight = 1 << 53
 	// MaxLogCount is the largest count of a sliding log, which keeps one
 	// record per admitted unit.
