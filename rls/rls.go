@@ -342,17 +342,22 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			continue
 		}
 		key := s.opts.KeyPrefix + it.key
-		if j, ok := byKey[key]; ok {
+		if j := findKey(ops, byKey, key); j >= 0 {
 			// Two descriptors on one key: one charge of both quantities.
 			ops[j].req.N += it.hits
 			ops[j].enforced = ops[j].enforced || enforced
 			it.op = j
 			continue
 		}
-		if byKey == nil {
+		if len(ops) == smallRequest {
 			byKey = make(map[string]int, len(items))
+			for j := range ops {
+				byKey[ops[j].req.Key] = j
+			}
 		}
-		byKey[key] = len(ops)
+		if byKey != nil {
+			byKey[key] = len(ops)
+		}
 		it.op = len(ops)
 		ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, enforced: enforced})
 	}
@@ -480,6 +485,27 @@ func (s *Server) charge(ctx context.Context, ops []op, denied bool) error {
 		reqs, idx = reqs[:k], idx[:k]
 	}
 	return nil
+}
+
+// smallRequest is the number of keys up to which a request's keys are
+// compared one by one rather than indexed in a map.
+const smallRequest = 16
+
+// findKey returns the index of the op on key, or -1; byKey indexes ops
+// once there are more than smallRequest.
+func findKey(ops []op, byKey map[string]int, key string) int {
+	if byKey != nil {
+		if j, ok := byKey[key]; ok {
+			return j
+		}
+		return -1
+	}
+	for j := range ops {
+		if ops[j].req.Key == key {
+			return j
+		}
+	}
+	return -1
 }
 
 func (s *Server) observe(rule string, r funnel.Result, err error) {

@@ -50,7 +50,7 @@ type env struct {
 	srv    *rls.Server
 }
 
-func start(t *testing.T, store funnel.Store, rules rls.RulesSource, opts rls.Options) *env {
+func start(t testing.TB, store funnel.Store, rules rls.RulesSource, opts rls.Options) *env {
 	t.Helper()
 	e := &env{clock: storetest.NewClock(t0.UnixNano())}
 	if store == nil {
@@ -85,7 +85,7 @@ func start(t *testing.T, store funnel.Store, rules rls.RulesSource, opts rls.Opt
 	return e
 }
 
-func loadRules(t *testing.T, path string) rls.RulesSource {
+func loadRules(t testing.TB, path string) rls.RulesSource {
 	t.Helper()
 	r, err := config.LoadRules(path, config.RulesOptions{})
 	if err != nil {
@@ -659,4 +659,18 @@ func TestHotReload(t *testing.T) {
 	// The same key, now under 3 per minute: one charge so far.
 	e.expectCodes(t, 2, "OK OK", "d", desc("k", "v"))
 	e.expectCodes(t, 1, "OVER_LIMIT OVER_LIMIT", "d", desc("k", "v"))
+}
+
+func TestManyDescriptors(t *testing.T) {
+	e := extEnv(t, rls.Options{})
+	var ds []*ratelimit.RateLimitDescriptor
+	for i := 0; i < 40; i++ {
+		ds = append(ds, desc("a", fmt.Sprint(i%20)))
+	}
+	r := e.ask(t, "ext", ds...)
+	for i, st := range r.Statuses {
+		if st.Code != OK || st.LimitRemaining != 8 {
+			t.Fatalf("descriptor %d: %v", i, st)
+		}
+	}
 }
