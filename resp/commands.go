@@ -75,7 +75,7 @@ func init() {
 			doc: commandDoc{summary: "Gives back QUANTITY units (default 1) of a key under a limit, never below an empty state. Reply: OK.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
 				args: limitArgDocs(true)}},
 		{name: "funnel.bans", arity: 1, flags: []string{"readonly"}, run: cmdFunnelBans,
-			doc: commandDoc{summary: "Lists the banned keys. Reply: an array of [key, ttl_ms].", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of bans"}},
+			doc: commandDoc{summary: "Lists the banned keys. Reply: an array of [key, until], until in Unix milliseconds (rounded up).", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of bans"}},
 		{name: "funnel.unban", arity: 2, flags: []string{"write", "fast"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelUnban,
 			doc: commandDoc{summary: "Lifts a key's ban. Reply: 1 if it was banned, else 0.", since: "0.2.0", group: "funnel", complexity: "O(1)",
 				args: []argDoc{{name: "key", typ: "key"}}}},

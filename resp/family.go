@@ -24,7 +24,7 @@ import (
 //	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, lease_id|nil]
 //	FUNNEL.RELEASE key lease_id -> 1 if the lease was held, else 0
 //	FUNNEL.REFUND key algorithm count period_ms [options] -> OK
-//	FUNNEL.BANS -> [[key, ttl_ms]...]
+//	FUNNEL.BANS -> [[key, until_unix_ms]...]
 //	FUNNEL.UNBAN key -> 1 if the key was banned, else 0
 //
 // As in CL.THROTTLE, retry_after_ms is -1 when the request was allowed and
@@ -381,12 +381,11 @@ func cmdFunnelBans(c *conn, _ [][]byte) {
 		c.famError(err)
 		return
 	}
-	now := time.Now()
 	c.wr.WriteArray(len(bans))
 	for _, b := range bans {
 		c.wr.WriteArray(2)
 		c.wr.WriteBulkString(b.Key)
-		c.wr.WriteInt(millisUp(max(b.Until.Sub(now), 0)))
+		c.wr.WriteInt(millisUp(time.Duration(b.Until.UnixNano())))
 	}
 }
 
