@@ -17,45 +17,6 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// The rules file
-//
-// Rules are written in envoyproxy/ratelimit's configuration format, so that
-// an existing file loads unchanged and answers as envoy's service does:
-//
-//	domain: messaging
-//	descriptors:
-//	  - key: message_type
-//	    value: marketing
-//	    descriptors:
-//	      - key: to_number
-//	        rate_limit:
-//	          unit: day
-//	          requests_per_unit: 5
-//
-// Every field of that format is read: domain; descriptors with key, value
-// (a trailing '*' makes it a prefix wildcard), rate_limit, descriptors,
-// shadow_mode, detailed_metric, value_to_metric and share_threshold;
-// rate_limit with unit (second, minute, hour, day, week, month, year),
-// requests_per_unit, unlimited, name and replaces. A rule written in that
-// format is a fixed window of one unit aligned to the Unix epoch (a month is
-// 30 days and a year 365, as in envoy), exactly envoy's semantics.
-//
-// Funnel extends rate_limit with:
-//
-//	algorithm: gcra | funnel | leaky_bucket | fixed_window | sliding_window | sliding_log
-//	period:    any Go duration (1m30s, 250ms), instead of unit
-//	burst:     for gcra and leaky_bucket: units beyond the first a full bucket admits
-//	           at once (default requests_per_unit-1)
-//	delay:     for leaky_bucket: excess units that pass at once, or nodelay
-//	ban:       a Go duration: once a key overflows it is refused that long
-//	calendar:  for fixed_window, instead of unit or period: day, week (from
-//	           Monday) or month, in time_zone
-//	time_zone: an IANA time zone name for calendar windows (default UTC)
-//
-// requests_per_unit 0 refuses every request (envoy's way to block a value).
-// Concurrency limits are not available in rules: the rate-limit protocol has
-// no way to release a lease.
-
 // MaxRulesFileSize bounds each rules file.
 const MaxRulesFileSize = 4 << 20
 
@@ -175,6 +136,47 @@ type Match struct {
 // Rules is a set of rate-limit rules by domain, loaded from one file or a
 // directory of files. It is immutable once loaded and safe for concurrent
 // use. A nil *Rules has no domains.
+//
+// Rules are written in envoyproxy/ratelimit's configuration format, so that
+// an existing file loads unchanged and answers as envoy's service does:
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: message_type
+//	    value: marketing
+//	    descriptors:
+//	      - key: to_number
+//	        rate_limit:
+//	          unit: day
+//	          requests_per_unit: 5
+//
+// Every field of that format is read: domain; descriptors with key, value
+// (a trailing '*' makes it a prefix wildcard), rate_limit, descriptors,
+// shadow_mode, detailed_metric, value_to_metric and share_threshold;
+// rate_limit with unit (second, minute, hour, day, week, month, year),
+// requests_per_unit, unlimited, name and replaces. A rule written in that
+// format is a fixed window of one unit aligned to the Unix epoch (a month is
+// 30 days and a year 365, as in envoy), exactly envoy's semantics.
+//
+// Funnel extends rate_limit with:
+//
+//	algorithm: gcra | funnel | leaky_bucket | fixed_window | sliding_window | sliding_log
+//	period:    any Go duration (1m30s, 250ms), instead of unit
+//	burst:     for gcra and leaky_bucket: units beyond the first a full bucket admits
+//	           at once (default requests_per_unit-1)
+//	delay:     for leaky_bucket: excess units that pass at once, or nodelay
+//	ban:       a Go duration: once a key overflows it is refused that long
+//	calendar:  for fixed_window, instead of unit or period: day, week (from
+//	           Monday) or month, in time_zone
+//	time_zone: an IANA time zone name for calendar windows (default UTC)
+//
+// requests_per_unit 0 refuses every request (envoy's way to block a value).
+// Concurrency limits are not available in rules: the rate-limit protocol has
+// no way to release a lease. Time zones are read from the system's time
+// zone database (or the one a binary embeds with time/tzdata).
+//
+// Not supported: quota_mode, a recent addition to envoy's service for AI
+// gateways, is refused as an unknown field rather than silently ignored.
 type Rules struct {
 	domains map[string]*node
 	rules   []*Rule
