@@ -11,21 +11,27 @@ import (
 )
 
 // Batching. When several decisions wait for Redis at once, the store decides
-// them in one script call: Redis then reads the time, starts the script, reads
-// the keys (one MGET) and answers once per batch rather than once per
+// them in one script call: Redis then reads the time, starts the script,
+// reads the keys (one MGET) and answers once per batch rather than once per
 // decision, writes a key that several decisions change once, and the client
 // sends one command. A decision that finds no other in flight is sent at once
 // from its caller's goroutine, so batching adds no latency when the store is
-// idle; under load, decisions queue while up to maxActive batches are in
-// flight, and the next batch takes up to maxBatch of them, in order of
-// arrival. On a Redis Cluster a batch holds keys of one hash slot only.
+// idle. Under load, decisions queue while batches are in flight, and the next
+// batch takes up to maxBatch of them, in order of arrival. Two batches in
+// flight keep one Redis busy (it runs one while the other travels), and the
+// fewer batches, the larger each one and the less CPU each decision costs
+// Redis and the client: a third goes out only when a full batch waits (Redis
+// is far, or slower than the callers), up to maxActive. On a Redis Cluster a
+// batch holds keys of one hash slot only.
 
 const (
 	// maxBatch is the most decisions one script call makes.
 	maxBatch = 64
-	// maxActive is the most batches in flight at once for one group (all
-	// keys, or one cluster slot).
-	maxActive = 4
+	// pipelined is the number of batches in flight at once for one group
+	// (all keys, or one cluster slot) while no full batch waits.
+	pipelined = 2
+	// maxActive is the most batches in flight at once for one group.
+	maxActive = 8
 	// minStart is the number of waiting decisions for which one more batch
 	// goes out while others are in flight.
 	minStart = 8
@@ -100,8 +106,9 @@ func (s *Store) decide(ctx context.Context, key string, cost, tol int64) (status
 	c := &call{key: key, cost: cost, tol: tol, queued: time.Now(), done: make(chan struct{})}
 	g.queue = append(g.queue, c)
 	// Another batch goes out at once only when enough decisions wait for
-	// it; a few wait for the batch in flight to come back, and go together.
-	start := g.active < maxActive && len(g.queue) >= minStart
+	// it; a few wait for a batch in flight to come back, and go together.
+	n := len(g.queue)
+	start := n >= minStart && (g.active < pipelined || (g.active < maxActive && n >= maxBatch))
 	if start {
 		g.active++
 	}

@@ -235,7 +235,9 @@ for i = 1, nd do
       else
         v = string.format('%d', zl)
       end
-      redis.call('SET', key, v, 'PX', ms)
+      -- (ms goes as a string: Redis would format a number with %.17g,
+      -- which costs more than the integer format)
+      redis.call('SET', key, v, 'PX', string.format('%d', ms))
     end
   end
 end
