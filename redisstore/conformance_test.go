@@ -70,6 +70,28 @@ func TestConformanceCluster(t *testing.T) {
 	storetest.Run(t, conformance(c))
 }
 
+// A go-redis Ring over two single nodes: the Ring picks each key's node by
+// its own hash, so each decision goes alone (no batch), and the suite passes
+// with the keys spread over both nodes.
+func TestConformanceRing(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.StartServer(t), redistest.StartServer(t)
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs:                 map[string]string{"a": a.Addr, "b": b.Addr},
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() {
+		// After the parallel subtests: both nodes got keys.
+		for _, srv := range []*redistest.Server{a, b} {
+			if n := srv.Do("DBSIZE").(int64); n == 0 {
+				t.Errorf("node %s of the ring holds no key", srv.Addr)
+			}
+		}
+		ring.Close()
+	})
+	storetest.Run(t, conformance(ring))
+}
+
 func TestConformanceRueidis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)

@@ -73,8 +73,15 @@ var ErrWrongType = errors.New("WRONGTYPE redisstore: key holds something other t
 
 // Client is the part of a go-redis client that the store uses:
 // *redis.Client, *redis.ClusterClient, *redis.Ring and redis.UniversalClient
-// all satisfy it. (Over a Ring, which shards keys by its own hash, each
-// decision goes alone rather than in a batch.)
+// all satisfy it.
+//
+// A Ring shards keys by its own hash, so over a Ring each decision goes alone
+// rather than in a batch. A Ring has no replicas: while one of its nodes
+// fails its heartbeat, the Ring sends that node's keys to the others, where
+// they start with a full bucket, and sends them back, to whatever state that
+// node kept, when it answers again. A limit over a Ring is exact while its
+// nodes stay up, and a key may get a fresh burst each time its node leaves
+// or rejoins the Ring; use Redis Cluster or Sentinel where that matters.
 type Client interface {
 	redis.Scripter
 }
