@@ -20,15 +20,12 @@ deps:
 # fuzz runs each fuzz target for FUZZTIME (their seed corpora run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./gcra/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseInt$$' -fuzztime $(FUZZTIME) ./cell/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cell/
-	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
-	$(GO) test -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitArgs$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
-	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./resp/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseUsers$$' -fuzztime $(FUZZTIME) ./config/
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "$$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg || exit 1; \
+		done; \
+	done
 
 # bench runs the side-by-side benchmarks of bench/ (a module of its own, so
 # that the limiters it compares never enter go.mod) and prints them as

@@ -105,6 +105,9 @@ func (c Calendar) String() string {
 
 // unit returns the calendar unit as algo.CalendarSpan takes it.
 func (c Calendar) unit() byte {
+	if c > Monthly {
+		return 'd' // Validate refuses it; Span must not panic on it
+	}
 	return "-dwm"[c]
 }
 

@@ -45,9 +45,9 @@ const (
 	// MaxCount is the largest count of a window or concurrency limit: every
 	// sum of counts stays exact in a double.
 	MaxCount = 1 << 40
-	// MaxWeight bounds count × period (in ms) of a sliding window counter, so
-	// that the product prev × (period − elapsed) of its weighted estimate is
-	// exact in a double.
+	// MaxWeight bounds (count+1) × period (in ms) of a sliding window
+	// counter, so that the numerator prev × (period − elapsed) + period − 1
+	// of its weighted estimate is exact in a double.
 	MaxWeight = 1 << 53
 	// MaxLogCount is the largest count of a sliding log, which keeps one
 	// record per admitted unit.

@@ -92,10 +92,12 @@ func TestCheckSlidingAndLog(t *testing.T) {
 		{WindowParams{Count: 100, Period: 60_000}, nil, nil},
 		{WindowParams{Count: MaxLogCount, Period: 1}, nil, nil},
 		{WindowParams{Count: MaxLogCount + 1, Period: 1}, nil, ErrTooManyEvents},
-		{WindowParams{Count: MaxCount, Period: MaxWeight / MaxCount}, nil, ErrTooManyEvents},
+		{WindowParams{Count: MaxCount - 1, Period: MaxWeight / MaxCount}, nil, ErrTooManyEvents},
+		{WindowParams{Count: MaxCount, Period: MaxWeight / MaxCount}, ErrOverflow, ErrTooManyEvents},
 		{WindowParams{Count: MaxCount, Period: MaxWeight/MaxCount + 1}, ErrOverflow, ErrTooManyEvents},
 		{WindowParams{Count: 1 << 20, Period: int64(MaxPeriod / time.Millisecond)}, ErrOverflow, nil},
-		{WindowParams{Count: 28_561, Period: int64(MaxPeriod / time.Millisecond)}, nil, nil},
+		{WindowParams{Count: 28_560, Period: int64(MaxPeriod / time.Millisecond)}, nil, nil},
+		{WindowParams{Count: 28_561, Period: int64(MaxPeriod / time.Millisecond)}, ErrOverflow, nil},
 	} {
 		if err := c.p.CheckSliding(); !errors.Is(err, c.sliding) {
 			t.Errorf("%+v.CheckSliding() = %v, want %v", c.p, err, c.sliding)

@@ -23,7 +23,8 @@ func (st Sliding) roll(start, period int64) Sliding {
 // window's units still counted elapsed ms into the current window, rounded
 // up, so that comparing it in integers is the same as comparing the exact
 // fraction. The numerator is at most count·period + period − 1, which the
-// bound count·period ≤ MaxWeight keeps far inside an int64.
+// bound (count+1)·period ≤ MaxWeight keeps exact in a double (and in Redis's
+// Lua).
 func weighted(prev, period, elapsed int64) int64 {
 	return (prev*(period-elapsed) + period - 1) / period
 }
@@ -120,10 +121,10 @@ func SlidingRefund(now int64, st Sliding, p WindowParams, q int64) Sliding {
 	return cur
 }
 
-// CheckSliding reports whether p can drive a sliding window counter: count ×
-// period (ms) must be at most MaxWeight, or ErrOverflow.
+// CheckSliding reports whether p can drive a sliding window counter:
+// (count+1) × period (ms) must be at most MaxWeight, or ErrOverflow.
 func (p WindowParams) CheckSliding() error {
-	if p.Count > MaxWeight/p.Period {
+	if p.Count >= MaxWeight/p.Period {
 		return ErrOverflow
 	}
 	return nil
