@@ -137,3 +137,27 @@ func BenchmarkNoopServer(b *testing.B) {
 	defer g.Stop()
 	runBench(b, l.Addr().String())
 }
+
+// BenchmarkDecide calls ShouldRateLimit directly, without gRPC: the cost
+// of the decision that the service adds to a round trip.
+func BenchmarkDecide(b *testing.B) {
+	r, err := config.ParseRules(strings.NewReader(benchRules), "bench.yaml", config.RulesOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	srv := rls.New(funnel.New(store), rls.Static(r), rls.Options{})
+	reqs := benchRequests()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if _, err := srv.ShouldRateLimit(ctx, reqs[next.Add(1)%benchKeys]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

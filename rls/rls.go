@@ -269,7 +269,14 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		hits = 1
 	}
 
-	items := make([]item, len(descs))
+	var itemBuf [4]item // most requests have few descriptors
+	items := itemBuf[:0]
+	if len(descs) <= len(itemBuf) {
+		items = itemBuf[:len(descs)]
+	} else {
+		items = make([]item, len(descs))
+	}
+	var entryBuf [8]config.Entry
 	var replacing map[string]bool
 	for i, d := range descs {
 		it := &items[i]
@@ -285,7 +292,12 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		if !known {
 			continue // an unknown domain is not limited, as in envoy
 		}
-		entries := make([]config.Entry, len(d.GetEntries()))
+		entries := entryBuf[:0]
+		if n := len(d.GetEntries()); n <= len(entryBuf) {
+			entries = entryBuf[:n]
+		} else {
+			entries = make([]config.Entry, n)
+		}
 		for j, e := range d.GetEntries() {
 			entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
@@ -314,7 +326,8 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 
 	// Drop the replaced rules, then gather the keys to charge.
-	var ops []op
+	var opBuf [4]op
+	ops := opBuf[:0]
 	var byKey map[string]int
 	denied := false // a rule that refuses everything is enforced
 	for i := range items {
@@ -379,7 +392,13 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus // for the headers
 	closestOver := false
-	now := s.opts.Now()
+	var now time.Time // read when needed
+	clock := func() time.Time {
+		if now.IsZero() {
+			now = s.opts.Now()
+		}
+		return now
+	}
 	for i := range items {
 		it := &items[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -395,7 +414,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		switch {
 		case it.rule.Deny():
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			st.DurationUntilReset = durationpb.New(unitReset(it.rule, now))
+			st.DurationUntilReset = durationpb.New(unitReset(it.rule, clock()))
 		case it.op >= 0:
 			it.res = ops[it.op].res
 			s.observe(it.metric, it.res, nil)
@@ -406,7 +425,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
 			reset := it.res.ResetAfter
 			if reset == 0 && it.rule.Limit.Algorithm == funnel.FixedWindow {
-				reset = windowReset(it.rule.Limit, now)
+				reset = windowReset(it.rule.Limit, clock())
 			}
 			st.DurationUntilReset = durationpb.New(reset)
 		default: // a refund
@@ -445,6 +464,22 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 // times). When denied, a rule that refuses everything was matched: the
 // others are only peeked, for their statuses.
 func (s *Server) charge(ctx context.Context, ops []op, denied bool) error {
+	if len(ops) == 1 {
+		// One key: the same decision, without AllowAll's bookkeeping.
+		r := ops[0].req
+		if denied {
+			r.N = 0
+		}
+		res, err := s.lim.AllowN(ctx, r.Key, r.Limit, r.N)
+		if err != nil {
+			return err
+		}
+		if res.Fallback && !res.Allowed {
+			return errFallback
+		}
+		ops[0].res = res
+		return nil
+	}
 	reqs := make([]funnel.Request, 0, len(ops))
 	idx := make([]int, 0, len(ops))
 	for i := range ops {
