@@ -50,7 +50,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	var f config.Config
 	configFile := fs.String("config", "", "YAML configuration `file`; flags given on the command line override it")
 	fs.StringVar(&f.RESP, "resp", def.RESP, "Redis-protocol listen `address`")
-	fs.StringVar(&f.HTTP, "http", def.HTTP, "HTTP/JSON listen `address` (not available yet)")
+	fs.StringVar(&f.HTTP, "http", def.HTTP, "HTTP/JSON API listen `address` (empty: off)")
 	fs.StringVar(&f.GRPC, "grpc", def.GRPC, "Envoy rate-limit service listen `address` (not available yet)")
 	fs.StringVar(&f.Store, "store", def.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
 	fs.IntVar(&f.MaxKeys, "max-keys", def.MaxKeys, "bound on the memory store's keys (0: none)")

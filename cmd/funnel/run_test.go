@@ -29,8 +29,8 @@ func TestRun(t *testing.T) {
 		{[]string{"serve", "--store-timeout", "-1s"}, 1, "", "store_timeout -1s is negative"},
 		{[]string{"serve", "--store", "etcd://x"}, 1, "", `store "etcd://x": want memory`},
 		{[]string{"serve", "--max-keys", "-1"}, 1, "", "negative"},
-		{[]string{"serve", "--resp", "127.0.0.1:0"}, 0, "store=memory", ""},
-		{[]string{"serve", "--resp", "127.0.0.1:0", "--log-level", "loud"}, 1, "", `log_level "loud"`},
+		{[]string{"serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, 0, "store=memory", ""},
+		{[]string{"serve", "--resp", "127.0.0.1:0", "--http", "", "--log-level", "loud"}, 1, "", `log_level "loud"`},
 		{[]string{"serve", "--config", "/nonexistent/funnel.yaml"}, 1, "", "no such file"},
 	} {
 		var out, errb bytes.Buffer
@@ -46,7 +46,7 @@ func TestServeStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	var out bytes.Buffer
-	go func() { done <- run(ctx, []string{"serve", "--resp", "127.0.0.1:0"}, &out, &out) }()
+	go func() { done <- run(ctx, []string{"serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, &out, &out) }()
 	cancel()
 	select {
 	case code := <-done:

@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/version"
 	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/resp"
 )
@@ -21,13 +23,16 @@ import (
 // Daemon is a Funnel server: a store and the protocol listeners in front of
 // it. Build one with New, serve with Run, release with Close.
 type Daemon struct {
-	cfg   config.Config
-	log   *slog.Logger
-	store funnel.Store
-	close func() error // releases the store
+	cfg     config.Config
+	log     *slog.Logger
+	store   funnel.Store
+	close   func() error // releases the store
+	lim     *funnel.Limiter
+	metrics *metrics.Metrics
 
 	respLn  net.Listener
 	respSrv *resp.Server
+	edges   []edge // HTTP, gRPC
 }
 
 // New validates cfg, opens the store and binds the listeners, so that the
@@ -36,10 +41,11 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: log}
+	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(metrics.Options{})}
 	if err := d.openStore(); err != nil {
 		return nil, err
 	}
+	d.lim = funnel.New(d.store)
 	users := map[string]string{}
 	if cfg.UsersFile != "" {
 		u, err := config.LoadUsers(cfg.UsersFile)
@@ -63,6 +69,14 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		EventLoops:  cfg.EventLoops,
 		Logger:      log,
 	})
+	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.openEdges(); err != nil {
+		d.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -84,7 +98,10 @@ func (d *Daemon) openStore() error {
 		if err != nil {
 			return fmt.Errorf("daemon: store %s: %w", redact(d.cfg.Store), err)
 		}
-		d.store, d.close = s, s.Close
+		// A network store's latency and errors are worth watching; the
+		// memory store's decisions take nanoseconds, and timing them would
+		// cost more than the decisions.
+		d.store, d.close = metrics.InstrumentStore(s, d.metrics), s.Close
 		return nil
 	}
 	return fmt.Errorf("daemon: unknown store %q", redact(d.cfg.Store))
@@ -111,22 +128,28 @@ func (d *Daemon) Store() funnel.Store { return d.store }
 // have sent, flushes their replies and closes their connections, waiting at
 // most the configured shutdown timeout.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.log.Info("funnel started", "version", version.Version, "store", redact(d.cfg.Store),
-		"resp", d.respLn.Addr().String())
-	def := config.Default()
-	if d.cfg.HTTP != "" && d.cfg.HTTP != def.HTTP {
-		d.log.Warn("the HTTP API is not available in this version yet; --http is ignored", "http", d.cfg.HTTP)
+	attrs := []any{"version", version.Version, "store", redact(d.cfg.Store), "resp", d.respLn.Addr().String()}
+	for _, e := range d.edges {
+		attrs = append(attrs, e.name, e.addr().String())
 	}
-	if d.cfg.GRPC != "" && d.cfg.GRPC != def.GRPC {
-		d.log.Warn("the Envoy rate-limit service is not available in this version yet; --grpc is ignored", "grpc", d.cfg.GRPC)
+	d.log.Info("funnel started", attrs...)
+	errc := make(chan error, 1+len(d.edges))
+	go func() {
+		if err := d.respSrv.Serve(d.respLn); err != nil {
+			errc <- fmt.Errorf("daemon: resp server: %w", err)
+		}
+	}()
+	for _, e := range d.edges {
+		go func() {
+			if err := e.serve(); err != nil {
+				errc <- fmt.Errorf("daemon: %s server: %w", e.name, err)
+			}
+		}()
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- d.respSrv.Serve(d.respLn) }()
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
-		err = fmt.Errorf("daemon: resp server: %w", err)
 	}
 	timeout := d.cfg.ShutdownTimeout
 	if timeout == 0 {
@@ -135,7 +158,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("funnel stopping", "timeout", timeout)
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if serr := d.respSrv.Shutdown(sctx); serr != nil {
+	errs := make(chan error, 1+len(d.edges))
+	go func() { errs <- d.respSrv.Shutdown(sctx) }()
+	for _, e := range d.edges {
+		go func() { errs <- e.shutdown(sctx) }()
+	}
+	var serr error
+	for range 1 + len(d.edges) {
+		serr = errors.Join(serr, <-errs)
+	}
+	if serr != nil {
 		d.log.Warn("shutdown did not finish in time; connections closed", "err", serr)
 	}
 	d.log.Info("funnel stopped")
@@ -145,7 +177,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 // Close releases the listeners and the store. Call it after Run returns,
 // or instead of Run.
 func (d *Daemon) Close() error {
-	d.respSrv.Close()
-	d.respLn.Close()
+	if d.respSrv != nil {
+		d.respSrv.Close()
+	}
+	if d.respLn != nil {
+		d.respLn.Close()
+	}
+	for _, e := range d.edges {
+		e.close()
+	}
 	return d.close()
 }

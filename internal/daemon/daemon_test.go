@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,7 @@ func (s *syncBuffer) String() string {
 // testConfig is the default configuration on a free port of 127.0.0.1.
 func testConfig() config.Config {
 	cfg := config.Default()
-	cfg.RESP = "127.0.0.1:0"
+	cfg.RESP, cfg.HTTP, cfg.GRPC = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	return cfg
 }
 
@@ -260,30 +261,59 @@ func TestDaemonNewErrors(t *testing.T) {
 	}
 }
 
-// TestDaemonLaterFeatures: --http and --grpc set away from their defaults are
-// accepted and said to be ignored.
-func TestDaemonLaterFeatures(t *testing.T) {
+// TestDaemonHTTP: the HTTP API answers decisions on the daemon's store, which
+// RESP shares, and serves health, readiness and metrics.
+func TestDaemonHTTP(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig()
-	cfg.HTTP, cfg.GRPC = "127.0.0.1:18080", "127.0.0.1:18081"
-	d, logs, stop := start(t, cfg)
+	d, _, stop := start(t, testConfig())
+	base := "http://" + d.HTTPAddr().String()
 	rdb := redis.NewClient(&redis.Options{Addr: d.RESPAddr().String()})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if r, err := rdb.Do(ctx, "CL.THROTTLE", "k", 0, 1, 1).Int64Slice(); err != nil || !slices.Equal(r, []int64{0, 1, 0, -1, 1}) {
+	if r, err := rdb.Do(ctx, "CL.THROTTLE", "k", 1, 1, 60).Int64Slice(); err != nil || !slices.Equal(r, []int64{0, 2, 1, -1, 60}) {
 		t.Fatalf("CL.THROTTLE: %v, %v", r, err)
+	}
+	post := func(body string) (int, string) {
+		t.Helper()
+		res, err := http.Post(base+"/v1/throttle", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	// The same key, the same limit: the second unit of the burst, then none.
+	limit := `"limit":{"count":1,"period":"60s","burst":1}`
+	if code, body := post(`{"key":"k",` + limit + `}`); code != 200 || !strings.Contains(body, `"allowed":true`) || !strings.Contains(body, `"remaining":0`) {
+		t.Fatalf("POST /v1/throttle: %d %s", code, body)
+	}
+	if code, body := post(`{"key":"k",` + limit + `}`); code != 429 || !strings.Contains(body, `"allowed":false`) {
+		t.Fatalf("POST /v1/throttle, over the limit: %d %s", code, body)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		res, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	code, body := get("/metrics")
+	if code != 200 || !strings.Contains(body, `funnel_decisions_total{outcome="refused",rule="http"} 1`) ||
+		!strings.Contains(body, `funnel_connected_clients{protocol="resp"} 1`) {
+		t.Errorf("/metrics: %d\n%s", code, body)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
-	}
-	out := logs.String()
-	for _, want := range []string{"the HTTP API is not available in this version yet", "the Envoy rate-limit service is not available in this version yet"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("logs lack %q:\n%s", want, out)
-		}
-	}
-	if n := strings.Count(out, "level=WARN"); n != 2 {
-		t.Errorf("%d warnings, want 2:\n%s", n, out)
 	}
 }

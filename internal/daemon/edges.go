@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/funnelrl/funnel/httpapi"
+	"github.com/funnelrl/funnel/metrics"
+)
+
+// edge is a listener in front of the limiter besides RESP: the HTTP API or
+// Envoy's rate-limit service.
+type edge struct {
+	name     string
+	ln       net.Listener
+	serve    func() error // returns nil once shut down
+	shutdown func(ctx context.Context) error
+	close    func()
+}
+
+func (e edge) addr() net.Addr { return e.ln.Addr() }
+
+// openEdges binds the HTTP and gRPC listeners that the configuration asks
+// for (an empty address turns one off).
+func (d *Daemon) openEdges() error {
+	if d.cfg.HTTP != "" {
+		if err := d.openHTTP(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openHTTP binds the HTTP API: decisions, health, readiness and /metrics.
+func (d *Daemon) openHTTP() error {
+	ln, err := net.Listen("tcp", d.cfg.HTTP)
+	if err != nil {
+		return fmt.Errorf("daemon: http listener: %w", err)
+	}
+	fail := httpapi.FailError
+	if d.cfg.FailOpen {
+		fail = httpapi.FailOpen
+	}
+	api := httpapi.New(d.lim, httpapi.Options{
+		Metrics: d.metrics.Handler(),
+		Observe: d.metrics.Observer("http"),
+		Fail:    fail,
+		Logger:  d.log,
+	})
+	var conns metrics.ConnCounter
+	srv := &http.Server{
+		Handler:           api,
+		ConnState:         conns.ConnState,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	if err := d.metrics.ConnectedClients("http", conns.Count); err != nil {
+		ln.Close()
+		return err
+	}
+	d.edges = append(d.edges, edge{
+		name: "http",
+		ln:   ln,
+		serve: func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+		shutdown: srv.Shutdown,
+		close:    func() { srv.Close(); ln.Close() },
+	})
+	return nil
+}
+
+// HTTPAddr returns the address the HTTP API is bound to, or nil when it is
+// off.
+func (d *Daemon) HTTPAddr() net.Addr { return d.edgeAddr("http") }
+
+// GRPCAddr returns the address Envoy's rate-limit service is bound to, or
+// nil when it is off.
+func (d *Daemon) GRPCAddr() net.Addr { return d.edgeAddr("grpc") }
+
+func (d *Daemon) edgeAddr(name string) net.Addr {
+	for _, e := range d.edges {
+		if e.name == name {
+			return e.addr()
+		}
+	}
+	return nil
+}
