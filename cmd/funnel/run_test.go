@@ -46,7 +46,9 @@ func TestServeStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	var out bytes.Buffer
-	go func() { done <- run(ctx, []string{"serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, &out, &out) }()
+	go func() {
+		done <- run(ctx, []string{"serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, &out, &out)
+	}()
 	cancel()
 	select {
 	case code := <-done:
