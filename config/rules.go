@@ -382,11 +382,15 @@ type RulesOptions struct {
 // field in the file ("descriptors[1].rate_limit.unit") and what is wrong.
 // It wraps ErrInvalid.
 type RuleError struct {
-	File   string
-	Line   int
-	Column int
-	Field  string
-	Msg    string
+	// File is the file's name as it was loaded.
+	File string
+	// Line and Column locate the problem, from 1; 0 when it concerns the
+	// whole file.
+	Line, Column int
+	// Field is the path of the field, such as descriptors[1].rate_limit.unit.
+	Field string
+	// Msg says what is wrong.
+	Msg string
 }
 
 // Error formats the problem as file:line:column: field: message.
