@@ -57,6 +57,21 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
+	// Rules names a rules file, or a directory of them, in envoyproxy/
+	// ratelimit's format (see Rules), for Envoy's rate-limit service; they
+	// are reloaded when they change. Empty means no rules: every descriptor
+	// is allowed.
+	Rules string `yaml:"rules"`
+	// RulesMergeDomains lets several rules files define one domain (envoy's
+	// MERGE_DOMAIN_CONFIG).
+	RulesMergeDomains bool `yaml:"rules_merge_domains"`
+	// ShadowMode makes Envoy's rate-limit service answer OK where it would
+	// answer OVER_LIMIT (envoy's SHADOW_MODE); descriptor statuses still
+	// tell.
+	ShadowMode bool `yaml:"shadow_mode"`
+	// RLSHeaders adds envoy's X-RateLimit-* headers to the rate-limit
+	// service's answers.
+	RLSHeaders bool `yaml:"rls_headers"`
 }
 
 // Default returns the configuration of a plain `funnel serve`.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // calendar windows in any time zone, on hosts without a zone database
 )
 
 func main() {

@@ -51,7 +51,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	configFile := fs.String("config", "", "YAML configuration `file`; flags given on the command line override it")
 	fs.StringVar(&f.RESP, "resp", def.RESP, "Redis-protocol listen `address`")
 	fs.StringVar(&f.HTTP, "http", def.HTTP, "HTTP/JSON API listen `address` (empty: off)")
-	fs.StringVar(&f.GRPC, "grpc", def.GRPC, "Envoy rate-limit service listen `address` (not available yet)")
+	fs.StringVar(&f.GRPC, "grpc", def.GRPC, "Envoy rate-limit service (gRPC) listen `address` (empty: off)")
+	fs.StringVar(&f.Rules, "rules", def.Rules, "rules `file` or directory (envoyproxy/ratelimit's format), reloaded when it changes")
+	fs.BoolVar(&f.RulesMergeDomains, "rules-merge-domains", def.RulesMergeDomains, "let several rules files define one domain")
+	fs.BoolVar(&f.ShadowMode, "shadow-mode", def.ShadowMode, "the rate-limit service answers OK where it would answer OVER_LIMIT")
+	fs.BoolVar(&f.RLSHeaders, "rls-headers", def.RLSHeaders, "add envoy's X-RateLimit-* headers to the rate-limit service's answers")
 	fs.StringVar(&f.Store, "store", def.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
 	fs.IntVar(&f.MaxKeys, "max-keys", def.MaxKeys, "bound on the memory store's keys (0: none)")
 	fs.DurationVar(&f.StoreTimeout, "store-timeout", def.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
@@ -114,6 +118,14 @@ func override(cfg *config.Config, f config.Config, name string) {
 		cfg.HTTP = f.HTTP
 	case "grpc":
 		cfg.GRPC = f.GRPC
+	case "rules":
+		cfg.Rules = f.Rules
+	case "rules-merge-domains":
+		cfg.RulesMergeDomains = f.RulesMergeDomains
+	case "shadow-mode":
+		cfg.ShadowMode = f.ShadowMode
+	case "rls-headers":
+		cfg.RLSHeaders = f.RLSHeaders
 	case "store":
 		cfg.Store = f.Store
 	case "max-keys":

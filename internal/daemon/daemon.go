@@ -32,7 +32,8 @@ type Daemon struct {
 
 	respLn  net.Listener
 	respSrv *resp.Server
-	edges   []edge // HTTP, gRPC
+	edges   []edge               // HTTP, gRPC
+	watcher *config.RulesWatcher // the rules, when a file names them
 }
 
 // New validates cfg, opens the store and binds the listeners, so that the
@@ -185,6 +186,9 @@ func (d *Daemon) Close() error {
 	}
 	for _, e := range d.edges {
 		e.close()
+	}
+	if d.watcher != nil {
+		d.watcher.Close()
 	}
 	return d.close()
 }

@@ -8,8 +8,13 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/httpapi"
 	"github.com/funnelrl/funnel/metrics"
+	"github.com/funnelrl/funnel/rls"
 )
 
 // edge is a listener in front of the limiter besides RESP: the HTTP API or
@@ -32,6 +37,78 @@ func (d *Daemon) openEdges() error {
 			return err
 		}
 	}
+	if d.cfg.GRPC != "" {
+		if err := d.openGRPC(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openGRPC loads and watches the rules and binds Envoy's rate-limit service
+// (with gRPC health and reflection).
+func (d *Daemon) openGRPC() error {
+	var src rls.RulesSource
+	if d.cfg.Rules != "" {
+		w, err := config.WatchRules(d.cfg.Rules, config.WatchOptions{
+			RulesOptions: config.RulesOptions{MergeDomains: d.cfg.RulesMergeDomains},
+			Logger:       d.log,
+			OnReload:     func(_ *config.Rules, err error) { d.metrics.RulesReloaded(err) },
+		})
+		if err != nil {
+			return fmt.Errorf("daemon: rules: %w", err)
+		}
+		d.metrics.RulesReloaded(nil)
+		d.watcher = w
+		src = w
+	} else {
+		d.log.Info("no rules (--rules): the rate-limit service allows every descriptor")
+		src = rls.Static(&config.Rules{})
+	}
+	ln, err := net.Listen("tcp", d.cfg.GRPC)
+	if err != nil {
+		return fmt.Errorf("daemon: grpc listener: %w", err)
+	}
+	opts := rls.Options{
+		Logger:     d.log,
+		ShadowMode: d.cfg.ShadowMode,
+		Observe: func(rule string, r funnel.Result, err error) {
+			if err != nil {
+				d.metrics.ObserveError(rule)
+			} else {
+				d.metrics.ObserveDecision(rule, r)
+			}
+		},
+	}
+	if d.cfg.RLSHeaders {
+		opts.ResponseHeaders = rls.DefaultHeaders()
+	}
+	srv := rls.New(d.lim, src, opts)
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	d.edges = append(d.edges, edge{
+		name: "grpc",
+		ln:   ln,
+		serve: func() error {
+			if err := gs.Serve(ln); !errors.Is(err, grpc.ErrServerStopped) {
+				return err
+			}
+			return nil
+		},
+		shutdown: func(ctx context.Context) error {
+			srv.SetServing(false)
+			done := make(chan struct{})
+			go func() { gs.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				gs.Stop()
+				return ctx.Err()
+			}
+		},
+		close: func() { gs.Stop(); ln.Close() },
+	})
 	return nil
 }
 
