@@ -3,10 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,59 +18,16 @@ import (
 	"github.com/funnelrl/funnel/storetest"
 )
 
-// startSentinel starts a Redis Sentinel on a free port that monitors the
-// master at masterAddr as "mymaster", and returns its address once it knows
-// the master.
-func startSentinel(t *testing.T, masterPort int) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not on PATH; make test installs it")
-	}
-	port, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites its file
-	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds mymaster 1000\n",
-		port, dir, masterPort)
-	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, conf, "--sentinel")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	s := redis.NewSentinelClient(&redis.Options{Addr: addr})
-	defer s.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		got, err := s.GetMasterAddrByName(ctx, "mymaster").Result()
-		cancel()
-		if err == nil && len(got) == 2 && got[1] == strconv.Itoa(masterPort) {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sentinel at %s never reported the master: %v, %v", addr, got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // The store over go-redis's Sentinel-backed failover client: the client asks
 // the Sentinel where the master is, and the conformance suite passes through
 // it.
 func TestSentinel(t *testing.T) {
 	t.Parallel()
 	master := redistest.StartServer(t)
-	sentinel := startSentinel(t, master.Port)
+	sentinel := redistest.StartSentinel(t, "mymaster", master)
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:            "mymaster",
-		SentinelAddrs:         []string{sentinel},
+		SentinelAddrs:         []string{sentinel.Addr},
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { client.Close() })
@@ -82,4 +38,127 @@ func TestSentinel(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	})
+}
+
+// The master that a Sentinel watches is killed while 8 goroutines hammer one
+// key: decisions fall back (closed) until the Sentinel promotes the replica,
+// then resume by themselves on it (the store loads the script there, which
+// it never saw), and the key never admits more than its limit plus one per
+// interval over the whole run, on Redis's own clock.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master)
+	sentinel := redistest.StartSentinel(t, "mymaster", master)
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "mymaster",
+		SentinelAddrs:         []string{sentinel.Addr},
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		// As Open sets them: an outage falls back at once.
+		MaxRetries:         1,
+		MinRetryBackoff:    time.Millisecond,
+		DialerRetries:      1,
+		DialerRetryTimeout: time.Millisecond,
+	})
+	t.Cleanup(func() { client.Close() })
+	logs := &logCounter{}
+	s := redisstore.New(client, redisstore.Options{Logger: slog.New(logs)})
+	ctx := context.Background()
+	const key = "failover"
+	p := mkParams(t, 4, 20, time.Second) // T = 50 ms, limit 5
+	before := redisTime(t, replica.Client())
+
+	var ok, admitted, fallback, errs atomic.Int64
+	var resumedAt atomic.Int64 // time of the first decision after a fallback
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1_000_000; i++ { // bounded; stop ends it sooner
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := s.Throttle(ctx, key, p, 1)
+				switch {
+				case err != nil:
+					if errs.Add(1) == 1 {
+						t.Errorf("Throttle: %v", err)
+					}
+				case r.Fallback:
+					fallback.Add(1)
+				default:
+					ok.Add(1)
+					if fallback.Load() > 0 && resumedAt.Load() == 0 {
+						resumedAt.CompareAndSwap(0, time.Now().UnixNano())
+					}
+					if r.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	halt := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}
+	defer halt()
+	// A second of decisions (20 slots) before the kill, and after the failover.
+	waitFor(t, "decisions before the kill", 20*time.Second, func() bool { return admitted.Load() >= p.Limit+20 })
+	if n := cachedScripts(t, replica); n != 0 {
+		t.Fatalf("the replica has %d scripts before the failover", n)
+	}
+	master.Stop()
+	killedAt := time.Now()
+	admittedAtKill := admitted.Load()
+	waitFor(t, "fallbacks after the kill", 20*time.Second, func() bool { return fallback.Load() > 0 })
+	if err := sentinel.WaitMaster("mymaster", replica.Addr, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "decisions after the failover", 30*time.Second, func() bool { return admitted.Load() >= admittedAtKill+20 })
+	resumed := time.Duration(resumedAt.Load() - killedAt.UnixNano())
+	halt()
+	after := redisTime(t, replica.Client())
+
+	if role := replica.Do("ROLE").([]any); role[0] != "master" {
+		t.Errorf("the replica's role after the failover: %v", role)
+	}
+	if n := cachedScripts(t, replica); n != 1 {
+		t.Errorf("the promoted replica has %d scripts, want the store's", n)
+	}
+	elapsed := after - before
+	bound := p.Limit + elapsed/p.Interval
+	t.Logf("decisions resumed %v after the kill; %d decisions (%d allowed), %d fallbacks, %d errors; %d log records",
+		resumed.Round(time.Millisecond), ok.Load(), admitted.Load(), fallback.Load(), errs.Load(), logs.count())
+	t.Logf("admitted %d over %v of Redis time: bound %d = limit %d + %v / %v",
+		admitted.Load(), time.Duration(elapsed), bound, p.Limit, time.Duration(elapsed), time.Duration(p.Interval))
+	if admitted.Load() > bound {
+		t.Errorf("admitted %d > %d", admitted.Load(), bound)
+	}
+	if errs.Load() != 0 {
+		t.Errorf("%d errors", errs.Load())
+	}
+}
+
+// cachedScripts returns the number of scripts in srv's script cache.
+func cachedScripts(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	info, err := srv.Info("memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(info["number_of_cached_scripts"])
+	if err != nil {
+		t.Fatalf("INFO memory: number_of_cached_scripts %q", info["number_of_cached_scripts"])
+	}
+	return n
 }

@@ -58,3 +58,30 @@ func TestServersAreSeparate(t *testing.T) {
 		t.Fatal("servers share data")
 	}
 }
+
+// A replica follows its master, a Sentinel knows both, and promotes the
+// replica when the master dies.
+func TestSentinelFailsOver(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master)
+	master.Do("SET", "k", "v")
+	deadline := time.Now().Add(10 * time.Second)
+	for replica.Do("EXISTS", "k") != int64(1) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never got the key")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := redistest.StartSentinel(t, "m", master)
+	if got, err := s.Master("m"); err != nil || got != master.Addr {
+		t.Fatalf("Sentinel reports master %q, %v; want %s", got, err, master.Addr)
+	}
+	master.Stop()
+	if err := s.WaitMaster("m", replica.Addr, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if role := replica.Do("ROLE").([]any); role[0] != "master" {
+		t.Fatalf("the promoted replica's role: %v", role)
+	}
+}
