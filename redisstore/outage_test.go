@@ -77,6 +77,19 @@ func settleGoroutines(t *testing.T, before int) {
 	}
 }
 
+// settleClients waits until no more goroutines run than before, but for
+// those of the stores' open clients' connections; then closes the clients and
+// waits until no more run than at baseline, before they were opened: the
+// store leaves nothing behind, and neither does the client once closed.
+func settleClients(t *testing.T, oc outageClient, before, baseline int, closers ...func()) {
+	t.Helper()
+	settleGoroutines(t, before+len(closers)*oc.conns*oc.connGoroutines)
+	for _, close := range closers {
+		close()
+	}
+	settleGoroutines(t, baseline)
+}
+
 func openStore(t *testing.T, url string, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.Open(url, opts)
@@ -87,16 +100,52 @@ func openStore(t *testing.T, url string, opts redisstore.Options) *redisstore.St
 	return s
 }
 
+// outageClient is a client library the outage tests run the store on.
+type outageClient struct {
+	name string
+	// open returns a store on the Redis at addr through a client of its own,
+	// and a function that closes that client (also closed when the test
+	// ends).
+	open func(t *testing.T, addr string, opts redisstore.Options) (*redisstore.Store, func())
+	// conns is the most connections that client keeps to one Redis, and
+	// connGoroutines the most goroutines it runs for each while it is open.
+	conns, connGoroutines int
+}
+
+var outageClients = []outageClient{
+	{"go-redis", func(t *testing.T, addr string, opts redisstore.Options) (*redisstore.Store, func()) {
+		s := openStore(t, "redis://"+addr+"?pool_size=8", opts)
+		return s, func() { s.Close() }
+	}, 8, 0},
+	{"rueidis", func(t *testing.T, addr string, opts redisstore.Options) (*redisstore.Store, func()) {
+		// Four pipelined connections (PipelineMultiplex 2, the default),
+		// each with a reading and a writing goroutine once callers share it.
+		c := newRueidis(t, addr)
+		return redisstore.NewRueidis(c, opts), c.Close
+	}, 4, 2},
+}
+
+// runOutage runs test once for each client library, one after the other
+// (the tests count the process's goroutines).
+func runOutage(t *testing.T, test func(t *testing.T, oc outageClient)) {
+	for _, oc := range outageClients {
+		t.Run(oc.name, func(t *testing.T) { test(t, oc) })
+	}
+}
+
 // With Redis down, Throttle answers the policy at once with Fallback set and
 // no error, logs once a second at most, Reset and TTL fail with
 // ErrUnavailable; when Redis is back, decisions resume by themselves.
-func TestFallbackWhenDown(t *testing.T) {
+func TestFallbackWhenDown(t *testing.T) { runOutage(t, testFallbackWhenDown) }
+
+func testFallbackWhenDown(t *testing.T, oc outageClient) {
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	p := mkParams(t, 9, 1, time.Second)
 	logs := &logCounter{}
-	closed := openStore(t, "redis://"+srv.Addr, redisstore.Options{Logger: slog.New(logs)})
-	open := openStore(t, "redis://"+srv.Addr, redisstore.Options{Logger: slog.New(logs), FailOpen: true})
+	baseline := runtime.NumGoroutine()
+	closed, closeClosed := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs)})
+	open, closeOpen := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs), FailOpen: true})
 	for _, s := range []*redisstore.Store{closed, open} {
 		if r, err := s.Throttle(ctx, "k", p, 1); err != nil || r.Fallback {
 			t.Fatalf("Redis up: %+v, %v", r, err)
@@ -137,18 +186,24 @@ func TestFallbackWhenDown(t *testing.T) {
 			return err == nil && !r.Fallback && r.Allowed
 		})
 	}
-	settleGoroutines(t, before)
+	settleClients(t, oc, before, baseline, closeClosed, closeOpen)
 }
 
 // A Redis that hangs (SIGSTOP) is the timeout's case: each decision falls
 // back after the store's timeout, and resumes when Redis does.
-func TestTimeoutWhenPaused(t *testing.T) {
+func TestTimeoutWhenPaused(t *testing.T) { runOutage(t, testTimeoutWhenPaused) }
+
+func testTimeoutWhenPaused(t *testing.T, oc outageClient) {
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	p := mkParams(t, 9, 1, time.Second)
-	s := openStore(t, "redis://"+srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond, Logger: slog.New(&logCounter{})})
-	if r, err := s.Throttle(ctx, "k", p, 1); err != nil || r.Fallback {
-		t.Fatalf("Redis up: %+v, %v", r, err)
+	baseline := runtime.NumGoroutine()
+	s, closeS := oc.open(t, srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond, Logger: slog.New(&logCounter{})})
+	patient, closePatient := oc.open(t, srv.Addr, redisstore.Options{Timeout: 10 * time.Second})
+	for _, s := range []*redisstore.Store{s, patient} {
+		if r, err := s.Throttle(ctx, "k", p, 1); err != nil || r.Fallback {
+			t.Fatalf("Redis up: %+v, %v", r, err)
+		}
 	}
 	before := runtime.NumGoroutine()
 	srv.Pause()
@@ -181,7 +236,6 @@ func TestTimeoutWhenPaused(t *testing.T) {
 	// The caller's own deadline is not an outage: its error is returned.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	patient := redisstore.New(srv.Client(), redisstore.Options{Timeout: 10 * time.Second})
 	if r, err := patient.Throttle(short, "k", p, 1); !errors.Is(err, context.DeadlineExceeded) || r.Fallback {
 		t.Errorf("caller's deadline: %+v, %v; want context.DeadlineExceeded", r, err)
 	}
@@ -190,20 +244,27 @@ func TestTimeoutWhenPaused(t *testing.T) {
 		r, err := s.Throttle(ctx, "k", p, 0)
 		return err == nil && !r.Fallback
 	})
-	settleGoroutines(t, before)
+	settleClients(t, oc, before, baseline, closeS, closePatient)
 }
 
 // Redis is stopped and started again (same port) while 16 goroutines make
 // decisions: no error ever, fallbacks only while it is down, bounded
 // latency, no goroutine or connection left behind, and decisions resume.
-func TestRestartUnderLoad(t *testing.T) {
+func TestRestartUnderLoad(t *testing.T) { runOutage(t, testRestartUnderLoad) }
+
+func testRestartUnderLoad(t *testing.T, oc outageClient) {
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	p := mkParams(t, 1000, 1000, time.Second)
 	logs := &logCounter{}
-	s := openStore(t, "redis://"+srv.Addr+"?pool_size=8", redisstore.Options{Logger: slog.New(logs)})
-	if _, err := s.Throttle(ctx, "warm", p, 1); err != nil {
-		t.Fatal(err)
+	baseline := runtime.NumGoroutine()
+	s, closeS := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs)})
+	// Every key of the test once, so that a client that sends a key always
+	// on the same connection (rueidis) has them all open.
+	for w := 0; w < 4; w++ {
+		if _, err := s.Throttle(ctx, "user:"+strconv.Itoa(w), p, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 	before := runtime.NumGoroutine()
 
@@ -270,8 +331,8 @@ func TestRestartUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := strconv.Atoi(info["connected_clients"]); n > 8+1 { // the pool, and the test's own client
-		t.Errorf("%d clients connected to Redis after the restart, pool of 8", n)
+	if n, _ := strconv.Atoi(info["connected_clients"]); n > oc.conns+1 { // the client's, and the test's own
+		t.Errorf("%d clients connected to Redis after the restart; the store's client keeps %d at most", n, oc.conns)
 	}
-	settleGoroutines(t, before)
+	settleClients(t, oc, before, baseline, closeS)
 }
