@@ -227,11 +227,15 @@ type Executor interface {
 	//
 	// Several OpTake ops are all-or-nothing: if every one is admitted all are
 	// charged; otherwise none is, and each result says whether its op alone
-	// would have been admitted (the refused ones with their RetryAfter). The
-	// ops are applied atomically as one: no other decision sees a partial
-	// charge. A refusal still records the ban of a limit with Ban > 0. An
-	// OpRefund is applied alone (one op per call). Keys of one call must not
-	// repeat. A key that holds another algorithm's state is an error that
+	// would have been admitted: the refused ones with their RetryAfter, the
+	// others Allowed with their state as it stays, as a peek reports it
+	// (Delay 0). The ops are applied atomically as one: no other decision
+	// sees a partial charge. A refusal still records the ban of a limit with
+	// Ban > 0 (see Limit.Ban for a banned result). An OpRefund is applied
+	// alone (one op per call); its result is Allowed with the state it
+	// leaves, or for a release, Allowed when the lease was held. Keys of one
+	// call must not repeat. A key whose state is empty reads as absent
+	// whatever algorithm left it. A key that holds another algorithm's state is an error that
 	// wraps ErrWrongType, and changes nothing. A store that needs keys of
 	// one call to share something (Redis Cluster: a hash slot) says so with
 	// an error that wraps ErrCrossSlot.
