@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -160,6 +161,11 @@ func (s *Store) flush(g *group) {
 		}
 		b.mu.Unlock()
 		s.send(batch)
+		// Let the callers just answered run before the next batch leaves:
+		// most will queue another decision at once, and go in it. (With
+		// GOMAXPROCS=1 they could not run before this goroutine blocks, and
+		// the next batches would be small.)
+		runtime.Gosched()
 	}
 }
 
