@@ -69,7 +69,18 @@ const nowSlack = 10 * time.Minute
 // beyond int64 nanoseconds, or a value of another type (a list, a hash…).
 // The key is left as it is. Its text starts with "WRONGTYPE", as Redis's own
 // error for a key of the wrong type does.
-var ErrWrongType = errors.New("WRONGTYPE redisstore: key holds something other than a TAT")
+//
+// It is also funnel.ErrWrongType: errors.Is reports both.
+var ErrWrongType error = wrongTypeError{}
+
+type wrongTypeError struct{}
+
+func (wrongTypeError) Error() string {
+	return "WRONGTYPE redisstore: key holds something other than a TAT"
+}
+
+// Is makes the error funnel.ErrWrongType as well.
+func (wrongTypeError) Is(target error) bool { return target == funnel.ErrWrongType }
 
 // Client is the part of a go-redis client that the store uses:
 // *redis.Client, *redis.ClusterClient, *redis.Ring and redis.UniversalClient
@@ -220,23 +231,35 @@ func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantit
 // exactly).
 func limb(v int64) string { return strconv.FormatInt(v, 10) }
 
-// Reset deletes key and reports whether it held state (a TAT after now). A
-// key that does not hold a TAT is left as it is, with an error wrapping
-// ErrWrongType. When Redis cannot be reached the error wraps
+// Reset deletes key and reports whether it held state (a TAT after now, or
+// a live state of another algorithm of the family). A key that holds
+// anything else is left as it is, with an error wrapping ErrWrongType. When Redis cannot be reached the error wraps
 // funnel.ErrUnavailable.
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	d, err := s.run(ctx, key, "d")
+	if errors.Is(err, ErrWrongType) {
+		// a key of the rest of the family, perhaps
+		var left time.Duration
+		left, err = s.keyop(ctx, key, "x")
+		d = int64(left)
+	}
 	if err != nil {
 		return false, s.unavailable(ctx, err)
 	}
 	return d > 0, nil
 }
 
-// TTL returns the time until key's bucket is full again, and false when the
-// key holds no state (no TAT after now). When Redis cannot be reached the
+// TTL returns the time until key's bucket is full again (for the rest of
+// the family: until its state is empty), and false when the key holds no
+// state. When Redis cannot be reached the
 // error wraps funnel.ErrUnavailable.
 func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
 	d, err := s.run(ctx, key, "g")
+	if errors.Is(err, ErrWrongType) {
+		var left time.Duration
+		left, err = s.keyop(ctx, key, "p")
+		d = int64(left)
+	}
 	if err != nil {
 		return 0, false, s.unavailable(ctx, err)
 	}

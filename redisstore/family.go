@@ -1,0 +1,719 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
+	"github.com/funnelrl/funnel/gcra"
+)
+
+// familySource is the script of the limiter family beyond the plain funnel
+// (the funnel itself too when it comes with a ban or with other limits).
+//
+//go:embed family.lua
+var familySource string
+
+var _ funnel.Executor = (*Store)(nil)
+
+// maxOps is the most ops one Do call takes.
+const maxOps = 64
+
+// opCode returns the script's letters for an op.
+func opCode(op funnel.Op) (kind, alg string) {
+	kind = "t"
+	if op.Kind == funnel.OpRefund {
+		kind = "r"
+	}
+	return kind, string("glfsoc"[op.Limit.Algorithm])
+}
+
+// Do applies ops at Redis's current time (see funnel.Executor) in one
+// script call. On a Redis Cluster every key of one call must be in one hash
+// slot (share a {hash tag}), or the error wraps funnel.ErrCrossSlot. When
+// Redis cannot be reached in time, takes answer the fail-open or fail-closed
+// fallback (Result.Fallback) and refunds fail with an error wrapping
+// funnel.ErrUnavailable.
+func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if len(ops) > maxOps {
+		return fmt.Errorf("%w: %d ops in one call, at most %d", funnel.ErrInvalidQuantity, len(ops), maxOps)
+	}
+	if len(res) < len(ops) {
+		return fmt.Errorf("redisstore: %d results for %d ops", len(res), len(ops))
+	}
+	keys := make([]string, 0, 2*len(ops))
+	args, err := s.args("", 0)
+	if err != nil {
+		return err
+	}
+	args = append(args[1:], strconv.Itoa(len(ops)))
+	slot := -1
+	for i, op := range ops {
+		if op.Kind == funnel.OpRefund && len(ops) > 1 {
+			return fmt.Errorf("redisstore: a refund is applied alone")
+		}
+		if op.N < 0 {
+			return fmt.Errorf("%w %d: %w", funnel.ErrInvalidQuantity, op.N, gcra.ErrNegative)
+		}
+		for _, o := range ops[:i] {
+			if o.Key == op.Key {
+				return fmt.Errorf("%w: %q", funnel.ErrDuplicateKey, op.Key)
+			}
+		}
+		key := s.prefix + op.Key
+		if s.runner.grouping() == groupSlot {
+			if sl := int(keySlot(key)); slot < 0 {
+				slot = sl
+			} else if sl != slot {
+				return fmt.Errorf("%w (%q)", funnel.ErrCrossSlot, op.Key)
+			}
+		} else if s.runner.grouping() == groupNone && len(ops) > 1 {
+			// A Ring shards by the hash tag, or by the whole key.
+			tag := hashTag(key)
+			if tag == "" || tag != hashTag(s.prefix+ops[0].Key) {
+				return fmt.Errorf("%w (%q; a Ring shards keys by their hash tag)", funnel.ErrCrossSlot, op.Key)
+			}
+		}
+		bk, err := s.banKey(op.Key)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, key, bk)
+		a, err := s.opArgs(op)
+		if err != nil {
+			return err
+		}
+		args = append(args, a...)
+	}
+	ctx2 := ctx
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx2, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	v, err := s.eval(ctx2, familyScript, keys, args)
+	if err != nil {
+		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) || errors.Is(err, errClock) {
+			return err
+		}
+		if err := callerDone(ctx); err != nil {
+			return err
+		}
+		if ops[0].Kind == funnel.OpRefund {
+			s.reload()
+			return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
+		}
+		s.fallbacks.Add(int64(len(ops)))
+		s.failed(err)
+		for i, op := range ops {
+			res[i] = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: limitOf(op.Limit)}
+		}
+		return nil
+	}
+	return decodeFamily(v, ops, res)
+}
+
+// limitOf returns Result.Limit for a limit.
+func limitOf(c funnel.Checked) int64 {
+	if c.Algorithm == funnel.GCRA || c.Algorithm == funnel.LeakyBucket {
+		return c.GCRA.Limit
+	}
+	return c.Count
+}
+
+// opArgs returns the script's arguments for one op.
+func (s *Store) opArgs(op funnel.Op) ([]string, error) {
+	kind, alg := opCode(op)
+	c := op.Limit
+	q := op.N
+	ban := c.Ban
+	if op.Kind == funnel.OpRefund || c.Algorithm == funnel.Concurrency {
+		ban = 0
+	}
+	a := []string{kind, alg, "", limb(int64(ban / time.Second)), limb(int64(ban % time.Second))}
+	switch c.Algorithm {
+	case funnel.GCRA, funnel.LeakyBucket:
+		cost := int64(math.MaxInt64)
+		if q == 0 || c.GCRA.Interval <= math.MaxInt64/q {
+			cost = c.GCRA.Interval * q
+		} else if op.Kind == funnel.OpTake {
+			return nil, gcra.ErrOverflow
+		}
+		a[2] = limb(min(q, 1<<52)) // the cost carries it; Lua only tests q > 0
+		a = append(a, limb(cost/1e9), limb(cost%1e9), limb(c.GCRA.Tolerance/1e9), limb(c.GCRA.Tolerance%1e9))
+	case funnel.FixedWindow, funnel.SlidingWindow, funnel.SlidingLog, funnel.Concurrency:
+		// Quantities above the count are refused alike: keep them small.
+		a[2] = limb(min(q, c.Window.Count+1))
+		a = append(a, limb(c.Window.Count), limb(c.Window.Period))
+		if c.Algorithm == funnel.FixedWindow && c.Calendar != funnel.NoCalendar {
+			// The calendar window is computed here, in Go, which knows time
+			// zones; Redis picks the one that holds its own now among the
+			// windows around this machine's now.
+			now := time.Now().UnixNano()
+			if s.now != nil {
+				now = s.now()
+			}
+			cur := c.Limit.Span(now)
+			prev := c.Limit.Span(cur.Start*int64(time.Millisecond) - 1)
+			next := c.Limit.Span(cur.End * int64(time.Millisecond))
+			a[len(a)-1] = "0"
+			a = append(a, limb(prev.Start), limb(prev.End), limb(cur.Start), limb(cur.End), limb(next.Start), limb(next.End))
+		}
+		if c.Algorithm == funnel.Concurrency {
+			if strings.HasPrefix(op.Lease, "\x00") || (op.Lease == "" && q > 0) {
+				return nil, fmt.Errorf("%w: a lease id must not be empty or start with a NUL byte", funnel.ErrInvalidLimit)
+			}
+			a = append(a, op.Lease)
+		}
+	default:
+		return nil, fmt.Errorf("%w: %v", funnel.ErrNotSupported, c.Algorithm)
+	}
+	return a, nil
+}
+
+// errClock is the error of a calendar window that Redis's clock does not
+// place near this machine's.
+var errClock = errors.New("redisstore: the calendar window is not near Redis's time; are the clocks apart?")
+
+// decodeFamily computes each op's result from the script's reply: now, then
+// six integers per op.
+func decodeFamily(v []int64, ops []funnel.Op, res []funnel.Result) error {
+	if len(v) != 2+6*len(ops) {
+		return fmt.Errorf("%w: family script reply %v for %d ops", errInternal, v, len(ops))
+	}
+	if v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second) || v[1] < 0 || v[1] >= 1e9 {
+		return fmt.Errorf("%w: family script time %v", errInternal, v[:2])
+	}
+	now := v[0]*1e9 + v[1]
+	if ops[0].Kind == funnel.OpRefund {
+		// Alone in its call; the script answered the state it leaves.
+		f := v[2:8]
+		r, err := familyResult(now, ops[0], f, 0)
+		if err != nil {
+			return err
+		}
+		r.Allowed = ops[0].Limit.Algorithm != funnel.Concurrency || f[4] == 1
+		res[0] = r
+		return nil
+	}
+	refused := false
+	for i, op := range ops {
+		f := v[2+6*i : 8+6*i]
+		if f[0] == 2 {
+			return gcra.ErrOverflow
+		}
+		r, err := familyResult(now, op, f, op.N)
+		if err != nil {
+			return err
+		}
+		if (f[0] == 1) != r.Allowed && f[0] != 3 {
+			return fmt.Errorf("%w: family script status %d where Go decides %+v (%+v, %+v)", errInternal, f[0], r, f, op)
+		}
+		if f[0] == 3 {
+			// Banned: the limit's own answer, as a peek when it would admit.
+			if r.Allowed {
+				if r, err = familyResult(now, op, f, 0); err != nil {
+					return err
+				}
+			}
+			_, left, err := decodeLimbs(0, f[1], f[2])
+			if err != nil {
+				return err
+			}
+			r = banned(r, time.Duration(left))
+		}
+		if !r.Allowed && op.N > 0 {
+			refused = true
+		}
+		res[i] = r
+	}
+	if !refused {
+		return nil
+	}
+	// Nothing was charged: the ops admitted alone report their state as it
+	// stays, and the refusals of limits with a ban started it.
+	for i, op := range ops {
+		f := v[2+6*i : 8+6*i]
+		switch {
+		case res[i].Allowed:
+			r, err := familyResult(now, op, f, 0)
+			if err != nil {
+				return err
+			}
+			res[i] = r
+		case op.N > 0 && op.Limit.Ban > 0 && op.Limit.Algorithm != funnel.Concurrency && !res[i].Banned:
+			res[i] = banned(res[i], op.Limit.Ban)
+		}
+	}
+	return nil
+}
+
+// banned returns r as refused by a ban that ends after left.
+func banned(r funnel.Result, left time.Duration) funnel.Result {
+	r.Allowed = false
+	r.Banned = true
+	r.Remaining = 0
+	r.Delay = 0
+	if r.RetryAfter != funnel.Never {
+		r.RetryAfter = max(r.RetryAfter, left)
+	}
+	return r
+}
+
+// untilMS returns the time from now (ns) to the millisecond ms.
+func untilMS(now, ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return funnel.Never
+	}
+	if d := ms*int64(time.Millisecond) - now; d > 0 {
+		return time.Duration(d)
+	}
+	return 0
+}
+
+// familyResult computes, at now, the result of a take of q units under op's
+// limit on the state the script found (f: status, two numbers, and three of
+// the state).
+func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, error) {
+	c := op.Limit
+	r := funnel.Result{Limit: limitOf(c)}
+	switch c.Algorithm {
+	case funnel.GCRA, funnel.LeakyBucket:
+		_, d, err := decodeLimbs(0, f[3], f[4])
+		if err != nil {
+			return r, err
+		}
+		_, ar, err := algo.LeakyDecide(0, d, c.GCRA, c.Delay, q)
+		if err != nil {
+			return r, err
+		}
+		if c.Algorithm == funnel.GCRA {
+			ar.Delay = 0
+		}
+		return fromAlgo(r.Limit, ar), nil
+	case funnel.FixedWindow:
+		span := algo.Span{Start: f[3], End: f[4]}
+		_, ar, err := algo.FixedDecide(now, algo.Fixed{Start: f[3], N: f[5]}, c.Window.Count, span, q)
+		return fromAlgo(r.Limit, ar), err
+	case funnel.SlidingWindow:
+		_, ar, err := algo.SlidingDecide(now, algo.Sliding{Start: f[3], Prev: f[4], Cur: f[5]}, c.Window, q)
+		return fromAlgo(r.Limit, ar), err
+	case funnel.SlidingLog:
+		n, wait, newest := f[3], f[4], f[5]
+		p := c.Window
+		switch {
+		case q > p.Count:
+			r.RetryAfter = funnel.Never
+		case n > p.Count-q:
+			r.RetryAfter = untilMS(now, wait+p.Period)
+		default:
+			r.Allowed = true
+			if q > 0 {
+				n += q
+				newest = max(newest, algo.Millis(now+int64(time.Millisecond)-1)) // ⌈now⌉ in ms
+			}
+		}
+		if n < p.Count {
+			r.Remaining = p.Count - n
+		}
+		if n > 0 {
+			r.ResetAfter = untilMS(now, newest+p.Period)
+		}
+		return r, nil
+	case funnel.Concurrency:
+		n, held, wait, last := f[3], f[4], f[5], f[1]
+		p := c.Window
+		ms := algo.Millis(now)
+		switch {
+		case q == 0:
+			r.Allowed = true
+		case q > 1:
+			r.RetryAfter = funnel.Never
+		case held == 0 && n >= p.Count:
+			r.RetryAfter = untilMS(now, wait)
+		default:
+			r.Allowed = true
+			if held == 0 {
+				n++
+			}
+			last = max(last, ms+p.Period)
+		}
+		if n < p.Count {
+			r.Remaining = p.Count - n
+		}
+		if n > 0 {
+			r.ResetAfter = untilMS(now, last)
+		}
+		return r, nil
+	}
+	return r, fmt.Errorf("%w: %v", funnel.ErrNotSupported, c.Algorithm)
+}
+
+// fromAlgo converts an algo result.
+func fromAlgo(limit int64, r algo.Result) funnel.Result {
+	return funnel.Result{Allowed: r.Allowed, Limit: limit, Remaining: r.Remaining,
+		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Delay: r.Delay}
+}
+
+// banTags holds, for each hash slot, a short string whose slot it is: a ban
+// key carries the tag of its key's slot, so that a script may read both.
+var banTags = sync.OnceValue(func() *[16384]string {
+	var t [16384]string
+	left := len(t)
+	for i := 0; left > 0; i++ {
+		tag := strconv.FormatInt(int64(i), 36)
+		if s := keySlot(tag); t[s] == "" {
+			t[s] = tag
+			left--
+		}
+	}
+	return &t
+})
+
+// banPrefix is the part of ban keys after the slot tag and the store prefix.
+const banPrefix = "ban:"
+
+// banKey returns the key of key's ban, in the hash slot (or the Ring shard)
+// of prefix + key: "{tag}" + prefix + "ban:" + key, where the tag is a short
+// string of the key's slot on Redis Cluster and a single node, and on a Ring
+// the key's own hash tag, or the whole key when it has none.
+func (s *Store) banKey(key string) (string, error) {
+	full := s.prefix + key
+	if s.runner.grouping() == groupNone {
+		tag := hashTag(full)
+		if tag == "" {
+			if strings.ContainsAny(full, "{}") {
+				return "", fmt.Errorf("%w: on a Ring, a key with braces but no hash tag cannot be banned (%q)", funnel.ErrCrossSlot, key)
+			}
+			tag = full
+		}
+		return "{" + tag + "}" + s.prefix + banPrefix + key, nil
+	}
+	return "{" + banTags()[keySlot(full)] + "}" + s.prefix + banPrefix + key, nil
+}
+
+// hashTag returns key's hash tag (what lies between its first '{' and the
+// next '}'), or "" when it has none.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return ""
+}
+
+// banKeyOf returns the key a ban key belongs to, or false.
+func (s *Store) banKeyOf(bk string) (string, bool) {
+	if !strings.HasPrefix(bk, "{") {
+		return "", false
+	}
+	i := strings.IndexByte(bk, '}')
+	if i < 0 || !strings.HasPrefix(bk[i+1:], s.prefix+banPrefix) {
+		return "", false
+	}
+	return bk[i+1+len(s.prefix)+len(banPrefix):], true
+}
+
+// Unban lifts key's ban and reports whether it was banned.
+func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
+	args, err := s.args("", 0)
+	if err != nil {
+		return false, err
+	}
+	bk, err := s.banKey(key)
+	if err != nil {
+		return false, err
+	}
+	v, err := s.eval(ctx, unbanScript, []string{bk}, args[1:3])
+	if err != nil {
+		return false, s.unavailable(ctx, err)
+	}
+	return len(v) == 1 && v[0] > 0, nil
+}
+
+// Bans lists the banned keys: it scans every master for ban keys.
+func (s *Store) Bans(ctx context.Context) ([]funnel.Ban, error) {
+	pattern := "{*}" + escapeGlob(s.prefix+banPrefix) + "*"
+	found, now, err := s.scanBans(ctx, pattern)
+	if err != nil {
+		return nil, s.unavailable(ctx, err)
+	}
+	if s.now != nil {
+		now = s.now()
+	}
+	var out []funnel.Ban
+	for bk, v := range found {
+		key, ok := s.banKeyOf(bk)
+		if !ok {
+			continue
+		}
+		until, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || until <= now {
+			continue
+		}
+		out = append(out, funnel.Ban{Key: key, Until: time.Unix(0, until)})
+	}
+	slices.SortFunc(out, func(a, b funnel.Ban) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// escapeGlob escapes the characters that Redis's glob patterns treat
+// specially.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unbanSource deletes a ban key and answers 1 if the ban had not ended:
+// ARGV are now's seconds ('' to read TIME) and nanoseconds. A ban's end is
+// a decimal count of nanoseconds, compared on two limbs (see family.lua).
+const unbanSource = `
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+local nh, nl
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  nh, nl = t[1] + 0, t[2] * 1000
+else
+  nh, nl = ARGV[1] + 0, ARGV[2] + 0
+end
+local d = string.match(v, '^(%d+)$')
+if not d or #d > 19 then
+  return 0
+end
+local h, l = 0, d + 0
+if #d > 9 then
+  h, l = string.sub(d, 1, #d - 9) + 0, string.sub(d, #d - 8) + 0
+end
+if h > nh or (h == nh and l > nl) then
+  return 1
+end
+return 0
+`
+
+// keyopsSource resets a family key, or says when its state is empty.
+//
+//go:embed keyops.lua
+var keyopsSource string
+
+// script is one Lua script for both client libraries.
+type script struct {
+	goRedis *redis.Script
+	rueidis *rueidis.Lua
+}
+
+func newScript(src string) *script {
+	return &script{goRedis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
+}
+
+var (
+	familyScript = newScript(familySource)
+	keyopsScript = newScript(keyopsSource)
+	unbanScript  = newScript(unbanSource)
+)
+
+// eval runs sc on keys with args through the store's client (EVALSHA, then
+// EVAL on NOSCRIPT) and returns the integers of its reply. WRONGTYPE replies
+// wrap ErrWrongType; the calendar's clock check is errClock.
+func (s *Store) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	var (
+		v   any
+		err error
+	)
+	switch r := s.runner.(type) {
+	case goRedisRunner:
+		argv := make([]any, len(args))
+		for i, a := range args {
+			argv[i] = a
+		}
+		v, err = sc.goRedis.Run(ctx, r.c, keys, argv...).Result()
+	case rueidisRunner:
+		res := sc.rueidis.Exec(ctx, r.c, keys, args)
+		if err = res.Error(); err == nil {
+			if n, ierr := res.AsInt64(); ierr == nil {
+				v = n
+			} else if a, aerr := res.AsIntSlice(); aerr == nil {
+				out := make([]any, len(a))
+				for i, n := range a {
+					out[i] = n
+				}
+				v = out
+			} else {
+				return nil, fmt.Errorf("%w: script reply %v", errInternal, res.String())
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown client", errInternal)
+	}
+	if err != nil {
+		msg := err.Error()
+		switch {
+		case strings.HasPrefix(msg, "WRONGTYPE"):
+			return nil, wrongType(msg)
+		case strings.Contains(msg, "is not near Redis time"):
+			return nil, errClock
+		}
+		return nil, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return []int64{v}, nil
+	case []any:
+		out := make([]int64, len(v))
+		for i, e := range v {
+			n, ok := e.(int64)
+			if !ok {
+				return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
+			}
+			out[i] = n
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
+}
+
+// keyop resets ("x") or probes ("p") a family key and returns how long
+// until its state is empty (0 when it is empty or absent).
+func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error) {
+	args, err := s.args(op, 0)
+	if err != nil {
+		return 0, err
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	v, err := s.eval(ctx, keyopsScript, []string{s.prefix + key}, args[:3])
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 3 || v[0] < 0 || v[1] < 0 || v[1] >= 1e9 || v[0] > math.MaxInt64/int64(time.Second) {
+		return 0, fmt.Errorf("%w: keyops reply %v", errInternal, v)
+	}
+	if v[2] < 0 {
+		return 0, nil
+	}
+	return untilMS(v[0]*1e9+v[1], v[2]), nil
+}
+
+// banScan reads the bans of one node: a script that scans for pattern
+// (Redis allows SCAN in scripts since 5.0) and answers the keys with their
+// values, and the node's time.
+const banScanSource = `
+local cursor, out = '0', {}
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+    local v = redis.pcall('GET', k)
+    if type(v) == 'string' then
+      out[#out + 1] = k
+      out[#out + 1] = v
+    end
+  end
+until cursor == '0'
+local t = redis.call('TIME')
+out[#out + 1] = t[1]
+out[#out + 1] = t[2]
+return out
+`
+
+// scanBans returns every key matching pattern with its value, from every
+// master, and Redis's time (ns).
+func (s *Store) scanBans(ctx context.Context, pattern string) (map[string]string, int64, error) {
+	found := map[string]string{}
+	var now int64
+	read := func(v []string) error {
+		if len(v) < 2 || len(v)%2 != 0 {
+			return fmt.Errorf("%w: ban scan reply %v", errInternal, v)
+		}
+		sec, err1 := strconv.ParseInt(v[len(v)-2], 10, 64)
+		usec, err2 := strconv.ParseInt(v[len(v)-1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("%w: ban scan time %v", errInternal, v[len(v)-2:])
+		}
+		now = max(now, sec*1e9+usec*1e3)
+		for i := 0; i+1 < len(v)-2; i += 2 {
+			found[v[i]] = v[i+1]
+		}
+		return nil
+	}
+	switch r := s.runner.(type) {
+	case goRedisRunner:
+		scan := func(ctx context.Context, c redis.Scripter) error {
+			v, err := c.Eval(ctx, banScanSource, nil, pattern).StringSlice()
+			if err != nil {
+				return err
+			}
+			return read(v)
+		}
+		var err error
+		switch c := r.c.(type) {
+		case *redis.ClusterClient:
+			var mu sync.Mutex
+			err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+				mu.Lock()
+				defer mu.Unlock()
+				return scan(ctx, n)
+			})
+		case *redis.Ring:
+			var mu sync.Mutex
+			err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+				mu.Lock()
+				defer mu.Unlock()
+				return scan(ctx, n)
+			})
+		default:
+			err = scan(ctx, c)
+		}
+		return found, now, err
+	case rueidisRunner:
+		nodes := r.c.Nodes()
+		if r.c.Mode() != rueidis.ClientModeCluster {
+			nodes = map[string]rueidis.Client{"": r.c}
+		}
+		for _, n := range nodes {
+			v, err := n.Do(ctx, n.B().Eval().Script(banScanSource).Numkeys(0).Arg(pattern).Build()).AsStrSlice()
+			if err != nil {
+				if rueidis.IsRedisNil(err) {
+					continue
+				}
+				// a replica answers READONLY to nothing here: scripts that
+				// only read run on replicas too
+				return nil, 0, err
+			}
+			if err := read(v); err != nil {
+				return nil, 0, err
+			}
+		}
+		return found, now, nil
+	}
+	return nil, 0, fmt.Errorf("%w: unknown client", errInternal)
+}

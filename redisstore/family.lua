@@ -1,0 +1,537 @@
+-- Funnel's limiter family on Redis keys: the decisions of package algo (and
+-- gcra for the funnel and the delaying bucket), for one key or for several
+-- keys all-or-nothing, with bans. Go computes every number of the results
+-- from what this returns (the state each request found, and now); this
+-- script decides admission and keeps the state, by the same rules.
+--
+-- Times: now is kept on two limbs, seconds and nanoseconds (nanosecond
+-- epochs do not fit in a double); window state, log entries and lease
+-- expiries are whole milliseconds (exact in a double); the products of the
+-- sliding counter stay below 2^53 because Go refuses count × period above it.
+--
+-- Key formats: the funnel and the delaying bucket share redis-cell's format
+-- (the TAT as decimal nanoseconds); a fixed window is the string
+-- "F<start_ms>:<end_ms>:<n>", a sliding window counter
+-- "S<start_ms>:<period_ms>:<prev>:<cur>"; a sliding log is a sorted set of
+-- "<ms>:<seq>" members scored by their ms, and a concurrency key a sorted
+-- set of lease ids scored by their expiry in ms, each with a marker member
+-- that names its kind, scored below every entry (-period for a log, -1 for
+-- leases), so that the state says when it is empty. A ban is the string of
+-- its end, in decimal nanoseconds, under a key of its own in the same hash
+-- slot. Every key expires when its state would be empty.
+--
+-- KEYS     per op: the key, then its ban key
+-- ARGV     now's seconds ('' to read TIME) and nanoseconds; milliseconds
+--          added to every expiry (tests only); the number of ops; then per
+--          op: kind (t take, r refund), algorithm (g l f s o c), quantity,
+--          ban seconds and nanoseconds, and the algorithm's parameters:
+--          g l: cost s, cost ns, tolerance s, tolerance ns
+--          f:   count, period ms (0: calendar), then 6 ms: three spans
+--          s o: count, period ms
+--          c:   count, period ms, lease id
+--
+-- Reply: now's seconds and nanoseconds, then 6 integers per op: status (0
+-- refused, 1 allowed, 2 allowed but the new TAT would overflow int64, 3
+-- banned), the ban's remaining seconds and nanoseconds (when banned), and
+-- three numbers of the state a take found (of the state a refund leaves):
+--          g l: TAT - now (>= 0) seconds, nanoseconds, 0
+--          f:   window start ms, window end ms, units in the window
+--          s:   window start ms, previous window's units, current's
+--          o:   units in the log, ms of the entry to wait for (-1), newest (-1)
+--          c:   leases held, 1 if this lease is held, the expiry to wait for
+--               (-1)
+-- (for c, the last expiry replaces the ban's seconds: bans do not apply)
+
+local E9 = 1000000000
+local nh, nl
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  nh, nl = t[1] + 0, t[2] * 1000
+else
+  nh, nl = ARGV[1] + 0, ARGV[2] + 0
+end
+local nowsub = nl % 1000000
+local nowms = nh * 1000 + (nl - nowsub) / 1000000
+-- the millisecond at or after now
+local ceilms = nowms
+if nowsub > 0 then
+  ceilms = nowms + 1
+end
+local slack = ARGV[3] + 0
+local nops = ARGV[4] + 0
+
+-- less reports whether a < b on two limbs.
+local function less(ah, al, bh, bl)
+  return ah < bh or (ah == bh and al < bl)
+end
+
+-- sub returns a - b on two limbs (a >= b).
+local function sub(ah, al, bh, bl)
+  local h, l = ah - bh, al - bl
+  if l < 0 then
+    h, l = h - 1, l + E9
+  end
+  return h, l
+end
+
+-- add returns a + b on two limbs.
+local function add(ah, al, bh, bl)
+  local h, l = ah + bh, al + bl
+  if l >= E9 then
+    h, l = h + 1, l - E9
+  end
+  return h, l
+end
+
+-- decimal reads a decimal count of nanoseconds into limbs, or nil.
+local function decimal(raw)
+  local d = string.match(raw, '^%+?0*(%d*)$')
+  if not d or not string.find(raw, '%d') or #d > 19 then
+    return nil
+  end
+  local n, h, l = #d, 0, 0
+  if n > 9 then
+    h, l = string.sub(d, 1, n - 9) + 0, string.sub(d, n - 8) + 0
+  elseif n > 0 then
+    l = d + 0
+  end
+  if h > 9223372036 or (h == 9223372036 and l > 854775807) then
+    return nil
+  end
+  return h, l
+end
+
+local function fmt(h, l)
+  if h > 0 then
+    return string.format('%d%09d', h, l)
+  end
+  return string.format('%d', l)
+end
+
+-- pxOf returns the expiry in ms, rounded up, of a duration on two limbs.
+local function pxOf(h, l)
+  local s = l % 1000000
+  local ms = h * 1000 + (l - s) / 1000000
+  if s > 0 then
+    ms = ms + 1
+  end
+  return ms
+end
+
+local function wrongtype(i)
+  return redis.error_reply('WRONGTYPE funnel: key ' .. i .. ' holds the state of another algorithm')
+end
+
+local MARK = { o = '\0log', c = '\0conc' }
+
+-- zlast returns the score of the highest entry of a sorted set (above its
+-- marker), or -1.
+local function zlast(key)
+  local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if r[2] and r[2] + 0 >= 0 then
+    return r[2] + 0
+  end
+  return -1
+end
+
+-- zat returns the score of the entry of rank k (1 is the lowest entry, above
+-- the marker).
+local function zat(key, k)
+  return redis.call('ZRANGE', key, k, k, 'WITHSCORES')[2] + 0
+end
+
+-- Parse the ops.
+local ops = {}
+local a = 5
+for i = 1, nops do
+  local op = { kind = ARGV[a], alg = ARGV[a + 1], q = ARGV[a + 2] + 0, bh = ARGV[a + 3] + 0, bl = ARGV[a + 4] + 0,
+    key = KEYS[2 * i - 1], bkey = KEYS[2 * i] }
+  a = a + 5
+  local alg = op.alg
+  if alg == 'g' or alg == 'l' then
+    op.ch, op.cl, op.vh, op.vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
+    a = a + 4
+  else
+    op.count, op.period = ARGV[a] + 0, ARGV[a + 1] + 0
+    a = a + 2
+    if alg == 'f' and op.period == 0 then
+      op.spans = { ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0 }
+      a = a + 6
+    elseif alg == 'c' then
+      op.id = ARGV[a]
+      a = a + 1
+    end
+  end
+  ops[i] = op
+end
+
+-- inspect reads key's state: its kind ('t' a TAT, 'f', 's', 'o', 'c'), nil
+-- when absent, false when it holds something that is not ours; whether the
+-- state is empty at now; and the state's fields.
+local function inspect(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' and raw.err then
+    local m = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if m.err or (m[1] ~= MARK.o and m[1] ~= MARK.c) then
+      return false
+    end
+    local last = zlast(key)
+    if m[1] == MARK.o then
+      return 'o', last < 0 or last - m[2] <= nowms
+    end
+    return 'c', last <= nowms
+  end
+  if not raw then
+    return nil
+  end
+  local c = string.sub(raw, 1, 1)
+  if c == 'F' then
+    local s, e, n = string.match(raw, '^F(%d+):(%d+):(%d+)$')
+    if not s then
+      return false
+    end
+    return 'f', e + 0 <= nowms, s + 0, n + 0
+  elseif c == 'S' then
+    local s, p, prev, cur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
+    if not s then
+      return false
+    end
+    s, p, prev, cur = s + 0, p + 0, prev + 0, cur + 0
+    local at = 0
+    if cur > 0 then
+      at = s + 2 * p
+    elseif prev > 0 then
+      at = s + p
+    end
+    return 's', at <= nowms, s, prev, cur
+  end
+  local h, l = decimal(raw)
+  if not h then
+    return false
+  end
+  return 't', not less(nh, nl, h, l), h, l
+end
+
+-- Read every key's state, refusing a key that holds another kind of live
+-- state (or anything not ours) before anything is written. A key whose
+-- state of another kind is empty at now reads as absent.
+for i = 1, nops do
+  local op = ops[i]
+  local want = op.alg
+  if want == 'g' or want == 'l' then
+    want = 't'
+  end
+  local kind, empty, a1, a2, a3 = inspect(op.key)
+  if kind == false then
+    return wrongtype(i)
+  end
+  if kind and kind ~= want then
+    if not empty then
+      return wrongtype(i)
+    end
+    op.replace = true
+    kind = nil
+  end
+  op.exists = kind ~= nil
+  if kind == 't' then
+    op.th, op.tl = a1, a2
+  elseif kind == 'f' then
+    op.fs, op.fn = a1, a2
+  elseif kind == 's' then
+    op.ss, op.sp, op.sc = a1, a2, a3
+  end
+end
+
+local out = { nh, nl }
+local all = true
+
+for i = 1, nops do
+  local op = ops[i]
+  local alg, q, take = op.alg, op.q, op.kind == 't'
+  local status, r1, r2, r3 = 1, 0, 0, 0
+  local bh, bl = 0, 0
+  -- A limit with a ban first looks for one.
+  if take and (op.bh > 0 or op.bl > 0) then
+    local raw = redis.call('GET', op.bkey)
+    if raw then
+      local uh, ul = decimal(raw)
+      if uh and less(nh, nl, uh, ul) then
+        status = 3
+        bh, bl = sub(uh, ul, nh, nl)
+      end
+    end
+  end
+  if alg == 'g' or alg == 'l' then
+    local th, tl = op.th or 0, op.tl or 0
+    local dh, dl = 0, 0
+    if less(nh, nl, th, tl) then
+      dh, dl = sub(th, tl, nh, nl)
+    end
+    r1, r2 = dh, dl
+    if take then
+      if status == 1 then
+        status = 0
+        if not less(op.vh, op.vl, op.ch, op.cl) then
+          local xh, xl = add(dh, dl, op.ch, op.cl)
+          if not less(op.vh, op.vl, xh, xl) then
+            local zh, zl = add(nh, nl, xh, xl)
+            if zh > 9223372036 or (zh == 9223372036 and zl > 854775807) then
+              status = 2
+            else
+              status = 1
+              op.nh, op.nl, op.xh, op.xl = zh, zl, xh, xl
+            end
+          end
+        end
+      end
+    else
+      -- Refund: the TAT moves back by the cost, never before now. The
+      -- reply is the state it leaves.
+      if less(op.ch, op.cl, dh, dl) then
+        op.xh, op.xl = sub(dh, dl, op.ch, op.cl)
+        op.nh, op.nl = add(nh, nl, op.xh, op.xl)
+        r1, r2 = op.xh, op.xl
+      else
+        op.clear = true
+        r1, r2 = 0, 0
+      end
+    end
+  elseif alg == 'f' then
+    local s, e
+    if op.period > 0 then
+      s = nowms - nowms % op.period
+      e = s + op.period
+    else
+      local sp = op.spans
+      for j = 1, 5, 2 do
+        if sp[j] <= nowms and nowms < sp[j + 1] then
+          s, e = sp[j], sp[j + 1]
+        end
+      end
+      if not s then
+        return redis.error_reply('ERR funnel: the calendar window of key ' .. i .. ' is not near Redis time; are the clocks apart?')
+      end
+    end
+    local n = 0
+    if op.fs == s then
+      n = op.fn
+    end
+    r1, r2, r3 = s, e, n
+    if take then
+      if status == 1 then
+        if n + q > op.count then
+          status = 0
+        elseif q > 0 then
+          op.write = string.format('F%d:%d:%d', s, e, n + q)
+          op.px = e - nowms
+        end
+      end
+    else
+      n = n - q
+      if n > 0 then
+        op.write = string.format('F%d:%d:%d', s, e, n)
+        op.px = e - nowms
+      else
+        op.clear = true
+        n = 0
+      end
+      r3 = n
+    end
+  elseif alg == 's' then
+    local p = op.period
+    local s = nowms - nowms % p
+    local prev, cur = 0, 0
+    if op.ss == s then
+      prev, cur = op.sp, op.sc
+    elseif op.ss == s - p then
+      prev = op.sc
+    end
+    r1, r2, r3 = s, prev, cur
+    local el = nowms - s
+    -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
+    local w = prev * (p - el) + p - 1
+    local est = cur + (w - w % p) / p
+    if take then
+      if status == 1 then
+        if est + q > op.count then
+          status = 0
+        elseif q > 0 then
+          cur = cur + q
+          op.write = string.format('S%d:%d:%d:%d', s, p, prev, cur)
+          op.px = s + 2 * p - nowms
+        end
+      end
+    else
+      cur = cur - q
+      if cur < 0 then
+        cur = 0
+      end
+      if cur > 0 then
+        op.write = string.format('S%d:%d:%d:%d', s, p, prev, cur)
+        op.px = s + 2 * p - nowms
+      elseif prev > 0 then
+        op.write = string.format('S%d:%d:%d:%d', s, p, prev, 0)
+        op.px = s + p - nowms
+      else
+        op.clear = true
+      end
+      r3 = cur
+    end
+  elseif alg == 'o' then
+    local n = 0
+    if op.exists then
+      redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
+      n = redis.call('ZCARD', op.key) - 1
+    end
+    if not take and n > 0 and q > 0 then
+      -- Refund: drop the q newest entries; the reply is the log it leaves.
+      if n <= q then
+        redis.call('DEL', op.key)
+        n = 0
+      else
+        redis.call('ZREMRANGEBYRANK', op.key, n - q + 1, n)
+        n = n - q
+        redis.call('PEXPIRE', op.key, zlast(op.key) + op.period - nowms + slack)
+      end
+    end
+    op.n = n
+    local wait, newest = -1, -1
+    if n > 0 then
+      newest = zlast(op.key)
+    end
+    if take and status == 1 and n + q > op.count then
+      status = 0
+      if q <= op.count then
+        wait = zat(op.key, n + q - op.count)
+      end
+    end
+    r1, r2, r3 = n, wait, newest
+  else -- 'c'
+    local n, held, wait, last = 0, 0, -1, -1
+    if op.exists then
+      redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
+      n = redis.call('ZCARD', op.key) - 1
+      if redis.call('ZSCORE', op.key, op.id) then
+        held = 1
+      end
+      if n > 0 then
+        last = zlast(op.key)
+      end
+    end
+    op.n = n
+    if take then
+      if q > 1 then
+        status = 0
+      elseif q == 1 and held == 0 and n >= op.count then
+        status = 0
+        -- room for one once n−count+1 leases have expired
+        wait = zat(op.key, n - op.count + 1)
+      end
+    else
+      -- Release; the reply is the leases it leaves.
+      status = held
+      if held == 1 then
+        redis.call('ZREM', op.key, op.id)
+        n = n - 1
+        if n <= 0 then
+          redis.call('DEL', op.key)
+          last = -1
+        else
+          last = zlast(op.key)
+          redis.call('PEXPIRE', op.key, last - nowms + slack)
+        end
+      end
+    end
+    r1, r2, r3 = n, held, wait
+    bh = last
+  end
+  if take and status ~= 1 and q > 0 then
+    all = false
+  end
+  op.status = status
+  out[#out + 1] = status
+  out[#out + 1] = bh
+  out[#out + 1] = bl
+  out[#out + 1] = r1
+  out[#out + 1] = r2
+  out[#out + 1] = r3
+end
+
+-- Commit: every take charged when all were admitted; else none, and the
+-- refused limits that have a ban start it.
+for i = 1, nops do
+  local op = ops[i]
+  local alg, q, take = op.alg, op.q, op.kind == 't'
+  if take and not all then
+    if op.status == 0 and q > 0 and (op.bh > 0 or op.bl > 0) and alg ~= 'c' then
+      local uh, ul = add(nh, nl, op.bh, op.bl)
+      redis.call('SET', op.bkey, fmt(uh, ul), 'PX', pxOf(op.bh, op.bl) + slack)
+    end
+  elseif take and q > 0 or not take then
+    if op.replace and (alg == 'o' or alg == 'c') then
+      redis.call('DEL', op.key)
+    end
+    if alg == 'g' or alg == 'l' then
+      if op.clear then
+        if op.exists then
+          redis.call('DEL', op.key)
+        end
+      elseif op.nh then
+        if op.xh == 0 and op.xl == 0 then
+          if op.exists then
+            redis.call('DEL', op.key)
+          end
+        else
+          redis.call('SET', op.key, fmt(op.nh, op.nl), 'PX', pxOf(op.xh, op.xl) + slack)
+        end
+      end
+    elseif alg == 'f' or alg == 's' then
+      if op.write then
+        redis.call('SET', op.key, op.write, 'PX', op.px + slack)
+      elseif op.clear and op.exists then
+        redis.call('DEL', op.key)
+      end
+    elseif alg == 'o' then
+      if take then
+        -- recorded at the millisecond at or after now, never below the
+        -- newest entry (a clock that went back)
+        local at = ceilms
+        if op.exists then
+          local newest = zlast(op.key)
+          if newest > at then
+            at = newest
+          end
+        end
+        local base = 0
+        if op.exists then
+          base = redis.call('ZCOUNT', op.key, at, at)
+        else
+          redis.call('ZADD', op.key, -op.period, MARK.o)
+        end
+        -- ZADD takes at most 500 members at a time (Lua's C stack).
+        local j = 0
+        while j < q do
+          local args = { 'ZADD', op.key }
+          local k = 0
+          while j < q and k < 500 do
+            j, k = j + 1, k + 1
+            args[#args + 1] = at
+            args[#args + 1] = string.format('%d:%08d', at, base + j)
+          end
+          redis.call(unpack(args))
+        end
+        redis.call('PEXPIRE', op.key, at + op.period - nowms + slack)
+      end
+    else -- 'c'
+      if take then
+        if not op.exists then
+          redis.call('ZADD', op.key, -1, MARK.c)
+        end
+        redis.call('ZADD', op.key, nowms + op.period, op.id)
+        redis.call('PEXPIRE', op.key, zlast(op.key) - nowms + slack)
+      end
+    end
+  end
+end
+
+return out
