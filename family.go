@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/funnelrl/funnel/algo"
@@ -297,17 +298,32 @@ func (l *Limiter) executor() (Executor, error) {
 	return nil, ErrNotSupported
 }
 
+// oneOp is the buffers of a call of one op: slices passed through the
+// Executor interface escape, so they are pooled rather than allocated per
+// call.
+type oneOp struct {
+	ops [1]Op
+	res [1]Result
+}
+
+var oneOps = sync.Pool{New: func() any { return new(oneOp) }}
+
 // do runs one op through the executor.
 func (l *Limiter) do(ctx context.Context, op Op) (Result, error) {
 	e, err := l.executor()
 	if err != nil {
 		return Result{}, err
 	}
-	var res [1]Result
-	if err := e.Do(ctx, []Op{op}, res[:]); err != nil {
+	b := oneOps.Get().(*oneOp)
+	b.ops[0] = op
+	err = e.Do(ctx, b.ops[:], b.res[:])
+	r := b.res[0]
+	*b = oneOp{} // keeps no key or lease alive
+	oneOps.Put(b)
+	if err != nil {
 		return Result{}, err
 	}
-	return res[0], nil
+	return r, nil
 }
 
 // checkN validates a quantity.
