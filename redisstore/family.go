@@ -488,7 +488,7 @@ func escapeGlob(s string) string {
 }
 
 // unbanSource deletes a ban key and answers 1 if the ban had not ended:
-// ARGV are now's seconds (” to read TIME) and nanoseconds. A ban's end is
+// ARGV are now's seconds (empty to read TIME) and nanoseconds. A ban's end is
 // a decimal count of nanoseconds, compared on two limbs (see family.lua).
 const unbanSource = `
 local v = redis.call('GET', KEYS[1])
