@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +65,25 @@ func TestDaemonRedisStore(t *testing.T) {
 	}
 	if n, err := back.Exists(tctx, "rl:user123").Result(); err != nil || n != 0 {
 		t.Fatalf("key still in Redis after DEL: %v, %v", n, err)
+	}
+
+	// The rest of the family goes through the same store: a fixed window
+	// and a funnel at once, then a lease.
+	all, err := front.Do(tctx, "FUNNEL.ALLOWALL", 2, "LIMIT", "{u}:d", "fixed_window", 2, 60000, "LIMIT", "{u}:s", "gcra", 1, 1000).Slice()
+	if err != nil || len(all) != 4 || all[0] != int64(1) {
+		t.Fatalf("FUNNEL.ALLOWALL = %v, %v", all, err)
+	}
+	if v, err := back.Get(tctx, "rl:{u}:d").Result(); err != nil || !strings.HasPrefix(v, "F") {
+		t.Fatalf("the fixed window in Redis: %q, %v", v, err)
+	}
+	lease, err := front.Do(tctx, "FUNNEL.ACQUIRE", "jobs", 1, 30000, "ID", "j1").Slice()
+	if err != nil || lease[0] != int64(1) || lease[5] != "j1" {
+		t.Fatalf("FUNNEL.ACQUIRE = %v, %v", lease, err)
+	}
+	if n, err := back.ZCard(tctx, "rl:jobs").Result(); err != nil || n != 2 {
+		t.Fatalf("the leases in Redis: %d, %v (want the lease and the marker)", n, err)
+	}
+	if held, err := front.Do(tctx, "FUNNEL.RELEASE", "jobs", "j1").Int64(); err != nil || held != 1 {
+		t.Fatalf("FUNNEL.RELEASE = %v, %v", held, err)
 	}
 }
