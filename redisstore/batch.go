@@ -175,7 +175,8 @@ func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (statu
 	if err != nil {
 		return 0, 0, err
 	}
-	args = append(args, "6", limb(cost/1e9), limb(cost%1e9), limb(tol/1e9), limb(tol%1e9))
+	// "1536" = 6*256: the limbs are ARGV[6..9] (see throttleArgs).
+	args = append(args, "1536", limb(cost/1e9), limb(cost%1e9), limb(tol/1e9), limb(tol%1e9))
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
@@ -201,20 +202,7 @@ func (s *Store) send(batch []*call) {
 	keys := make([]string, len(batch))
 	args, err := s.args("t", len(batch))
 	if err == nil {
-		// One argument per key, then the limits: ARGV[4+i] is "" when the
-		// i-th decision has the same limit and quantity as the one before
-		// (the script keeps them), else the index of their four limbs.
-		first := len(args)
-		args = args[:first+len(batch)]
-		for i, c := range batch {
-			keys[i] = c.key
-			if i > 0 && c.cost == batch[i-1].cost && c.tol == batch[i-1].tol {
-				args[first+i] = ""
-				continue
-			}
-			args[first+i] = strconv.Itoa(len(args) + 1)
-			args = append(args, limb(c.cost/1e9), limb(c.cost%1e9), limb(c.tol/1e9), limb(c.tol%1e9))
-		}
+		keys, args = throttleArgs(batch, keys, args)
 		ctx, cancel := context.Background(), context.CancelFunc(func() {})
 		if s.timeout > 0 {
 			ctx, cancel = context.WithTimeout(ctx, s.timeout)
@@ -237,6 +225,51 @@ func (s *Store) send(batch []*call) {
 		c.err = err
 		c.deliver()
 	}
+}
+
+// The script's argument for a request is a*256 + l*128 + f, with f the index
+// of the first request on its key (at most maxBatch).
+const _ = uint(127 - maxBatch)
+
+// throttleArgs fills keys and appends to args, the script's first four
+// arguments, the arguments of batch's requests (see gcra.lua): for each
+// request, "" if its limit and quantity are those of the request before and
+// its key comes once in the batch, else where its limbs are, where the first
+// request on its key is and whether it is the last one on it; then the limbs.
+func throttleArgs(batch []*call, keys, args []string) ([]string, []string) {
+	// The first and last request (from 1) on each key.
+	type run struct{ first, last int }
+	runs := make(map[string]run, len(batch))
+	for i, c := range batch {
+		keys[i] = c.key
+		r, ok := runs[c.key]
+		if !ok {
+			r.first = i + 1
+		}
+		r.last = i + 1
+		runs[c.key] = r
+	}
+	first := len(args)
+	args = args[:first+len(batch)]
+	for i, c := range batch {
+		m := 0
+		if r := runs[c.key]; r.first != r.last {
+			m = r.first
+			if r.last == i+1 {
+				m += 128
+			}
+		}
+		if i == 0 || c.cost != batch[i-1].cost || c.tol != batch[i-1].tol {
+			m += (len(args) + 1) * 256
+			args = append(args, limb(c.cost/1e9), limb(c.cost%1e9), limb(c.tol/1e9), limb(c.tol%1e9))
+		}
+		if m == 0 {
+			args[first+i] = ""
+		} else {
+			args[first+i] = strconv.Itoa(m)
+		}
+	}
+	return keys, args
 }
 
 // deliver wakes c's caller, unless it gave up.

@@ -16,11 +16,16 @@
 -- ARGV[2]  "" to take the time from Redis's TIME; tests only: now's seconds,
 -- ARGV[3]  and now's nanoseconds
 -- ARGV[4]  milliseconds added to every expiry (0 except in tests)
--- ARGV[4+i], for the i-th key of a throttle: "" when its cost and tolerance
---          are those of the key before, else the index j of the arguments
---          that hold them: ARGV[j .. j+3] are the cost's seconds and
---          nanoseconds, the tolerance's seconds and nanoseconds (they come
---          after the keys' arguments)
+-- ARGV[4+i], for the i-th request of a throttle: "" if its cost and
+--          tolerance are those of the request before and its key comes once,
+--          else the number a*256 + l*128 + f, where
+--            a is the index of the four arguments that hold its cost's
+--              seconds and nanoseconds and its tolerance's seconds and
+--              nanoseconds (they come after the requests' arguments), or 0
+--              if they are those of the request before;
+--            f is 0 if its key comes once, else the index of the first
+--              request on its key;
+--            l is 1 on the last request on a key that comes more than once.
 --
 -- For each key, the answer is its status and d = max(TAT - now, 0), the time
 -- to a full bucket before the request, in ns. A throttle's status is 1 if
@@ -35,14 +40,16 @@
 -- that holds anything else; with several keys it is the array of their
 -- answers, in order.
 --
--- The script is on the hot path of every decision, and each call of a Redis
--- command from Lua costs Redis CPU (much more than the arithmetic): a batch
--- reads all its keys with one MGET, decides its requests in order on the
--- TATs kept in Lua tables, and writes each key it changed once, at the end,
--- with the expiry of its last TAT -- the state the requests one after the
--- other would have left. The common cases take few calls of C functions (one
--- pattern match per key, string-to-number coercion rather than tonumber, a
--- plain integer reply).
+-- The script is on the hot path of every decision, and what it costs Redis
+-- is the calls of C functions (a Redis command, string.format, a pattern
+-- match), the tables it makes and the Lua functions it calls, far more than
+-- its arithmetic. So one key takes a path of its own, inline; a batch reads
+-- all its keys with one MGET, writes a key that comes once right after its
+-- request, keeps the TAT of a key that comes more than once in a table (at
+-- the index of its first request) and writes it once, after its last
+-- request: the state the requests one after the other would have left. Keys
+-- decided alike (fresh keys under one limit) get the same value and expiry,
+-- formatted once.
 
 local nh, nl
 if ARGV[2] == '' then
@@ -54,109 +61,208 @@ end
 local op = ARGV[1]
 local nk = #KEYS
 
--- The state of each distinct key: its TAT's limbs, whether it exists, why it
--- cannot be read (false if it can; 1 not a decimal number, 2 beyond int64, 3
--- not a string), and whether a request changed it. order lists the keys in
--- order of first appearance.
-local TH, TL, RAW, BAD, DIRTY = {}, {}, {}, {}, {}
-local order, nd = {}, 0
-
--- parse returns the limbs of the TAT in raw, a string value, and false; or
--- 0, 0 and why it is not a TAT.
-local function parse(raw)
-  -- Every TAT from 2001 to 2286 has 19 digits: one match splits it.
-  local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
-  if h then
-    h, l = h + 0, l + 0
-    if h > 9223372036 or (h == 9223372036 and l > 854775807) then
-      return 0, 0, 2
-    end
-    return h, l, false
-  end
-  -- Other lengths, a '+' or leading zeros (Rust's u64 parser, which
-  -- redis-cell uses, takes both), or no number at all.
-  local d = string.match(raw, '^%+?0*(%d*)$')
-  if not d or not string.find(raw, '%d') then
-    return 0, 0, 1
-  end
-  local n = #d
-  if n > 19 then
-    return 0, 0, 2
-  elseif n > 9 then
-    h, l = string.sub(d, 1, n - 9) + 0, string.sub(d, n - 8) + 0
-    if h > 9223372036 or (h == 9223372036 and l > 854775807) then
-      return 0, 0, 2
-    end
-    return h, l, false
-  elseif n > 0 then
-    return 0, d + 0, false
-  end
-  return 0, 0, false
-end
-
-local raws
 if nk == 1 then
-  local raw = redis.pcall('GET', KEYS[1])
-  if raw and raw.err then
-    -- a list, a hash...: GET's own WRONGTYPE error
-    return redis.error_reply('WRONGTYPE the value is not a string')
-  end
-  raws = {raw}
-else
-  raws = redis.call('MGET', unpack(KEYS))
-end
-local absent, na = {}, 0
-for i = 1, nk do
-  local key = KEYS[i]
-  if BAD[key] == nil then
-    nd = nd + 1
-    order[nd] = key
-    local raw = raws[i]
-    if raw then
-      RAW[key] = true
-      TH[key], TL[key], BAD[key] = parse(raw)
+  local key = KEYS[1]
+  local raw = redis.pcall('GET', key)
+  local th, tl = 0, 0
+  if raw then
+    if raw.err then
+      -- a list, a hash...: GET's own WRONGTYPE error
+      return redis.error_reply('WRONGTYPE the value is not a string')
+    end
+    -- Every TAT from 2001 to 2286 has 19 digits: one match splits it.
+    local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
+    if h then
+      th, tl = h + 0, l + 0
     else
-      TH[key], TL[key], BAD[key] = 0, 0, false
-      na = na + 1
-      absent[na] = key
-    end
-  end
-end
--- MGET answers nil for a key of another type too: if any of the keys it
--- found absent exists, find which.
-if nk > 1 and na > 0 and redis.call('EXISTS', unpack(absent)) > 0 then
-  for i = 1, na do
-    if redis.call('EXISTS', absent[i]) == 1 then
-      BAD[absent[i]] = 3
-    end
-  end
-end
-
-local out, no = {}, 0
-local ch, cl, vh, vl
-
-for i = 1, nk do
-  local key = KEYS[i]
-  if op == 't' then
-    local a = ARGV[4 + i]
-    if a ~= '' then
-      a = a + 0
-      ch, cl, vh, vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
-    end
-  end
-  local bad = BAD[key]
-  if bad then
-    if nk == 1 then
-      if bad == 1 then
+      -- Other lengths, a '+' or leading zeros (Rust's u64 parser, which
+      -- redis-cell uses, takes both), or no number at all.
+      local d = string.match(raw, '^%+?0*(%d*)$')
+      if not d or not string.find(raw, '%d') then
         return redis.error_reply('WRONGTYPE the value is not a decimal number')
       end
+      local n = #d
+      if n > 19 then
+        th = 9999999999
+      elseif n > 9 then
+        th, tl = string.sub(d, 1, n - 9) + 0, string.sub(d, n - 8) + 0
+      elseif n > 0 then
+        tl = d + 0
+      end
+    end
+    if th > 9223372036 or (th == 9223372036 and tl > 854775807) then
       return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
     end
+  end
+  -- d = max(TAT - now, 0)
+  local dh, dl = 0, 0
+  if th > nh or (th == nh and tl > nl) then
+    dh, dl = th - nh, tl - nl
+    if dl < 0 then
+      dh, dl = dh - 1, dl + 1000000000
+    end
+  end
+  local status = 0
+  if op == 't' then
+    local a = ARGV[5] / 256
+    local ch, cl, vh, vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
+    -- Allowed iff cost <= tolerance and x = d + cost <= tolerance.
+    if ch < vh or (ch == vh and cl <= vl) then
+      local xh, xl = dh + ch, dl + cl
+      if xl >= 1000000000 then
+        xh, xl = xh + 1, xl - 1000000000
+      end
+      if xh < vh or (xh == vh and xl <= vl) then
+        -- The new TAT is max(now, TAT) + cost = now + x; it must fit in an
+        -- int64 (2^63-1 = 9223372036*1e9 + 854775807).
+        local zh, zl = nh + xh, nl + xl
+        if zl >= 1000000000 then
+          zh, zl = zh + 1, zl - 1000000000
+        end
+        if zh > 9223372036 or (zh == 9223372036 and zl > 854775807) then
+          status = 2
+        elseif xh == 0 and xl == 0 then
+          -- The new TAT is now: the same state as an absent key.
+          status = 1
+          if raw then
+            redis.call('DEL', key)
+          end
+        else
+          status = 1
+          -- Expire when the TAT is reached, in whole milliseconds rounded
+          -- up, so that the key never vanishes while its TAT is ahead.
+          local sub = xl % 1000000
+          local ms = xh * 1000 + (xl - sub) / 1000000 + ARGV[4]
+          if sub > 0 then
+            ms = ms + 1
+          end
+          local v
+          if zh > 0 then
+            v = string.format('%d%09d', zh, zl)
+          else
+            v = string.format('%d', zl)
+          end
+          -- (ms as a string: Redis would format a number with %.17g, which
+          -- costs more than the integer format)
+          redis.call('SET', key, v, 'PX', string.format('%d', ms))
+        end
+      end
+    end
+  elseif op == 'd' and raw then
+    redis.call('DEL', key)
+  end
+  if dh < 1125899 then
+    return (dh * 1000000000 + dl) * 4 + status
+  end
+  return {-1 - status, dh, dl}
+end
+
+-- A batch: throttles only, the same steps as above.
+if op ~= 't' then
+  return redis.error_reply('ERR gcra.lua: operation ' .. op .. ' on several keys')
+end
+local keys, argv, format = KEYS, ARGV, string.format
+
+-- parse returns the limbs of the TAT in raw, a string value, and false; or
+-- 0, 0 and why it is not a TAT: 1 not a decimal number, 2 beyond int64.
+local function parse(raw)
+  local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
+  if not h then
+    local d = string.match(raw, '^%+?0*(%d*)$')
+    if not d or not string.find(raw, '%d') then
+      return 0, 0, 1
+    end
+    local n = #d
+    if n > 19 then
+      return 0, 0, 2
+    elseif n > 9 then
+      h, l = string.sub(d, 1, n - 9), string.sub(d, n - 8)
+    elseif n > 0 then
+      h, l = 0, d
+    else
+      h, l = 0, 0
+    end
+  end
+  h, l = h + 0, l + 0
+  if h > 9223372036 or (h == 9223372036 and l > 854775807) then
+    return 0, 0, 2
+  end
+  return h, l, false
+end
+
+local raws = redis.call('MGET', unpack(keys))
+-- MGET answers nil for a key of another type too: if any of the keys it
+-- found absent exists, find which.
+local absent, na = {}, 0
+for i = 1, nk do
+  if not raws[i] then
+    na = na + 1
+    absent[na] = keys[i]
+  end
+end
+local wrong
+if na > 0 and redis.call('EXISTS', unpack(absent)) > 0 then
+  wrong = {}
+  for i = 1, nk do
+    if not raws[i] and redis.call('EXISTS', keys[i]) == 1 then
+      wrong[i] = true
+    end
+  end
+end
+
+-- The state of a key that comes more than once, at the index f of its first
+-- request: its TAT TH[f], TL[f], why it cannot be read B[f] (false if it
+-- can), and C[f] true once a request changed it.
+local TH, TL, B, C
+-- The last value and expiry written, as strings.
+local wh, wl, wv, wms, wpx = -1, -1, nil, -1, nil
+local slack = argv[4] + 0
+local out, no = {}, 0
+local ch, cl, vh, vl
+-- The last argument decoded, not "" (the middle requests on a key that
+-- comes more than once have the same).
+local pm, pf, plast = '', 0, false
+for i = 1, nk do
+  local f, last = 0, false
+  local m = argv[4 + i]
+  if m == pm then
+    f, last = pf, plast
+  elseif m ~= '' then
+    pm = m
+    m = m + 0
+    f = m % 128
+    m = (m - f) / 128
+    if m % 2 == 1 then
+      last, m = true, m - 1
+    end
+    if m > 0 then
+      local a = m / 2
+      ch, cl, vh, vl = argv[a] + 0, argv[a + 1] + 0, argv[a + 2] + 0, argv[a + 3] + 0
+    end
+    pf, plast = f, last
+  end
+  local th, tl, bad = 0, 0, false
+  if f == 0 or f == i then
+    local raw = raws[i]
+    if raw then
+      th, tl, bad = parse(raw)
+    elseif wrong and wrong[i] then
+      bad = 3
+    end
+    if f == i then
+      if not TH then
+        TH, TL, B, C = {}, {}, {}, {}
+      end
+      TH[f], TL[f], B[f], C[f] = th, tl, bad, false
+    end
+  else
+    th, tl, bad = TH[f], TL[f], B[f]
+  end
+  if bad then
     no = no + 1
     out[no] = -9 - bad
   else
     -- d = max(TAT - now, 0)
-    local th, tl = TH[key], TL[key]
     local dh, dl = 0, 0
     if th > nh or (th == nh and tl > nl) then
       dh, dl = th - nh, tl - nl
@@ -164,85 +270,73 @@ for i = 1, nk do
         dh, dl = dh - 1, dl + 1000000000
       end
     end
-
     local status = 0
-    if op == 't' then
-      -- Allowed iff cost <= tolerance and x = d + cost <= tolerance.
-      if ch < vh or (ch == vh and cl <= vl) then
-        local xh, xl = dh + ch, dl + cl
-        if xl >= 1000000000 then
-          xh, xl = xh + 1, xl - 1000000000
+    -- Allowed iff cost <= tolerance and x = d + cost <= tolerance.
+    if ch < vh or (ch == vh and cl <= vl) then
+      local xh, xl = dh + ch, dl + cl
+      if xl >= 1000000000 then
+        xh, xl = xh + 1, xl - 1000000000
+      end
+      if xh < vh or (xh == vh and xl <= vl) then
+        -- The new TAT is max(now, TAT) + cost = now + x; it must fit in an
+        -- int64 (2^63-1 = 9223372036*1e9 + 854775807).
+        local zh, zl = nh + xh, nl + xl
+        if zl >= 1000000000 then
+          zh, zl = zh + 1, zl - 1000000000
         end
-        if xh < vh or (xh == vh and xl <= vl) then
-          -- The new TAT is max(now, TAT) + cost = now + x; it must fit in an
-          -- int64 (2^63-1 = 9223372036*1e9 + 854775807).
-          local zh, zl = nh + xh, nl + xl
-          if zl >= 1000000000 then
-            zh, zl = zh + 1, zl - 1000000000
-          end
-          if zh > 9223372036 or (zh == 9223372036 and zl > 854775807) then
-            status = 2
-          else
-            status = 1
-            TH[key], TL[key], DIRTY[key] = zh, zl, true
+        if zh > 9223372036 or (zh == 9223372036 and zl > 854775807) then
+          status = 2
+        else
+          status = 1
+          th, tl = zh, zl
+          if f > 0 then
+            TH[f], TL[f], C[f] = zh, zl, true
           end
         end
       end
-    elseif op == 'd' and RAW[key] then
-      redis.call('DEL', key)
     end
-
     if dh < 1125899 then
-      if nk == 1 and status ~= 1 then
-        return (dh * 1000000000 + dl) * 4 + status
-      end
       no = no + 1
       out[no] = (dh * 1000000000 + dl) * 4 + status
     else
       out[no + 1], out[no + 2], out[no + 3] = -1 - status, dh, dl
       no = no + 3
     end
-  end
-end
 
--- Write each changed key once, with its last TAT.
-local slack = ARGV[4] + 0
-for i = 1, nd do
-  local key = order[i]
-  if DIRTY[key] then
-    local zh, zl = TH[key], TL[key]
-    -- x = TAT - now >= 0
-    local xh, xl = zh - nh, zl - nl
-    if xl < 0 then
-      xh, xl = xh - 1, xl + 1000000000
-    end
-    if xh == 0 and xl == 0 then
-      -- The TAT is now: the same state as an absent key.
-      if RAW[key] then
-        redis.call('DEL', key)
+    -- A key is written once, after its last request, if one changed it.
+    if (f == 0 and status == 1) or (last and C[f]) then
+      -- x = TAT - now >= 0
+      local xh, xl = th - nh, tl - nl
+      if xl < 0 then
+        xh, xl = xh - 1, xl + 1000000000
       end
-    else
-      -- Expire when the TAT is reached, in whole milliseconds rounded up,
-      -- so that the key never vanishes while its TAT is ahead.
-      local sub = xl % 1000000
-      local ms = xh * 1000 + (xl - sub) / 1000000 + slack
-      if sub > 0 then
-        ms = ms + 1
-      end
-      local v
-      if zh > 0 then
-        v = string.format('%d%09d', zh, zl)
+      if xh == 0 and xl == 0 then
+        -- The TAT is now: the same state as an absent key.
+        if raws[i] then
+          redis.call('DEL', keys[i])
+        end
       else
-        v = string.format('%d', zl)
+        -- Expire when the TAT is reached, in whole milliseconds rounded
+        -- up, so that the key never vanishes while its TAT is ahead.
+        local sub = xl % 1000000
+        local ms = xh * 1000 + (xl - sub) / 1000000 + slack
+        if sub > 0 then
+          ms = ms + 1
+        end
+        if th ~= wh or tl ~= wl then
+          wh, wl = th, tl
+          if th > 0 then
+            wv = format('%d%09d', th, tl)
+          else
+            wv = format('%d', tl)
+          end
+        end
+        if ms ~= wms then
+          wms, wpx = ms, format('%d', ms)
+        end
+        redis.call('SET', keys[i], wv, 'PX', wpx)
       end
-      -- (ms goes as a string: Redis would format a number with %.17g,
-      -- which costs more than the integer format)
-      redis.call('SET', key, v, 'PX', string.format('%d', ms))
     end
   end
-end
-
-if no == 1 then
-  return out[1]
 end
 return out

@@ -44,7 +44,7 @@ func TestExpiryRoundsUp(t *testing.T) {
 			key := "px" + strconv.Itoa(try)
 			pipe := c.TxPipeline()
 			pipe.Del(ctx, key)
-			ev := pipe.EvalSha(ctx, gcraScript.Hash(), []string{key}, "t", limb(now/1e9), limb(now%1e9), "0", "6",
+			ev := pipe.EvalSha(ctx, gcraScript.Hash(), []string{key}, "t", limb(now/1e9), limb(now%1e9), "0", "1536",
 				limb(int64(tc.ttl)/1e9), limb(int64(tc.ttl)%1e9), "7200", "0")
 			pttl := pipe.PTTL(ctx, key)
 			// Read the value in the same transaction: with a PX of 1 ms the
