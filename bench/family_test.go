@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	ulule "github.com/ulule/limiter/v3"
+	ululemem "github.com/ulule/limiter/v3/drivers/store/memory"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// familyCase is one algorithm of the family as the benchmarks drive it: a
+// limit that admits (almost) every request, so that every decision writes.
+type familyCase struct {
+	name  string
+	limit funnel.Limit
+	// multi, when set, asks for a second limit on a key of the same hash
+	// slot in the same call (all-or-nothing).
+	multi *funnel.Limit
+}
+
+var familyCases = func() []familyCase {
+	gcra := funnel.Per(1_000_000_000, 1000*time.Second)
+	leaky := gcra
+	leaky.Algorithm, leaky.Delay = funnel.LeakyBucket, funnel.NoDelay
+	window := func(a funnel.Algorithm) funnel.Limit {
+		return funnel.Limit{Algorithm: a, Count: 1_000_000_000, Period: 1000 * time.Second}
+	}
+	day := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1_000_000_000, Calendar: funnel.Daily}
+	return []familyCase{
+		{name: "gcra", limit: gcra},
+		{name: "leaky_bucket", limit: leaky},
+		{name: "fixed_window", limit: window(funnel.FixedWindow)},
+		{name: "sliding_window", limit: window(funnel.SlidingWindow)},
+		// The log keeps an entry per admitted unit: 100 per second, so that a
+		// hot key is mostly refused (at a full log) and other keys admitted.
+		{name: "sliding_log", limit: funnel.Limit{Algorithm: funnel.SlidingLog, Count: 100, Period: time.Second}},
+		{name: "concurrency", limit: funnel.Limit{Algorithm: funnel.Concurrency, Count: 1_000_000, Period: time.Minute}},
+		{name: "gcra+day", limit: gcra, multi: &day},
+	}
+}()
+
+// familyDecide returns a function that makes one decision of c on key
+// through lim: for concurrency an acquire and its release, for a multi case
+// both limits at once.
+func familyDecide(c familyCase, lim *funnel.Limiter) func(ctx context.Context, key string) (bool, error) {
+	switch {
+	case c.limit.Algorithm == funnel.Concurrency:
+		return func(ctx context.Context, key string) (bool, error) {
+			l, r, err := lim.Acquire(ctx, key, c.limit)
+			if err != nil || !r.Allowed {
+				return r.Allowed, err
+			}
+			_, err = lim.Release(ctx, l)
+			return true, err
+		}
+	case c.multi != nil:
+		return func(ctx context.Context, key string) (bool, error) {
+			tagged := "{" + key + "}"
+			m, err := lim.AllowAll(ctx, []funnel.Request{
+				{Key: tagged + ":s", Limit: c.limit, N: 1},
+				{Key: tagged + ":d", Limit: *c.multi, N: 1},
+			})
+			return m.Allowed, err
+		}
+	}
+	return func(ctx context.Context, key string) (bool, error) {
+		r, err := lim.Allow(ctx, key, c.limit)
+		if r.Fallback {
+			return false, errFallback
+		}
+		return r.Allowed, err
+	}
+}
+
+// BenchmarkFamily measures every algorithm of the family on the memory
+// store, through Limiter (one hot key, and 100,000 keys in random order),
+// beside ulule/limiter's fixed window on its memory store, the anchor of
+// the same algorithm.
+func BenchmarkFamily(b *testing.B) {
+	for _, scenario := range []string{"hot", "keys100k"} {
+		for _, c := range familyCases {
+			b.Run(scenario+"/funnel-"+c.name, func(b *testing.B) {
+				store := memstore.New(memstore.Options{})
+				defer store.Close()
+				benchDecide(b, scenario, familyDecide(c, funnel.New(store)), 0)
+			})
+		}
+		b.Run(scenario+"/ulule-fixed_window", func(b *testing.B) {
+			lim := ulule.New(ululemem.NewStore(), ulule.Rate{Period: 1000 * time.Second, Limit: 1_000_000_000})
+			benchDecide(b, scenario, func(ctx context.Context, key string) (bool, error) {
+				r, err := lim.Get(ctx, key)
+				return !r.Reached, err
+			}, 0)
+		})
+	}
+}
+
+// benchDecide runs decide over the scenario's keys, in parallel when
+// parallel > 0 (goroutines per CPU), and reports the outcomes.
+func benchDecide(b *testing.B, scenario string, decide func(context.Context, string) (bool, error), parallel int) {
+	ctx := context.Background()
+	keys, seq := keyData()
+	var c outcomes
+	b.ReportAllocs()
+	b.ResetTimer()
+	run := func(local *outcomes, r *rand.Rand, next func() bool) {
+		i := r.Uint32()
+		for next() {
+			key := hotKey
+			if scenario == "keys100k" {
+				key = keys[seq[i&(seqLen-1)]]
+				i++
+			}
+			local.count(decide(ctx, key))
+		}
+	}
+	if parallel == 0 {
+		n := 0
+		run(&c, rand.New(rand.NewPCG(seeds.Add(1), 1)), func() bool { n++; return n <= b.N })
+	} else {
+		b.SetParallelism(parallel)
+		b.RunParallel(func(pb *testing.PB) {
+			var local outcomes
+			run(&local, rand.New(rand.NewPCG(seeds.Add(1), 1)), pb.Next)
+			c.add(&local)
+		})
+	}
+	b.StopTimer()
+	c.report(b)
+}
+
+// BenchmarkFamilyRedis measures every algorithm of the family on one
+// redis-server that the benchmark starts, one decision at a time (so that
+// each decision is one script call): redis-µs/op is the CPU Redis spent in
+// the scripts per decision (INFO commandstats), redis-cpu-µs/op the whole
+// process's. redis_rate's script is the anchor (BenchmarkRedis has it too).
+func BenchmarkFamilyRedis(b *testing.B) {
+	srv := redistest.StartServer(b)
+	for _, scenario := range []string{"hot", "keys100k"} {
+		for _, c := range familyCases {
+			b.Run(scenario+"/funnel-"+c.name, func(b *testing.B) {
+				benchFamilyRedis(b, srv, scenario, c)
+			})
+		}
+		for _, l := range redisLimiters {
+			if l.name == "redis_rate" {
+				b.Run(scenario+"/"+l.name, func(b *testing.B) { benchRedis(b, srv, l, scenario, 0) })
+			}
+		}
+	}
+}
+
+func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c familyCase) {
+	ctx := context.Background()
+	admin := srv.Client()
+	if err := admin.FlushAll(ctx).Err(); err != nil { // the benchmark's own server
+		b.Fatal(err)
+	}
+	client := newGoRedis(srv.Addr)
+	defer client.Close()
+	store := redisstore.New(client, redisstore.Options{Prefix: "funnel:"})
+	decide := familyDecide(c, funnel.New(store))
+	for i := 0; i < 100; i++ { // connections, the script cache
+		if _, err := decide(ctx, "warm:"+strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	cpuBefore := redisCPU(b, srv)
+	benchDecide(b, scenario, decide, 0)
+	cpuAfter := redisCPU(b, srv)
+	calls, usec := scriptStats(b, srv)
+	if calls == 0 {
+		b.Fatal("Redis ran no script")
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(usec/float64(b.N), "redis-µs/op")
+	b.ReportMetric((cpuAfter-cpuBefore)*1e6/float64(b.N), "redis-cpu-µs/op")
+}
