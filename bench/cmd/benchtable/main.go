@@ -219,6 +219,101 @@ func render(w io.Writer, r *results, cpu string) {
 	throughputTable(w, r)
 	memoryTable(w, r)
 	redisTable(w, r)
+	familyTable(w, r)
+	familyRedisTable(w, r)
+	rlsTable(w, r)
+}
+
+// familyTable prints the family on the memory store: per scenario and
+// algorithm, ns/op (allocs/op).
+func familyTable(w io.Writer, r *results) {
+	rows, cols, cell := collect(r, "Family/", true)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### The family in memory: ns/op (allocs/op), lower is better")
+	fmt.Fprintln(w)
+	cellTable(w, rows, cols, cell, func(i id) string {
+		ns, ok := r.get(i, "ns/op")
+		if !ok {
+			return "—"
+		}
+		text := formatNs(ns) + " (" + metric(r, i, "allocs/op") + ")"
+		if v, ok := r.get(i, "denied/op"); ok && v > 0 {
+			text += fmt.Sprintf(" %.0f%% refused", 100*v)
+		}
+		return text
+	})
+}
+
+// familyRedisTable prints the family on Redis: per scenario and algorithm,
+// the CPU Redis spent per decision, in the scripts and in all, in µs.
+func familyRedisTable(w io.Writer, r *results) {
+	rows, cols, cell := collect(r, "FamilyRedis/", true)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### The family on Redis, one decision at a time: Redis CPU per decision, script (commandstats) / whole process, in µs")
+	fmt.Fprintln(w)
+	cellTable(w, rows, cols, cell, func(i id) string {
+		script, ok := r.get(i, "redis-µs/op")
+		if !ok {
+			return "—"
+		}
+		text := fmt.Sprintf("%.2f / %s", script, metric(r, i, "redis-cpu-µs/op"))
+		if v, ok := r.get(i, "denied/op"); ok && v > 0 {
+			text += fmt.Sprintf(" (%.0f%% refused)", 100*v)
+		}
+		return text
+	})
+}
+
+// rlsTable prints Envoy's rate-limit service beside the no-op gRPC server.
+func rlsTable(w io.Writer, r *results) {
+	rows, _, cell := collect(r, "RLS/", false)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Envoy's rate-limit service: ShouldRateLimit decisions/s over gRPC")
+	fmt.Fprintln(w)
+	writeRow(w, []string{"server", "cpu", "decisions/s", "allocs/op", "÷ no-op gRPC server"})
+	writeRule(w, 5)
+	for _, rw := range rows {
+		i := cell[rw][rw.key]
+		rate, ok := r.get(i, "decisions/s")
+		if !ok {
+			continue
+		}
+		ratio := "—"
+		if base, ok := r.get(id{"RLS/noop-grpc", rw.procs}, "decisions/s"); ok && base > 0 {
+			ratio = fmt.Sprintf("%.2f×", rate/base)
+		}
+		writeRow(w, []string{rw.key, strconv.Itoa(rw.procs), formatRate(rate) + "/s", metric(r, i, "allocs/op"), ratio})
+	}
+	fmt.Fprintln(w)
+}
+
+// cellTable prints rows of scenarios (and GOMAXPROCS) by columns, each cell
+// formatted by format.
+func cellTable(w io.Writer, rows []row, cols []string, cell map[row]map[string]id, format func(id) string) {
+	head := []string{"scenario", "cpu"}
+	for _, c := range cols {
+		head = append(head, label(c))
+	}
+	writeRow(w, head)
+	writeRule(w, len(head))
+	for _, rw := range rows {
+		line := []string{rw.key, strconv.Itoa(rw.procs)}
+		for _, c := range cols {
+			if i, ok := cell[rw][c]; ok {
+				line = append(line, format(i))
+			} else {
+				line = append(line, "—")
+			}
+		}
+		writeRow(w, line)
+	}
+	fmt.Fprintln(w)
 }
 
 func throughputTable(w io.Writer, r *results) {
