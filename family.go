@@ -345,7 +345,10 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 		return MultiResult{}, err
 	}
 	ops := make([]Op, len(reqs))
-	seen := make(map[string]struct{}, len(reqs))
+	var seen map[string]struct{} // for many keys; a few are compared in turn
+	if len(reqs) > 16 {
+		seen = make(map[string]struct{}, len(reqs))
+	}
 	for i, r := range reqs {
 		c, err := r.Limit.check()
 		if err != nil {
@@ -357,10 +360,18 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 		if err := checkN(r.N); err != nil {
 			return MultiResult{}, err
 		}
-		if _, dup := seen[r.Key]; dup {
+		dup := false
+		if seen != nil {
+			_, dup = seen[r.Key]
+			seen[r.Key] = struct{}{}
+		} else {
+			for _, o := range reqs[:i] {
+				dup = dup || o.Key == r.Key
+			}
+		}
+		if dup {
 			return MultiResult{}, fmt.Errorf("%w: %q", ErrDuplicateKey, r.Key)
 		}
-		seen[r.Key] = struct{}{}
 		ops[i] = Op{Kind: OpTake, Key: r.Key, Limit: c, N: r.N}
 	}
 	m := MultiResult{Results: make([]Result, len(reqs)), Refused: -1}
