@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -250,7 +251,7 @@ func throttleArgs(batch []*call, keys, args []string) ([]string, []string) {
 		runs[c.key] = r
 	}
 	first := len(args)
-	args = args[:first+len(batch)]
+	args = slices.Grow(args, 5*len(batch))[:first+len(batch)]
 	for i, c := range batch {
 		m := 0
 		if r := runs[c.key]; r.first != r.last {

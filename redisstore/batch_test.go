@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -230,5 +231,29 @@ func TestKeySlotAgreesWithRedis(t *testing.T) {
 		if got := keySlot(key); int64(got) != want {
 			t.Fatalf("keySlot(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want)
 		}
+	}
+}
+
+// The script's argument of each request says where its limits are, where the
+// first request on its key is, and whether it is the last one on it.
+func TestThrottleArgs(t *testing.T) {
+	c := func(key string, cost int64) *call { return &call{key: key, cost: cost, tol: 5e9} }
+	batch := []*call{c("a", 1), c("b", 1), c("a", 1), c("c", 2e9+3), c("a", 2e9+3), c("c", 2e9+3)}
+	keys, args := throttleArgs(batch, make([]string, len(batch)), []string{"t", "", "", "0"})
+	if want := []string{"a", "b", "a", "c", "a", "c"}; !slices.Equal(keys, want) {
+		t.Errorf("keys %q, want %q", keys, want)
+	}
+	want := []string{"t", "", "", "0",
+		strconv.Itoa(11*256 + 1), // limits at ARGV[11]; first on "a"
+		"",                       // "b" comes once, same limits
+		"1",                      // "a" again
+		strconv.Itoa(15*256 + 4), // new limits at ARGV[15]; first on "c"
+		strconv.Itoa(128 + 1),    // last on "a"
+		strconv.Itoa(128 + 4),    // last on "c"
+		"0", "1", "5", "0",       // ARGV[11..14]: cost 1 ns, tolerance 5 s
+		"2", "3", "5", "0", // ARGV[15..18]: cost 2 s + 3 ns
+	}
+	if !slices.Equal(args, want) {
+		t.Errorf("args\n%q, want\n%q", args, want)
 	}
 }
