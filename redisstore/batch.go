@@ -183,7 +183,7 @@ func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (statu
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	v, err := s.runner.run(ctx, []string{key}, args)
+	v, err := s.runner.eval(ctx, gcraLua, []string{key}, args)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -209,7 +209,7 @@ func (s *Store) send(batch []*call) {
 			ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		}
 		var v []int64
-		v, err = s.runner.run(ctx, keys, args)
+		v, err = s.runner.eval(ctx, gcraLua, keys, args)
 		cancel()
 		if err == nil {
 			var answers []answer

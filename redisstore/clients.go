@@ -21,12 +21,25 @@ const (
 	groupNone
 )
 
-// runner runs the GCRA script through one Redis client library.
+// script is one Lua script for both client libraries.
+type script struct {
+	goRedis *redis.Script
+	rueidis *rueidis.Lua
+}
+
+func newScript(src string) *script {
+	return &script{goRedis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
+}
+
+// gcraLua is the funnel's script (see gcraScript).
+var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource)}
+
+// runner runs the store's scripts through one Redis client library.
 type runner interface {
-	// run runs the script on keys with args (EVALSHA, then EVAL on
-	// NOSCRIPT) and returns its integer reply, or the integers of its array
-	// reply. A WRONGTYPE error reply is returned wrapping ErrWrongType.
-	run(ctx context.Context, keys, args []string) ([]int64, error)
+	// eval runs sc on keys with args (EVALSHA, then EVAL on NOSCRIPT) and
+	// returns its integer reply, or the integers of its array reply. A
+	// WRONGTYPE error reply is returned wrapping ErrWrongType.
+	eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error)
 	// failed is called after a failure that may mean the cluster's
 	// topology changed.
 	failed()
@@ -37,17 +50,14 @@ type runner interface {
 // goRedisRunner runs the script through a go-redis client.
 type goRedisRunner struct{ c Client }
 
-func (g goRedisRunner) run(ctx context.Context, keys, args []string) ([]int64, error) {
+func (g goRedisRunner) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
 	argv := make([]any, len(args))
 	for i, a := range args {
 		argv[i] = a
 	}
-	v, err := gcraScript.Run(ctx, g.c, keys, argv...).Result()
+	v, err := sc.goRedis.Run(ctx, g.c, keys, argv...).Result()
 	if err != nil {
-		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			return nil, wrongType(err.Error())
-		}
-		return nil, err
+		return nil, scriptError(err)
 	}
 	switch v := v.(type) {
 	case int64:
@@ -64,6 +74,20 @@ func (g goRedisRunner) run(ctx context.Context, keys, args []string) ([]int64, e
 		return out, nil
 	}
 	return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
+}
+
+// scriptError maps the error replies that a script gives on purpose:
+// WRONGTYPE (wrapping ErrWrongType), and the family script's clock check
+// (errClock). Others are the client's errors, as they are.
+func scriptError(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGTYPE"):
+		return wrongType(msg)
+	case strings.Contains(msg, "is not near Redis time"):
+		return errClock
+	}
+	return err
 }
 
 // stateReloader is a cluster client (*redis.ClusterClient): it keeps a map
@@ -93,20 +117,14 @@ func (g goRedisRunner) grouping() grouping {
 	return groupNone // a Ring, or a client we do not know
 }
 
-// rueidisScript is gcraScript for rueidis.
-var rueidisScript = rueidis.NewLuaScript(gcraSource)
-
-// rueidisRunner runs the script through a rueidis client, which pipelines
+// rueidisRunner runs the scripts through a rueidis client, which pipelines
 // the commands of concurrent callers on shared connections by itself.
 type rueidisRunner struct{ c rueidis.Client }
 
-func (r rueidisRunner) run(ctx context.Context, keys, args []string) ([]int64, error) {
-	res := rueidisScript.Exec(ctx, r.c, keys, args)
+func (r rueidisRunner) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	res := sc.rueidis.Exec(ctx, r.c, keys, args)
 	if err := res.Error(); err != nil {
-		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-			return nil, wrongType(re.Error())
-		}
-		return nil, err
+		return nil, scriptError(err)
 	}
 	if v, err := res.AsInt64(); err == nil {
 		return []int64{v}, nil

@@ -106,7 +106,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		ctx2, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	v, err := s.eval(ctx2, familyScript, keys, args)
+	v, err := s.runner.eval(ctx2, familyScript, keys, args)
 	if err != nil {
 		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) || errors.Is(err, errClock) {
 			return err
@@ -440,7 +440,7 @@ func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	v, err := s.eval(ctx, unbanScript, []string{bk}, args[1:3])
+	v, err := s.runner.eval(ctx, unbanScript, []string{bk}, args[1:3])
 	if err != nil {
 		return false, s.unavailable(ctx, err)
 	}
@@ -522,81 +522,11 @@ return 0
 //go:embed keyops.lua
 var keyopsSource string
 
-// script is one Lua script for both client libraries.
-type script struct {
-	goRedis *redis.Script
-	rueidis *rueidis.Lua
-}
-
-func newScript(src string) *script {
-	return &script{goRedis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
-}
-
 var (
 	familyScript = newScript(familySource)
 	keyopsScript = newScript(keyopsSource)
 	unbanScript  = newScript(unbanSource)
 )
-
-// eval runs sc on keys with args through the store's client (EVALSHA, then
-// EVAL on NOSCRIPT) and returns the integers of its reply. WRONGTYPE replies
-// wrap ErrWrongType; the calendar's clock check is errClock.
-func (s *Store) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
-	var (
-		v   any
-		err error
-	)
-	switch r := s.runner.(type) {
-	case goRedisRunner:
-		argv := make([]any, len(args))
-		for i, a := range args {
-			argv[i] = a
-		}
-		v, err = sc.goRedis.Run(ctx, r.c, keys, argv...).Result()
-	case rueidisRunner:
-		res := sc.rueidis.Exec(ctx, r.c, keys, args)
-		if err = res.Error(); err == nil {
-			if n, ierr := res.AsInt64(); ierr == nil {
-				v = n
-			} else if a, aerr := res.AsIntSlice(); aerr == nil {
-				out := make([]any, len(a))
-				for i, n := range a {
-					out[i] = n
-				}
-				v = out
-			} else {
-				return nil, fmt.Errorf("%w: script reply %v", errInternal, res.String())
-			}
-		}
-	default:
-		return nil, fmt.Errorf("%w: unknown client", errInternal)
-	}
-	if err != nil {
-		msg := err.Error()
-		switch {
-		case strings.HasPrefix(msg, "WRONGTYPE"):
-			return nil, wrongType(msg)
-		case strings.Contains(msg, "is not near Redis time"):
-			return nil, errClock
-		}
-		return nil, err
-	}
-	switch v := v.(type) {
-	case int64:
-		return []int64{v}, nil
-	case []any:
-		out := make([]int64, len(v))
-		for i, e := range v {
-			n, ok := e.(int64)
-			if !ok {
-				return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
-			}
-			out[i] = n
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
-}
 
 // keyop resets ("x") or probes ("p") a family key and returns how long
 // until its state is empty (0 when it is empty or absent).
@@ -610,7 +540,7 @@ func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	v, err := s.eval(ctx, keyopsScript, []string{s.prefix + key}, args[:3])
+	v, err := s.runner.eval(ctx, keyopsScript, []string{s.prefix + key}, args[:3])
 	if err != nil {
 		return 0, err
 	}

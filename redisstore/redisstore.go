@@ -300,7 +300,7 @@ func (s *Store) run(ctx context.Context, key string, op string) (int64, error) {
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	v, err := s.runner.run(ctx, []string{s.prefix + key}, args)
+	v, err := s.runner.eval(ctx, gcraLua, []string{s.prefix + key}, args)
 	if err != nil {
 		return 0, err
 	}
