@@ -173,12 +173,17 @@ func millisUp(d time.Duration) int64 {
 	return ms
 }
 
+// retryMillis is the wire's retry_after_ms: -1 when allowed or never.
+func retryMillis(allowed bool, retry time.Duration) int64 {
+	if allowed || retry == funnel.Never {
+		return -1
+	}
+	return millisUp(retry)
+}
+
 // writeFamResult writes the 7-integer reply of one decision.
 func (c *conn) writeFamResult(r funnel.Result) {
-	retry := int64(-1)
-	if !r.Allowed && r.RetryAfter != funnel.Never {
-		retry = millisUp(r.RetryAfter)
-	}
+	retry := retryMillis(r.Allowed, r.RetryAfter)
 	c.wr.WriteArray(7)
 	c.wr.WriteInt(b2i(r.Allowed))
 	c.wr.WriteInt(r.Limit)
@@ -276,10 +281,7 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 		return
 	}
 	c.count(m.Allowed)
-	retry := int64(-1)
-	if !m.Allowed && m.RetryAfter != funnel.Never {
-		retry = millisUp(m.RetryAfter)
-	}
+	retry := retryMillis(m.Allowed, m.RetryAfter)
 	c.wr.WriteArray(4)
 	c.wr.WriteInt(b2i(m.Allowed))
 	c.wr.WriteInt(int64(m.Refused))
@@ -336,10 +338,7 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 		return
 	}
 	c.count(r.Allowed)
-	retry := int64(-1)
-	if !r.Allowed && r.RetryAfter != funnel.Never {
-		retry = millisUp(r.RetryAfter)
-	}
+	retry := retryMillis(r.Allowed, r.RetryAfter)
 	c.wr.WriteArray(6)
 	c.wr.WriteInt(b2i(r.Allowed))
 	c.wr.WriteInt(r.Limit)
