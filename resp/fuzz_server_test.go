@@ -33,6 +33,9 @@ func FuzzServer(f *testing.F) {
 		"QUIT\r\nPING\r\n",
 		"*1\r\n$4\r\nPING\r\n*1\r\n:4\r\n",
 		"SELECT 1\nSELECT 0\nAUTH a b c\nFOO\n",
+		multibulk("FUNNEL.ALLOW", "k", "fixed_window", "3", "1000", "BAN", "10") + multibulk("FUNNEL.BANS") + multibulk("FUNNEL.UNBAN", "k"),
+		multibulk("FUNNEL.ALLOWALL", "2", "LIMIT", "{a}1", "gcra", "1", "1000", "LIMIT", "{a}2", "sliding_log", "2", "1000", "QUANTITY", "3"),
+		multibulk("FUNNEL.ACQUIRE", "j", "1", "1000", "ID", "x") + multibulk("FUNNEL.RELEASE", "j", "x") + multibulk("FUNNEL.REFUND", "k", "sliding_window", "3", "1000"),
 	} {
 		f.Add([]byte(seed))
 	}
