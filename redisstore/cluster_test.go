@@ -1,11 +1,8 @@
 package redisstore_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +19,6 @@ func TestClusterFailover(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	logs := &logCounter{}
 	s := openStore(t, "redis-cluster://"+strings.Join(cl.Addrs(), ","), redisstore.Options{Logger: slog.New(logs)})
-	ctx := context.Background()
 	const key = "failover"
 	p := mkParams(t, 4, 20, time.Second) // T = 50 ms, limit 5
 	master := cl.MasterOf(key)
@@ -36,58 +32,17 @@ func TestClusterFailover(t *testing.T) {
 	}
 	before := redisTime(t, clockNode.Client())
 
-	var ok, admitted, fallback, errs atomic.Int64
-	var resumedAt atomic.Int64 // time of the first decision after a fallback
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 1_000_000; i++ { // bounded; stop ends it sooner
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := s.Throttle(ctx, key, p, 1)
-				switch {
-				case err != nil:
-					if errs.Add(1) == 1 {
-						t.Errorf("Throttle: %v", err)
-					}
-				case r.Fallback:
-					fallback.Add(1)
-				default:
-					ok.Add(1)
-					if fallback.Load() > 0 && resumedAt.Load() == 0 {
-						resumedAt.CompareAndSwap(0, time.Now().UnixNano())
-					}
-					if r.Allowed {
-						admitted.Add(1)
-					}
-				}
-			}
-		}()
-	}
-	halt := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}
-	defer halt()
+	l := startLoad(t, s, key, p)
+	defer l.halt()
 	// A second of decisions (20 slots) before the kill, and after the failover.
-	waitFor(t, "decisions before the kill", 20*time.Second, func() bool { return admitted.Load() >= p.Limit+20 })
+	waitFor(t, "decisions before the kill", 20*time.Second, func() bool { return l.admitted.Load() >= p.Limit+20 })
 	cl.Kill(master)
 	killedAt := time.Now()
-	admittedAtKill := admitted.Load()
-	waitFor(t, "fallbacks after the kill", 20*time.Second, func() bool { return fallback.Load() > 0 })
-	waitFor(t, "decisions after the failover", 30*time.Second, func() bool { return admitted.Load() >= admittedAtKill+20 })
-	resumed := time.Duration(resumedAt.Load() - killedAt.UnixNano())
-	halt()
+	admittedAtKill := l.admitted.Load()
+	waitFor(t, "fallbacks after the kill", 20*time.Second, func() bool { return l.fallback.Load() > 0 })
+	waitFor(t, "decisions after the failover", 30*time.Second, func() bool { return l.admitted.Load() >= admittedAtKill+20 })
+	resumed := time.Duration(l.resumedAt.Load() - killedAt.UnixNano())
+	l.halt()
 	after := redisTime(t, clockNode.Client())
 
 	if m := cl.MasterOf(key); m < 0 || m == master {
@@ -96,13 +51,13 @@ func TestClusterFailover(t *testing.T) {
 	elapsed := after - before
 	bound := p.Limit + elapsed/p.Interval
 	t.Logf("killed node %d; decisions resumed %v later; %d decisions (%d allowed), %d fallbacks, %d errors; %d log records",
-		master, resumed.Round(time.Millisecond), ok.Load(), admitted.Load(), fallback.Load(), errs.Load(), logs.count())
+		master, resumed.Round(time.Millisecond), l.ok.Load(), l.admitted.Load(), l.fallback.Load(), l.errs.Load(), logs.count())
 	t.Logf("admitted %d over %v of Redis time: bound %d = limit %d + %v / %v",
-		admitted.Load(), time.Duration(elapsed), bound, p.Limit, time.Duration(elapsed), time.Duration(p.Interval))
-	if admitted.Load() > bound {
-		t.Errorf("admitted %d > %d", admitted.Load(), bound)
+		l.admitted.Load(), time.Duration(elapsed), bound, p.Limit, time.Duration(elapsed), time.Duration(p.Interval))
+	if l.admitted.Load() > bound {
+		t.Errorf("admitted %d > %d", l.admitted.Load(), bound)
 	}
-	if errs.Load() != 0 {
-		t.Errorf("%d errors", errs.Load())
+	if l.errs.Load() != 0 {
+		t.Errorf("%d errors", l.errs.Load())
 	}
 }

@@ -1,11 +1,9 @@
 package redisstore_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,69 +62,27 @@ func TestSentinelFailover(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	logs := &logCounter{}
 	s := redisstore.New(client, redisstore.Options{Logger: slog.New(logs)})
-	ctx := context.Background()
 	const key = "failover"
 	p := mkParams(t, 4, 20, time.Second) // T = 50 ms, limit 5
 	before := redisTime(t, replica.Client())
 
-	var ok, admitted, fallback, errs atomic.Int64
-	var resumedAt atomic.Int64 // time of the first decision after a fallback
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 1_000_000; i++ { // bounded; stop ends it sooner
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := s.Throttle(ctx, key, p, 1)
-				switch {
-				case err != nil:
-					if errs.Add(1) == 1 {
-						t.Errorf("Throttle: %v", err)
-					}
-				case r.Fallback:
-					fallback.Add(1)
-				default:
-					ok.Add(1)
-					if fallback.Load() > 0 && resumedAt.Load() == 0 {
-						resumedAt.CompareAndSwap(0, time.Now().UnixNano())
-					}
-					if r.Allowed {
-						admitted.Add(1)
-					}
-				}
-			}
-		}()
-	}
-	halt := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}
-	defer halt()
+	l := startLoad(t, s, key, p)
+	defer l.halt()
 	// A second of decisions (20 slots) before the kill, and after the failover.
-	waitFor(t, "decisions before the kill", 20*time.Second, func() bool { return admitted.Load() >= p.Limit+20 })
+	waitFor(t, "decisions before the kill", 20*time.Second, func() bool { return l.admitted.Load() >= p.Limit+20 })
 	if n := cachedScripts(t, replica); n != 0 {
 		t.Fatalf("the replica has %d scripts before the failover", n)
 	}
 	master.Stop()
 	killedAt := time.Now()
-	admittedAtKill := admitted.Load()
-	waitFor(t, "fallbacks after the kill", 20*time.Second, func() bool { return fallback.Load() > 0 })
+	admittedAtKill := l.admitted.Load()
+	waitFor(t, "fallbacks after the kill", 20*time.Second, func() bool { return l.fallback.Load() > 0 })
 	if err := sentinel.WaitMaster("mymaster", replica.Addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "decisions after the failover", 30*time.Second, func() bool { return admitted.Load() >= admittedAtKill+20 })
-	resumed := time.Duration(resumedAt.Load() - killedAt.UnixNano())
-	halt()
+	waitFor(t, "decisions after the failover", 30*time.Second, func() bool { return l.admitted.Load() >= admittedAtKill+20 })
+	resumed := time.Duration(l.resumedAt.Load() - killedAt.UnixNano())
+	l.halt()
 	after := redisTime(t, replica.Client())
 
 	if role := replica.Do("ROLE").([]any); role[0] != "master" {
@@ -138,14 +94,14 @@ func TestSentinelFailover(t *testing.T) {
 	elapsed := after - before
 	bound := p.Limit + elapsed/p.Interval
 	t.Logf("decisions resumed %v after the kill; %d decisions (%d allowed), %d fallbacks, %d errors; %d log records",
-		resumed.Round(time.Millisecond), ok.Load(), admitted.Load(), fallback.Load(), errs.Load(), logs.count())
+		resumed.Round(time.Millisecond), l.ok.Load(), l.admitted.Load(), l.fallback.Load(), l.errs.Load(), logs.count())
 	t.Logf("admitted %d over %v of Redis time: bound %d = limit %d + %v / %v",
-		admitted.Load(), time.Duration(elapsed), bound, p.Limit, time.Duration(elapsed), time.Duration(p.Interval))
-	if admitted.Load() > bound {
-		t.Errorf("admitted %d > %d", admitted.Load(), bound)
+		l.admitted.Load(), time.Duration(elapsed), bound, p.Limit, time.Duration(elapsed), time.Duration(p.Interval))
+	if l.admitted.Load() > bound {
+		t.Errorf("admitted %d > %d", l.admitted.Load(), bound)
 	}
-	if errs.Load() != 0 {
-		t.Errorf("%d errors", errs.Load())
+	if l.errs.Load() != 0 {
+		t.Errorf("%d errors", l.errs.Load())
 	}
 }
 
