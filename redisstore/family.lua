@@ -118,6 +118,12 @@ local function pxOf(h, l)
   return ms
 end
 
+-- ms formats a count of milliseconds for a command: Redis reads a string
+-- argument faster than it converts a Lua number.
+local function ms(n)
+  return string.format('%d', n)
+end
+
 local function wrongtype(i)
   return redis.error_reply('WRONGTYPE funnel: key ' .. i .. ' holds the state of another algorithm')
 end
@@ -391,7 +397,7 @@ for i = 1, nops do
       else
         redis.call('ZREMRANGEBYRANK', op.key, n - q + 1, n)
         n = n - q
-        redis.call('PEXPIRE', op.key, zlast(op.key) + op.period - nowms + slack)
+        redis.call('PEXPIRE', op.key, ms(zlast(op.key) + op.period - nowms + slack))
       end
     end
     op.n = n
@@ -438,7 +444,7 @@ for i = 1, nops do
           last = -1
         else
           last = zlast(op.key)
-          redis.call('PEXPIRE', op.key, last - nowms + slack)
+          redis.call('PEXPIRE', op.key, ms(last - nowms + slack))
         end
       end
     end
@@ -465,7 +471,7 @@ for i = 1, nops do
   if take and not all then
     if op.status == 0 and q > 0 and (op.bh > 0 or op.bl > 0) and alg ~= 'c' then
       local uh, ul = add(nh, nl, op.bh, op.bl)
-      redis.call('SET', op.bkey, fmt(uh, ul), 'PX', pxOf(op.bh, op.bl) + slack)
+      redis.call('SET', op.bkey, fmt(uh, ul), 'PX', ms(pxOf(op.bh, op.bl) + slack))
     end
   elseif take and q > 0 or not take then
     if op.replace and (alg == 'o' or alg == 'c') then
@@ -482,12 +488,12 @@ for i = 1, nops do
             redis.call('DEL', op.key)
           end
         else
-          redis.call('SET', op.key, fmt(op.nh, op.nl), 'PX', pxOf(op.xh, op.xl) + slack)
+          redis.call('SET', op.key, fmt(op.nh, op.nl), 'PX', ms(pxOf(op.xh, op.xl) + slack))
         end
       end
     elseif alg == 'f' or alg == 's' then
       if op.write then
-        redis.call('SET', op.key, op.write, 'PX', op.px + slack)
+        redis.call('SET', op.key, op.write, 'PX', ms(op.px + slack))
       elseif op.clear and op.exists then
         redis.call('DEL', op.key)
       end
@@ -520,7 +526,7 @@ for i = 1, nops do
           end
           redis.call(unpack(args))
         end
-        redis.call('PEXPIRE', op.key, at + op.period - nowms + slack)
+        redis.call('PEXPIRE', op.key, ms(at + op.period - nowms + slack))
       end
     else -- 'c'
       if take then
@@ -528,7 +534,7 @@ for i = 1, nops do
           redis.call('ZADD', op.key, -1, MARK.c)
         end
         redis.call('ZADD', op.key, nowms + op.period, op.id)
-        redis.call('PEXPIRE', op.key, zlast(op.key) - nowms + slack)
+        redis.call('PEXPIRE', op.key, ms(zlast(op.key) - nowms + slack))
       end
     end
   end
