@@ -178,6 +178,30 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 	if _, _, err := closed.TTL(ctx, "k"); !errors.Is(err, funnel.ErrUnavailable) {
 		t.Fatalf("TTL with Redis down: %v", err)
 	}
+	// The rest of the family answers the same policy; what is not a
+	// decision fails with ErrUnavailable.
+	window := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Period: time.Second}
+	for _, s := range []*redisstore.Store{closed, open} {
+		lim := funnel.New(s)
+		r, err := lim.Allow(ctx, "f", window)
+		if want := (funnel.Result{Fallback: true, Allowed: s == open, Limit: 5}); err != nil || r != want {
+			t.Fatalf("a fixed window with Redis down: %+v, %v; want %+v", r, err, want)
+		}
+		m, err := lim.AllowAll(ctx, []funnel.Request{{Key: "{m}1", Limit: window, N: 1}, {Key: "{m}2", Limit: funnel.PerSecond(1), N: 1}})
+		if err != nil || m.Allowed != (s == open) || !m.Results[0].Fallback || !m.Results[1].Fallback {
+			t.Fatalf("AllowAll with Redis down: %+v, %v", m, err)
+		}
+	}
+	lim := funnel.New(closed)
+	if err := lim.Refund(ctx, "f", window, 1); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("Refund with Redis down: %v", err)
+	}
+	if _, err := lim.Bans(ctx); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("Bans with Redis down: %v", err)
+	}
+	if _, err := lim.Unban(ctx, "f"); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("Unban with Redis down: %v", err)
+	}
 
 	srv.MustStart() // same port, empty
 	for _, s := range []*redisstore.Store{closed, open} {
@@ -185,6 +209,9 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 			r, err := s.Throttle(ctx, "k", p, 1)
 			return err == nil && !r.Fallback && r.Allowed
 		})
+		if r, err := funnel.New(s).Allow(ctx, "f", window); err != nil || r.Fallback || !r.Allowed {
+			t.Fatalf("a fixed window with Redis back: %+v, %v", r, err)
+		}
 	}
 	settleClients(t, oc, before, baseline, closeClosed, closeOpen)
 }
