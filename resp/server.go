@@ -306,7 +306,8 @@ type Stats struct {
 	Rejected int64
 	// Commands counts commands processed.
 	Commands int64
-	// Allowed and Limited count CL.THROTTLE decisions by outcome.
+	// Allowed and Limited count decisions (CL.THROTTLE and FUNNEL.*) by
+	// outcome.
 	Allowed, Limited int64
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/version"
@@ -73,6 +75,25 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
 		d.Close()
 		return nil, err
+	}
+	// Decisions over RESP have no rule to label them by: they are counted
+	// apart, from the server's own counters.
+	for _, outcome := range []string{"allowed", "refused"} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "funnel_resp_decisions_total",
+			Help:        "Decisions made over the Redis protocol (CL.THROTTLE and FUNNEL.*), by outcome.",
+			ConstLabels: prometheus.Labels{"outcome": outcome},
+		}, func() float64 {
+			st := d.respSrv.Stats()
+			if outcome == "allowed" {
+				return float64(st.Allowed)
+			}
+			return float64(st.Limited)
+		})
+		if err := d.metrics.Registry().Register(c); err != nil {
+			d.Close()
+			return nil, err
+		}
 	}
 	if err := d.openEdges(); err != nil {
 		d.Close()
