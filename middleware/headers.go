@@ -172,12 +172,10 @@ type Policy struct {
 // refused, Retry-After: the longest wait in whole seconds, rounded up. A
 // Fallback result gets a RateLimit-Policy item but no RateLimit item (the
 // store said nothing about the key). Retry-After is left out when the
-// request cannot pass at any time (RetryAfter is funnel.Never) or nothing
-// is known of when it could.
+// request cannot pass at any time (a refusing policy's RetryAfter is
+// funnel.Never) or nothing is known of when it could.
 func SetHeaders(h http.Header, policies ...Policy) {
 	var pol, rl []byte
-	var retry time.Duration
-	refused := false
 	for _, p := range policies {
 		if len(pol) > 0 {
 			pol = append(pol, ", "...)
@@ -189,10 +187,6 @@ func SetHeaders(h http.Header, policies ...Policy) {
 			}
 			rl = AppendRateLimit(rl, p.Name, p.Result)
 		}
-		if !p.Result.Allowed && !p.Result.Fallback && p.Result.RetryAfter != funnel.Never {
-			refused = true
-			retry = max(retry, p.Result.RetryAfter)
-		}
 	}
 	if len(pol) > 0 {
 		h.Set(HeaderPolicy, string(pol))
@@ -200,20 +194,26 @@ func SetHeaders(h http.Header, policies ...Policy) {
 	if len(rl) > 0 {
 		h.Set(HeaderRateLimit, string(rl))
 	}
-	if refused && retry > 0 {
-		h.Set(HeaderRetryAfter, strconv.FormatInt(Seconds(retry), 10))
-	}
+	setRetryAfter(h, policies)
 }
 
-// violated lists the names of the refusing policies.
-func violated(policies []Policy) []string {
-	var v []string
+// setRetryAfter sets Retry-After to the longest wait of the refusing
+// policies, unless one of them cannot be lifted by any wait or none tells
+// how long to wait.
+func setRetryAfter(h http.Header, policies []Policy) {
+	var retry time.Duration
 	for _, p := range policies {
-		if !p.Result.Allowed {
-			v = append(v, p.Name)
+		switch r := p.Result; {
+		case r.Allowed || r.Fallback:
+		case r.RetryAfter == funnel.Never:
+			return // waiting would not help
+		default:
+			retry = max(retry, r.RetryAfter)
 		}
 	}
-	return v
+	if retry > 0 {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(Seconds(retry), 10))
+	}
 }
 
 // retryText says when to retry, for a problem's detail.

@@ -219,6 +219,11 @@ func TestRetryAfter(t *testing.T) {
 			{Name: "b", Result: funnel.Result{Allowed: true}},
 			{Name: "c", Result: funnel.Result{RetryAfter: 90 * time.Second}},
 		}, "90"},
+		// A refusal no wait lifts: waiting for the others would not help.
+		{[]middleware.Policy{
+			{Name: "a", Result: funnel.Result{RetryAfter: 2 * time.Second}},
+			{Name: "b", Result: funnel.Result{RetryAfter: funnel.Never}},
+		}, ""},
 	}
 	for i, c := range cases {
 		for j := range c.policies {

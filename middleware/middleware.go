@@ -21,7 +21,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -300,13 +299,12 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 // setHeaders sets the header fields of res (Retry-After always, the
 // RateLimit fields unless NoHeaders).
 func (h *handler) setHeaders(w http.ResponseWriter, res funnel.Result) {
+	p := Policy{Name: h.c.name, Limit: h.limit, Result: res}
 	if h.c.headers {
-		SetHeaders(w.Header(), Policy{Name: h.c.name, Limit: h.limit, Result: res})
+		SetHeaders(w.Header(), p)
 		return
 	}
-	if !res.Allowed && !res.Fallback && res.RetryAfter != funnel.Never && res.RetryAfter > 0 {
-		w.Header().Set(HeaderRetryAfter, fmt.Sprint(Seconds(res.RetryAfter)))
-	}
+	setRetryAfter(w.Header(), []Policy{p})
 }
 
 // observe calls the Observe hook.
