@@ -19,6 +19,8 @@ package rls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
@@ -250,8 +252,31 @@ type op struct {
 	res      funnel.Result
 }
 
-// maxHits bounds a hits_addend, so that sums of several stay in int64.
+// maxHits bounds one descriptor's hits_addend.
 const maxHits = math.MaxInt64 / 1024
+
+// addHits returns a+b (both at least 0), or math.MaxInt64 when the sum
+// does not fit.
+func addHits(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// MaxKeyLen is the longest store key a descriptor is charged to as it is;
+// a longer one (its values are the client's) is replaced by "sha256:" and
+// its hash in hex, so that a client cannot fill the store with large keys.
+const MaxKeyLen = 256
+
+// boundKey returns k, or its hash when k is longer than MaxKeyLen.
+func boundKey(k string) string {
+	if len(k) <= MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
 
 func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
@@ -347,17 +372,19 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			continue
 		}
 		if it.negative {
-			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+it.key, it.rule.Limit, it.hits); err != nil {
+			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+boundKey(it.key), it.rule.Limit, it.hits); err != nil {
 				s.observe(it.metric, funnel.Result{}, err)
 				return nil, err
 			}
 			it.res = funnel.Result{Allowed: true}
 			continue
 		}
-		key := s.opts.KeyPrefix + it.key
+		key := s.opts.KeyPrefix + boundKey(it.key)
 		if j := findKey(ops, byKey, key); j >= 0 {
-			// Two descriptors on one key: one charge of both quantities.
-			ops[j].req.N += it.hits
+			// Two descriptors on one key: one charge of both quantities
+			// (at most math.MaxInt64, which no limit admits: many
+			// descriptors must not wrap the sum around to a small charge).
+			ops[j].req.N = addHits(ops[j].req.N, it.hits)
 			ops[j].enforced = ops[j].enforced || enforced
 			it.op = j
 			continue

@@ -674,3 +674,60 @@ func TestManyDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// TestClientInputBounds: the values of a descriptor and the hits of many
+// descriptors on one key are the client's; neither may grow the store's
+// keys without bound or wrap a charge around to a small one.
+func TestClientInputBounds(t *testing.T) {
+	var mu sync.Mutex
+	var seen []funnel.Op
+	store := &fakeStore{do: func(ops []funnel.Op, res []funnel.Result) error {
+		mu.Lock()
+		seen = append(seen[:0], ops...)
+		mu.Unlock()
+		for i := range ops {
+			res[i] = funnel.Result{Allowed: true}
+		}
+		return nil
+	}}
+	r, err := config.ParseRules(strings.NewReader("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"), "d.yaml", config.RulesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, store, rls.Static(r), rls.Options{KeyPrefix: "p:"})
+
+	e.ask(t, "d", desc("user", strings.Repeat("x", 1<<20)))
+	mu.Lock()
+	key := seen[0].Key
+	mu.Unlock()
+	if len(key) > len("p:")+rls.MaxKeyLen || !strings.HasPrefix(key, "p:sha256:") {
+		t.Fatalf("a 1 MiB value made a key of %d bytes: %.40q", len(key), key)
+	}
+	e.ask(t, "d", desc("user", "short"))
+	mu.Lock()
+	key = seen[0].Key
+	mu.Unlock()
+	if key != "p:d_user_short_" {
+		t.Fatalf("key %q", key)
+	}
+
+	// 1025 descriptors on one key, each with the largest hits_addend: the
+	// sum does not fit in an int64, and the charge saturates rather than
+	// wraps around.
+	big := uint64(math.MaxInt64 / 1024)
+	var ds []*ratelimit.RateLimitDescriptor
+	for range 1025 {
+		d := desc("user", "u")
+		d.HitsAddend = wrapperspb.UInt64(big)
+		ds = append(ds, d)
+	}
+	if _, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := seen[0].N
+	mu.Unlock()
+	if n != math.MaxInt64 {
+		t.Fatalf("charged %d, want %d (saturated)", n, int64(math.MaxInt64))
+	}
+}
