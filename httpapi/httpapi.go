@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -208,7 +209,8 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 	case errors.Is(err, errMediaType):
 		return http.StatusUnsupportedMediaType, err.Error(), false
 	case errors.Is(err, errInput), errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity),
-		errors.Is(err, funnel.ErrDuplicateKey), errors.Is(err, funnel.ErrCrossSlot):
+		errors.Is(err, funnel.ErrDuplicateKey), errors.Is(err, funnel.ErrCrossSlot),
+		errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow):
 		return http.StatusUnprocessableEntity, err.Error(), false
 	case errors.Is(err, funnel.ErrWrongType):
 		return http.StatusConflict, err.Error(), false
@@ -338,7 +340,9 @@ func (s *Server) observe(r funnel.Result, err error) {
 // FailOpen or FailClosed it returns the configured answer and true;
 // otherwise it answers the error and returns false.
 func (s *Server) fallback(w http.ResponseWriter, r *http.Request, err error) (funnel.Result, bool) {
-	if storeDown(err) {
+	// A client that has gone is not a store that is down: it is neither
+	// answered nor counted as a fallback.
+	if storeDown(err) && r.Context().Err() == nil {
 		switch s.opts.Fail {
 		case FailOpen:
 			s.warnDown(r, err)

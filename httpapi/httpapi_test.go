@@ -210,6 +210,10 @@ func TestBadInput(t *testing.T) {
 		{"no limits", `{"limits":[]}`, 422, "1 to 2 entries"},
 		{"too many limits", `{"limits":[{"key":"a",` + lim + `},{"key":"b",` + lim + `},{"key":"c",` + lim + `}]}`, 422, "1 to 2 entries"},
 		{"bad entry", `{"limits":[{"key":"a",` + lim + `},{"key":"",` + lim + `}]}`, 422, "limits[1]: "},
+		// 9e18 × 100 ms does not fit in int64 nanoseconds: a bad quantity,
+		// for one limit as for several.
+		{"huge quantity", `{"key":"k",` + lim + `,"quantity":9000000000000000000}`, 422, "overflows"},
+		{"huge quantities", `{"limits":[{"key":"a",` + lim + `,"quantity":9000000000000000000},{"key":"b",` + lim + `}]}`, 422, "overflows"},
 		{"too large", `{"key":"` + strings.Repeat("k", 600) + `",` + lim + `}`, 413, "larger than 512 bytes"},
 	}
 	for _, c := range cases {
@@ -443,5 +447,27 @@ func TestStoreErrors(t *testing.T) {
 		if r.status != c.status || r.problem == nil || !strings.Contains(r.problem.Detail, c.detail) || (c.detail == "" && r.problem.Detail != "") {
 			t.Errorf("%v: %d %s", c.err, r.status, r.body)
 		}
+	}
+}
+
+// TestClientGoneIsNotAFallback: a request whose client has gone is not
+// answered, and its error is not counted as a fail-open answer.
+func TestClientGoneIsNotAFallback(t *testing.T) {
+	st := &fakeStore{throttle: func() (funnel.Result, error) { return funnel.Result{}, context.Canceled }}
+	var seen []string
+	observe := func(r funnel.Result, err error) {
+		seen = append(seen, fmt.Sprintf("%v/%v/%v", r.Allowed, r.Fallback, err != nil))
+	}
+	h := httpapi.New(funnel.New(st), httpapi.Options{Fail: httpapi.FailOpen, Observe: observe, Logger: quiet()})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest("POST", "/v1/throttle", strings.NewReader(`{"key":"k","limit":{"count":10,"period":"1s"}}`)).WithContext(ctx)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Body.Len() != 0 || rec.Header().Get("RateLimit-Policy") != "" {
+		t.Errorf("answered a client that has gone: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	if want := "[false/false/true]"; fmt.Sprint(seen) != want {
+		t.Errorf("observed %v, want %s", seen, want)
 	}
 }
