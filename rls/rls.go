@@ -43,6 +43,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/gcra"
 )
 
 // ServiceName is the gRPC name of the rate-limit service, as the health
@@ -214,7 +215,8 @@ func (s *Server) statusOf(err error) error {
 	switch {
 	case errors.As(err, &bad):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity):
+	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity),
+		errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow):
 		return status.Error(codes.InvalidArgument, "rls: "+err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "rls: canceled")

@@ -731,3 +731,18 @@ func TestClientInputBounds(t *testing.T) {
 		t.Fatalf("charged %d, want %d (saturated)", n, int64(math.MaxInt64))
 	}
 }
+
+// TestHitsOverflowTheFunnel: a hits_addend whose cost does not fit in the
+// funnel's nanoseconds is the request's mistake, with one descriptor or
+// several.
+func TestHitsOverflowTheFunnel(t *testing.T) {
+	e := extEnv(t, rls.Options{})
+	huge := desc("gcra", "x")
+	huge.HitsAddend = wrapperspb.UInt64(1 << 40) // × 1 s per unit
+	for _, ds := range [][]*ratelimit.RateLimitDescriptor{{huge}, {huge, desc("a", "x")}} {
+		_, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "ext", Descriptors: ds})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%d descriptors: %v, want InvalidArgument", len(ds), err)
+		}
+	}
+}
