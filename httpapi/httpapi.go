@@ -63,9 +63,13 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultMaxBody      = 64 << 10
-	DefaultMaxLimits    = 16
-	DefaultMaxKeyLen    = 1024
+	// DefaultMaxBody is the default bound on a request body, in bytes.
+	DefaultMaxBody = 64 << 10
+	// DefaultMaxLimits is the default bound on the limits of one throttle.
+	DefaultMaxLimits = 16
+	// DefaultMaxKeyLen is the default bound on a key, in bytes.
+	DefaultMaxKeyLen = 1024
+	// DefaultReadyTimeout is the default bound on the readiness check.
 	DefaultReadyTimeout = 2 * time.Second
 )
 

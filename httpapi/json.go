@@ -228,7 +228,8 @@ func decision(r funnel.Result) Decision {
 // Limit, Quantity, Name) or several (Limits) checked all-or-nothing.
 type ThrottleRequest struct {
 	// Key is the key the limit applies to, such as "user:42".
-	Key   string `json:"key,omitempty"`
+	Key string `json:"key,omitempty"`
+	// Limit is the limit the key is charged to.
 	Limit *Limit `json:"limit,omitempty"`
 	// Quantity is the units asked for; left out, 1. 0 peeks.
 	Quantity *int64 `json:"quantity,omitempty"`
@@ -245,7 +246,8 @@ type ThrottleRequest struct {
 type Entry struct {
 	// Key is the key this limit applies to; the keys of one request must
 	// differ (and, on Redis Cluster, share a {hash tag}).
-	Key   string `json:"key"`
+	Key string `json:"key"`
+	// Limit is the limit the key is charged to.
 	Limit *Limit `json:"limit"`
 	// Quantity is the units asked for; left out, 1.
 	Quantity *int64 `json:"quantity,omitempty"`
@@ -272,6 +274,7 @@ type MultiDecision struct {
 
 // AcquireRequest is the body of POST /v1/acquire.
 type AcquireRequest struct {
+	// Key is the key whose leases are counted.
 	Key string `json:"key"`
 	// Limit is a concurrency limit (its algorithm may be left out): Count
 	// leases at once, each expiring after Period unless released.
@@ -285,6 +288,7 @@ type AcquireRequest struct {
 
 // ReleaseRequest is the body of POST /v1/release.
 type ReleaseRequest struct {
+	// Key is the key the lease was taken on.
 	Key string `json:"key"`
 	// Lease is the id that the acquire answered (or was given).
 	Lease string `json:"lease"`
@@ -298,7 +302,9 @@ type Released struct {
 
 // RefundRequest is the body of POST /v1/refund.
 type RefundRequest struct {
-	Key   string `json:"key"`
+	// Key is the key given units back.
+	Key string `json:"key"`
+	// Limit is the limit the units were charged to.
 	Limit *Limit `json:"limit"`
 	// Quantity is the units given back; left out, 1.
 	Quantity *int64 `json:"quantity,omitempty"`
@@ -312,6 +318,7 @@ type ResetReply struct {
 
 // Ban is one banned key in BansReply.
 type Ban struct {
+	// Key is the banned key.
 	Key string `json:"key"`
 	// Until is when the ban ends (RFC 3339, UTC).
 	Until time.Time `json:"until"`
@@ -319,6 +326,7 @@ type Ban struct {
 
 // BansReply is the answer to GET /v1/bans.
 type BansReply struct {
+	// Bans are the banned keys, the soonest to end first.
 	Bans []Ban `json:"bans"`
 }
 

@@ -28,16 +28,17 @@ import (
 
 // Outcomes of a decision, the values of the decisions_total outcome label.
 const (
-	// OutcomeAllowed: the limit admitted the request.
+	// OutcomeAllowed counts requests the limit admitted.
 	OutcomeAllowed = "allowed"
-	// OutcomeRefused: the limit refused the request (the key is not banned).
+	// OutcomeRefused counts requests the limit refused (their key is not
+	// banned).
 	OutcomeRefused = "refused"
-	// OutcomeBanned: the request was refused because the key is banned.
+	// OutcomeBanned counts requests refused because their key is banned.
 	OutcomeBanned = "banned"
-	// OutcomeFallback: the store could not decide, and the answer is the
-	// configured fail-open or fail-closed one.
+	// OutcomeFallback counts requests the store could not decide for,
+	// answered with the configured fail-open or fail-closed answer.
 	OutcomeFallback = "fallback"
-	// OutcomeError: the call failed and nothing was decided.
+	// OutcomeError counts calls that failed without a decision.
 	OutcomeError = "error"
 )
 

@@ -8,13 +8,15 @@ import (
 
 // Problem types of draft-ietf-httpapi-ratelimit-headers, section 5.
 const (
-	// TypeQuotaExceeded: the requests exceed a quota policy (429).
+	// TypeQuotaExceeded is the type of a refusal because the requests
+	// exceed a quota policy (429).
 	TypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// TypeTemporaryReducedCapacity: the server cannot serve the request for
-	// now (503).
+	// TypeTemporaryReducedCapacity is the type of a refusal because the
+	// server cannot serve the request for now (503).
 	TypeTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-	// TypeAbnormalUsageDetected: the client's requests look unintentional
-	// or malicious, as when its key is banned (429).
+	// TypeAbnormalUsageDetected is the type of a refusal because the
+	// client's requests look unintentional or malicious, as when its key is
+	// banned (429).
 	TypeAbnormalUsageDetected = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 )
 

@@ -70,7 +70,12 @@ func (s static) Rules() *config.Rules { return s.r }
 // and the seconds to reset of the descriptor closest to its limit (or of
 // the one that refused the request).
 type Headers struct {
-	Limit, Remaining, Reset string
+	// Limit names the header of the limit (requests per unit).
+	Limit string
+	// Remaining names the header of the requests left.
+	Remaining string
+	// Reset names the header of the whole seconds until the reset.
+	Reset string
 }
 
 // DefaultHeaders returns envoy's default names: X-RateLimit-Limit,
