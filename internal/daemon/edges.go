@@ -133,7 +133,10 @@ func (d *Daemon) openHTTP() error {
 		Handler:           api,
 		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		// A body is at most httpapi.DefaultMaxBody: a client that takes
+		// longer to send one is holding a connection, not sending it.
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
 	}
 	if err := d.metrics.ConnectedClients("http", conns.Count); err != nil {
 		ln.Close()
