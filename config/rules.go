@@ -95,8 +95,9 @@ type Rule struct {
 	// It is validated; for RequestsPerUnit 0 and Unlimited it is the zero
 	// Limit.
 	Limit funnel.Limit
-	// ShadowMode makes the rule report OVER_LIMIT in its descriptor status
-	// but never refuse the request.
+	// ShadowMode makes the rule never refuse the request: it reports OK in
+	// its descriptor status, as envoy's service does, and its refusals show
+	// in the metrics.
 	ShadowMode bool
 	// DetailedMetric names the rule's metric after the request's values
 	// (detailed_metric): unbounded cardinality, as the user chose.

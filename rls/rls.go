@@ -10,8 +10,9 @@
 // service, which counts every hit, refused or not, on every descriptor: with
 // Funnel a refused request (or a request refused by another descriptor)
 // does not eat into the limits that admitted it. A rule in shadow mode
-// reports OVER_LIMIT in its descriptor status but does not refuse the
-// request, which is then charged to the limits that admitted it.
+// reports OK in its descriptor status, as envoy's service does (its refusal
+// shows in the metrics and in a LimitRemaining of 0), and does not refuse
+// the request, which is then charged to the limits that admitted it.
 //
 //	srv := rls.New(limiter, watcher, rls.Options{})
 //	go srv.Serve(ctx, listener)
@@ -89,8 +90,9 @@ type Options struct {
 	// Logger receives store errors and other failures that are not sent
 	// to clients; nil means slog.Default().
 	Logger *slog.Logger
-	// ShadowMode turns every OVER_LIMIT answer into OK (envoy's global
-	// SHADOW_MODE); descriptor statuses still say which limit refused.
+	// ShadowMode turns every OVER_LIMIT overall answer into OK (envoy's
+	// global SHADOW_MODE); descriptor statuses still say which limit
+	// refused.
 	ShadowMode bool
 	// ResponseHeaders, when set, adds these headers to every answer that
 	// has a limit (response_headers_to_add); nil adds none, as envoy by
@@ -464,6 +466,11 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			st.DurationUntilReset = durationpb.New(reset)
 		default: // a refund
 			st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
+		}
+		if it.rule.ShadowMode && st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			// As envoy's service answers it: a rule in shadow mode reports
+			// OK; its refusal shows in the metrics only.
+			st.Code = rlsv3.RateLimitResponse_OK
 		}
 		enforcedOver := it.over && !it.rule.ShadowMode
 		if enforcedOver {

@@ -231,14 +231,18 @@ func TestEnvoyExample5(t *testing.T) {
 	e.expectCodes(t, 1, "OVER_LIMIT OVER_LIMIT", "internal", desc("azure", "x"))
 }
 
-// Example 6: a rule in shadow mode never refuses, but its status says it
-// would have.
+// Example 6: a rule in shadow mode never refuses, and its status is OK as
+// envoy's service answers it; only its remaining (0) and the metrics tell
+// that it would have refused.
 func TestEnvoyExample6(t *testing.T) {
 	e := envoyExamples(t)
 	a := desc("service", "auth-service", "user", "user-a")
 	b := desc("service", "auth-service", "user", "user-b")
 	e.expectCodes(t, 10, "OK OK", "example6", a)
-	e.expectCodes(t, 5, "OK OVER_LIMIT", "example6", a)
+	e.expectCodes(t, 5, "OK OK", "example6", a)
+	if r := e.ask(t, "example6", a); r.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("a shadow refusal reports %d remaining: %v", r.Statuses[0].LimitRemaining, r)
+	}
 	e.expectCodes(t, 20, "OK OK", "example6", b)
 	e.expectCodes(t, 1, "OVER_LIMIT OVER_LIMIT", "example6", b)
 }
@@ -402,8 +406,8 @@ func TestShadowRefusalChargesTheOthers(t *testing.T) {
 	e := extEnv(t, rls.Options{})
 	a, sh := desc("a", "2"), desc("shadow", "x")
 	e.expectCodes(t, 1, "OK OK OK", "ext", a, sh)
-	e.expectCodes(t, 2, "OK OK OVER_LIMIT", "ext", a, sh)
-	e.expectCodes(t, 2, "OK OK OVER_LIMIT", "ext", a, desc("quiet_block", "x"))
+	e.expectCodes(t, 2, "OK OK OK", "ext", a, sh)
+	e.expectCodes(t, 2, "OK OK OK", "ext", a, desc("quiet_block", "x"))
 	if got := remaining(t, e, "a", "2"); got != 4 {
 		t.Fatalf("a has %d left, want 4 (every request went on)", got)
 	}
