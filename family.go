@@ -376,6 +376,9 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 	}
 	m := MultiResult{Results: make([]Result, len(reqs)), Refused: -1}
 	if err := e.Do(ctx, ops, m.Results); err != nil {
+		if errors.Is(err, gcra.ErrOverflow) {
+			err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
+		}
 		return MultiResult{}, err
 	}
 	m.Allowed = true

@@ -91,3 +91,20 @@ func TestLimiterReset(t *testing.T) {
 		t.Fatal("refused after reset")
 	}
 }
+
+// A quantity whose cost overflows a funnel is ErrInvalidQuantity, alone or
+// among several limits.
+func TestOverflowIsInvalidQuantity(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	lim := funnel.New(store)
+	ctx := context.Background()
+	limit := funnel.Per(1, time.Hour)
+	if _, err := lim.AllowN(ctx, "k", limit, math.MaxInt64/2); !errors.Is(err, funnel.ErrInvalidQuantity) {
+		t.Errorf("AllowN: %v", err)
+	}
+	_, err := lim.AllowAll(ctx, []funnel.Request{{Key: "a", Limit: limit, N: math.MaxInt64 / 2}, {Key: "b", Limit: limit, N: 1}})
+	if !errors.Is(err, funnel.ErrInvalidQuantity) {
+		t.Errorf("AllowAll: %v", err)
+	}
+}
