@@ -76,10 +76,10 @@ func ExampleLimit_String() {
 }
 
 func ExampleLimit_Validate() {
-	err := funnel.Per(10, time.Microsecond).Validate()
+	err := funnel.Per(10, 5*time.Nanosecond).Validate()
 	fmt.Println(errors.Is(err, funnel.ErrInvalidLimit))
 	fmt.Println(err)
 	// Output:
 	// true
-	// funnel: invalid limit 10 per 1µs, burst 9: gcra: emission interval (period/count) must be at least 1µs
+	// funnel: invalid limit 10 per 5ns, burst 9: gcra: zero rates are not supported
 }

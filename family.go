@@ -329,7 +329,7 @@ func (l *Limiter) do(ctx context.Context, op Op) (Result, error) {
 // checkN validates a quantity.
 func checkN(n int64) error {
 	if n < 0 {
-		return fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, gcra.ErrNegative)
+		return fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, algo.ErrNegative)
 	}
 	return nil
 }

@@ -151,9 +151,9 @@ func (l Limit) IsZero() bool { return l == Limit{} }
 
 // Validate reports whether l can be applied. The error wraps ErrInvalidLimit
 // and the reason: for the funnel and the leaky bucket one of gcra's errors
-// (zero count or period, or an emission interval that truncates to 0 ns; a
-// negative field; an emission interval Period/Count under one microsecond;
-// an interval·(Burst+1) that overflows int64 nanoseconds); for the others one
+// (zero count or period, or an emission interval Period/Count that
+// truncates to 0 ns; a negative field; an interval·(Burst+1) that overflows
+// int64 nanoseconds); for the others one
 // of package algo's (zero or negative sizes, periods that are not whole
 // milliseconds, counts too large to compute exactly); or an unknown
 // algorithm or calendar, a negative Delay or Ban, or an option that the

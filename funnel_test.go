@@ -42,7 +42,9 @@ func TestValidate(t *testing.T) {
 		{funnel.PerSecond(10).WithBurst(-1), gcra.ErrNegative},
 		{funnel.Per(-10, time.Second), gcra.ErrNegative},
 		{funnel.Per(10, -time.Second), gcra.ErrNegative},
-		{funnel.PerSecond(2e6), gcra.ErrIntervalTooShort},
+		{funnel.PerSecond(2e6), nil}, // T = 500 ns
+		{funnel.PerSecond(1e9), nil}, // T = 1 ns
+		{funnel.PerSecond(2e9), gcra.ErrZeroRate},
 		{funnel.PerSecond(1).WithBurst(math.MaxInt64 / 2), gcra.ErrOverflow},
 	} {
 		err := c.l.Validate()

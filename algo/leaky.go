@@ -24,9 +24,9 @@ const NoDelay = int64(1<<63 - 1)
 // excess after a request is max(0, tat−now)/interval units, the request
 // waits (excess − delay)/rate when the excess is above delay, and the first
 // request on an idle key has excess 0, so it never waits. A negative delay
-// is ErrNegative.
+// or quantity is ErrNegative (give units back with Refund).
 func LeakyDecide(now, tat int64, p gcra.Params, delay, q int64) (int64, Result, error) {
-	if delay < 0 {
+	if delay < 0 || q < 0 {
 		return tat, Result{}, ErrNegative
 	}
 	newTAT, g, err := gcra.Decide(now, tat, p, q)

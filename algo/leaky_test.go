@@ -83,7 +83,7 @@ func TestLeakyDecide(t *testing.T) {
 		{now: epoch, tat: tat3, q: 0, ok: true, reset: 3 * d, rem: 2, want: tat3},
 		// Errors change nothing.
 		{now: epoch, tat: tat3, delay: -1, q: 1, want: tat3, wantErr: ErrNegative},
-		{now: epoch, tat: tat3, q: -1, want: tat3, wantErr: gcra.ErrNegative},
+		{now: epoch, tat: tat3, q: -1, want: tat3, wantErr: ErrNegative},
 		{now: epoch, tat: tat3, q: math.MaxInt64, want: tat3, wantErr: gcra.ErrOverflow},
 	} {
 		got, r, err := LeakyDecide(c.now, c.tat, p, c.delay, c.q)

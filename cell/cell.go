@@ -30,10 +30,9 @@ var (
 	ErrUsage = errors.New(UsageError)
 	// ErrZeroRate is a count or period of zero, or period/count under 1 ns.
 	ErrZeroRate = errors.New(ZeroRateError)
-	// ErrNegative is a negative max_burst, count, period or quantity.
-	ErrNegative = errors.New("Cell error: max_burst, count, period and quantity must not be negative")
-	// ErrIntervalTooShort is an emission interval period/count under 1 µs.
-	ErrIntervalTooShort = errors.New("Cell error: period/count must be at least 1 microsecond")
+	// ErrNegative is a negative max_burst, count or period. (A negative
+	// quantity is a refund.)
+	ErrNegative = errors.New("Cell error: max_burst, count and period must not be negative")
 	// ErrOverflow is a max_burst, period, or cost that overflows int64 ns.
 	ErrOverflow = errors.New("Cell error: value overflows 64-bit nanoseconds")
 )
@@ -60,7 +59,8 @@ type Args struct {
 // Parse parses the arguments of CL.THROTTLE after the command name:
 // key max_burst count period [quantity]. The checks follow redis-cell's
 // order: arity, then each integer in turn, then zero rates; then Funnel's own
-// refusals (negative values, intervals under 1 µs, overflow).
+// refusals (negative rates or bursts, overflow). A negative quantity is a
+// refund: see gcra.Decide.
 func Parse(args [][]byte) (Args, error) {
 	p, q, err := ParseParams(args)
 	if err != nil {
@@ -92,15 +92,12 @@ func ParseParams(args [][]byte) (gcra.Params, int64, error) {
 	if period > math.MaxInt64/int64(time.Second) || period < math.MinInt64/int64(time.Second) {
 		// redis-cell computes in i128 here; a period this long
 		// (over 292 years) has no int64 nanosecond form.
-		if burst < 0 || count < 0 || period < 0 || quantity < 0 {
+		if burst < 0 || count < 0 || period < 0 {
 			return gcra.Params{}, 0, ErrNegative
 		}
 		return gcra.Params{}, 0, ErrOverflow
 	}
 	p, err := gcra.NewParams(burst, count, time.Duration(period)*time.Second)
-	if err == nil && quantity < 0 {
-		err = gcra.ErrNegative
-	}
 	if err != nil {
 		return gcra.Params{}, 0, Translate(err)
 	}
@@ -114,8 +111,6 @@ func Translate(err error) error {
 		return ErrZeroRate
 	case errors.Is(err, gcra.ErrNegative):
 		return ErrNegative
-	case errors.Is(err, gcra.ErrIntervalTooShort):
-		return ErrIntervalTooShort
 	case errors.Is(err, gcra.ErrOverflow):
 		return ErrOverflow
 	}
@@ -161,12 +156,17 @@ func ParseInt(b []byte) (int64, bool) {
 	return v, true
 }
 
-// Seconds rounds d to whole seconds as redis-cell's reply does: truncate
-// toward zero, then add one if the sub-second part holds at least one whole
-// millisecond. So 2s → 2, 2.001s → 3, 10ms → 1, 0.6ms → 0, -0.5s → 0.
+// Seconds rounds d to whole seconds as redis-cell's reply does: d in
+// seconds as a float64 (whole seconds plus nanoseconds/1e9, rounded to the
+// nearest double), truncated toward zero, then one more if the sub-second
+// part holds at least one whole millisecond. So 2s → 2, 2.001s → 3,
+// 10ms → 1, 0.6ms → 0, -0.5s → 0; and from 2^24 s on, where a double has
+// no room for the nanoseconds, a duration just under a whole second rounds
+// up before the millisecond is added (72303342.999999993s → 72303344).
 func Seconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if (d%time.Second)/time.Millisecond > 0 {
+	sec, nsec := int64(d/time.Second), int64(d%time.Second)
+	s := int64(float64(sec) + float64(nsec)/1e9)
+	if nsec/int64(time.Millisecond) > 0 {
 		s++
 	}
 	return s
@@ -178,10 +178,17 @@ func Seconds(d time.Duration) int64 {
 // the free capacity is not above -interval. Because of the truncation it can
 // exceed the limit by a little, or show 1 on a refused request, exactly as
 // redis-cell does.
+//
+// For an interval under one microsecond, where redis-cell divides by zero
+// and answers 0 or 2^63-1, it is the exact quotient in nanoseconds instead:
+// the free capacity divided by the interval, truncated toward zero.
 func Remaining(p gcra.Params, reset time.Duration) int64 {
 	next := p.Tolerance - int64(reset)
 	if next <= -p.Interval {
 		return 0
+	}
+	if p.Interval < int64(time.Microsecond) {
+		return next / p.Interval
 	}
 	return int64(float64(next/1000) / float64(p.Interval/1000))
 }

@@ -3,6 +3,7 @@ package cell
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,8 +50,12 @@ func TestParse(t *testing.T) {
 		{in: "k -1 30 60", err: ErrNegative.Error()},
 		{in: "k 1 -30 60", err: ErrNegative.Error()},
 		{in: "k 1 -30 -60", err: ErrNegative.Error()},
-		{in: "k 1 30 60 -1", err: ErrNegative.Error()},
-		{in: "k 0 10000000 1", err: ErrIntervalTooShort.Error()},
+		// A negative quantity is a refund; intervals down to 1 ns are exact.
+		{in: "k 1 30 60 -1", want: Args{Key: "k", Quantity: -1, Params: gcra.Params{Burst: 1, Limit: 2, Interval: 2e9, Tolerance: 4e9}}},
+		{in: "k 1 30 60 -9223372036854775808", want: Args{Key: "k", Quantity: math.MinInt64, Params: gcra.Params{Burst: 1, Limit: 2, Interval: 2e9, Tolerance: 4e9}}},
+		{in: "k 5 10000000 1", want: Args{Key: "k", Quantity: 1, Params: gcra.Params{Burst: 5, Limit: 6, Interval: 100, Tolerance: 600}}},
+		{in: "k 0 1000000000 1", want: Args{Key: "k", Quantity: 1, Params: gcra.Params{Limit: 1, Interval: 1, Tolerance: 1}}},
+		{in: "k -1 30 60 -1", err: ErrNegative.Error()},
 		{in: "k 9223372036854775807 1 1", err: ErrOverflow.Error()},
 		{in: "k 0 1 9223372036854775807", err: ErrOverflow.Error()},
 		{in: "k 0 1 -9223372036854775808", err: ErrNegative.Error()},
@@ -98,6 +103,14 @@ func TestSeconds(t *testing.T) {
 		{600 * time.Microsecond, 0}, {time.Second + 500, 1}, {-500 * time.Millisecond, 0},
 		{-time.Second, -1}, {0, 0}, {time.Millisecond, 1}, {999 * time.Microsecond, 0},
 		{2*time.Second + 999999999, 3}, {gcra.Never, 9223372037},
+		// From 2^24 s on, the float64 of seconds + nanoseconds/1e9 rounds
+		// a duration just under a whole second up (redis-cell's
+		// as_seconds_f64), before the millisecond adds one.
+		{16777215*time.Second + 999999999, 16777216},
+		{16777216*time.Second + 999999999, 16777218},
+		{16777216*time.Second + 999999998, 16777217},
+		{72303342999999993, 72303344}, // CL.THROTTLE k 20 3 10329049 21
+		{-16777216*time.Second - 999999999, -16777217},
 	} {
 		if got := Seconds(c.in); got != c.want {
 			t.Errorf("Seconds(%v) = %d, want %d", c.in, got, c.want)
@@ -118,6 +131,29 @@ func TestReply(t *testing.T) {
 	} {
 		if got := Reply(p, c.r); got != c.want {
 			t.Errorf("Reply(%+v) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
+// Below 2^24 seconds a float64 holds every nanosecond apart from the next
+// whole second, so Seconds is the integer rule: whole seconds, and one more
+// if a whole millisecond remains.
+func TestSecondsIsIntegerBelow2To24(t *testing.T) {
+	integer := func(d time.Duration) int64 {
+		s := int64(d / time.Second)
+		if (d%time.Second)/time.Millisecond > 0 {
+			s++
+		}
+		return s
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200000; i++ {
+		d := time.Duration(r.Int64N(1 << 24 * int64(time.Second)))
+		if i%2 == 1 {
+			d = d - d%time.Second + time.Second - time.Duration(r.Int64N(1e6)) // just under a second
+		}
+		if got, want := Seconds(d), integer(d); got != want {
+			t.Fatalf("Seconds(%d) = %d, integer rule %d", d, got, want)
 		}
 	}
 }
@@ -148,6 +184,14 @@ func TestRemaining(t *testing.T) {
 		{mk(0, 1, math.MaxInt64), 0, 1},                       // T = 292 years
 		{mk(0, 1, math.MaxInt64), math.MaxInt64 / 2, 0},       // half of it
 		{mk(9, 10, time.Second), 700*time.Millisecond - 1, 3}, // 300000 µs / 100000 µs
+		// Under 1 µs, where redis-cell divides by zero: exact nanoseconds.
+		{mk(5, 1e7, time.Second), 100, 5},           // CL.THROTTLE k 5 10000000 1
+		{mk(100000, 1e7, time.Second), 100, 100000}, // CL.THROTTLE k 100000 10000000 1
+		{mk(0, 1000001, time.Second), 0, 1},         // T = 999 ns
+		{mk(2, 1e9, time.Second), 0, 3},             // T = 1 ns
+		{mk(2, 1e9, time.Second), 3, 0},             // T = 1 ns, none free
+		{mk(5, 1e7, time.Second), 699, 0},           // next = -99 > -T: 0
+		{mk(5, 1e7, time.Second), 451, 1},           // 149 / 100
 	} {
 		if got := Remaining(c.p, c.reset); got != c.want {
 			t.Errorf("Remaining(T=%d, tol=%d, reset=%d) = %d, want %d", c.p.Interval, c.p.Tolerance, c.reset, got, c.want)
@@ -187,7 +231,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got.Key != key || got.Quantity < 0 || got.Params.Interval < int64(time.Microsecond) ||
+		if got.Key != key || got.Params.Interval < 1 ||
 			got.Params.Limit != got.Params.Burst+1 || got.Params.Tolerance/got.Params.Limit != got.Params.Interval {
 			t.Fatalf("Parse accepted %q into %+v", in, got)
 		}

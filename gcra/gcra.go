@@ -5,8 +5,9 @@
 // every protocol of Funnel calls Decide, so they all agree to the nanosecond.
 // The arithmetic reproduces redis-cell's CL.THROTTLE (limit = burst+1, a
 // request landing exactly on the boundary is allowed, nothing is charged when
-// refused), except that inputs for which redis-cell overflows or
-// produces nonsense are refused with an error and change nothing.
+// refused, a negative quantity gives units back), except that inputs for
+// which redis-cell overflows are refused with an error and change nothing,
+// and a refund never moves the state past a full bucket.
 //
 // Per key the only state is the theoretical arrival time (TAT) in nanoseconds.
 // A TAT at or before now is the same as no state at all, so a store may forget
@@ -25,12 +26,9 @@ var (
 	// ErrZeroRate means the count or the period is zero, or the emission
 	// interval period/count truncates to zero nanoseconds.
 	ErrZeroRate = errors.New("gcra: zero rates are not supported")
-	// ErrNegative means a burst, count, period or quantity is negative.
-	ErrNegative = errors.New("gcra: burst, count, period and quantity must not be negative")
-	// ErrIntervalTooShort means the emission interval period/count is under
-	// one microsecond, too fine for remaining to be computed.
-	ErrIntervalTooShort = errors.New("gcra: emission interval (period/count) must be at least 1µs")
-	// ErrOverflow means interval·(burst+1), interval·quantity or the new
+	// ErrNegative means a burst, count or period is negative.
+	ErrNegative = errors.New("gcra: burst, count and period must not be negative")
+	// ErrOverflow means interval·(burst+1), interval·|quantity| or the new
 	// theoretical arrival time does not fit in an int64 of nanoseconds.
 	ErrOverflow = errors.New("gcra: value overflows int64 nanoseconds")
 )
@@ -38,9 +36,6 @@ var (
 // Never is the RetryAfter of a refused request that no amount of waiting
 // would admit, because its quantity is above the limit.
 const Never = time.Duration(math.MaxInt64)
-
-// MinInterval is the shortest emission interval NewParams accepts.
-const MinInterval = time.Microsecond
 
 // Params are the precomputed parameters of one funnel. The zero value is not
 // valid; build Params with NewParams. Params are small values, safe to copy
@@ -64,8 +59,9 @@ type Params struct {
 //
 // The emission interval is period/count truncated to whole nanoseconds,
 // computed in float64 as redis-cell computes it (for every period under 104
-// days this equals the integer quotient). Errors, in the order they are
-// checked: ErrZeroRate, ErrNegative, ErrIntervalTooShort, ErrOverflow.
+// days this equals the integer quotient); any interval of at least one
+// nanosecond is exact. Errors, in the order they are checked: ErrZeroRate,
+// ErrNegative, ErrOverflow.
 func NewParams(burst, count int64, period time.Duration) (Params, error) {
 	if count == 0 || period == 0 {
 		return Params{}, ErrZeroRate
@@ -76,9 +72,6 @@ func NewParams(burst, count int64, period time.Duration) (Params, error) {
 	}
 	if burst < 0 || count < 0 || period < 0 {
 		return Params{}, ErrNegative
-	}
-	if t < int64(MinInterval) {
-		return Params{}, ErrIntervalTooShort
 	}
 	if burst == math.MaxInt64 {
 		return Params{}, ErrOverflow
@@ -104,6 +97,27 @@ func truncFloat(f float64) int64 {
 		return math.MinInt64
 	}
 	return int64(f)
+}
+
+// Cost returns the cost of quantity units under p, p.Interval·quantity in
+// nanoseconds (negative for a refund), or ErrOverflow when its magnitude
+// does not fit in an int64.
+func Cost(p Params, quantity int64) (int64, error) {
+	if quantity < 0 {
+		if quantity == math.MinInt64 {
+			return 0, ErrOverflow
+		}
+		c, ok := mul(p.Interval, -quantity)
+		if !ok {
+			return 0, ErrOverflow
+		}
+		return -c, nil
+	}
+	c, ok := mul(p.Interval, quantity)
+	if !ok {
+		return 0, ErrOverflow
+	}
+	return c, nil
 }
 
 // mul returns a·b and whether it fits in an int64; a and b are not negative.
@@ -142,13 +156,18 @@ type Result struct {
 // It returns the key's new TAT and the result. When the request is refused,
 // or err is not nil, the returned TAT equals tat and nothing must be stored.
 // A quantity of 0 is a peek: it is always allowed and does not move the TAT.
+//
+// A negative quantity is a refund (redis-cell's idiom for giving back
+// unused units): the TAT moves back by |quantity| intervals, but never to
+// before now, so that a refund past an empty bucket leaves a full bucket
+// (the returned TAT is then now, the same state as an absent key) and the
+// result is that of a full bucket. A refund is refused only when the key's
+// state is beyond the tolerance of p even after it (the limit was lowered),
+// and then its RetryAfter is real.
 func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
-	if quantity < 0 {
-		return tat, Result{}, ErrNegative
-	}
-	inc, ok := mul(p.Interval, quantity)
-	if !ok {
-		return tat, Result{}, ErrOverflow
+	inc, err := Cost(p, quantity)
+	if err != nil {
+		return tat, Result{}, err
 	}
 	base := tat
 	if now > tat {
@@ -160,16 +179,23 @@ func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 	case inc > p.Tolerance:
 		// More than a full bucket: no wait would admit it.
 		r.RetryAfter = Never
-	case ttl > p.Tolerance-inc:
+	case inc >= 0 && ttl > p.Tolerance-inc:
 		// Admitted once now reaches base + inc - Tolerance.
 		r.RetryAfter = time.Duration(ttl - (p.Tolerance - inc))
+	case inc < 0 && ttl-p.Tolerance > -inc:
+		// A refund that still leaves more than the tolerance (written
+		// this way so that Tolerance - inc cannot overflow).
+		r.RetryAfter = time.Duration(ttl - p.Tolerance + inc)
 	default:
-		if base > math.MaxInt64-inc {
+		if inc > 0 && base > math.MaxInt64-inc {
 			return tat, Result{}, ErrOverflow
 		}
 		r.Allowed = true
-		tat = base + inc
 		ttl += inc
+		if ttl < 0 {
+			ttl = 0 // a refund past an empty bucket leaves a full one
+		}
+		tat = now + ttl
 	}
 	r.ResetAfter = time.Duration(ttl)
 	if next := p.Tolerance - ttl; next > 0 {

@@ -28,8 +28,10 @@ func TestNewParams(t *testing.T) {
 		{0, -1, time.Second, Params{}, ErrNegative},
 		{0, 1, -time.Second, Params{}, ErrNegative},
 		{0, -1, -time.Second, Params{}, ErrNegative},
-		{0, 1e7, time.Second, Params{}, ErrIntervalTooShort}, // T = 100 ns
-		{0, 1000001, time.Second, Params{}, ErrIntervalTooShort},
+		// Intervals under a microsecond, down to one nanosecond.
+		{5, 1e7, time.Second, Params{Burst: 5, Limit: 6, Interval: 100, Tolerance: 600}, nil},
+		{0, 1000001, time.Second, Params{Limit: 1, Interval: 999, Tolerance: 999}, nil},
+		{2, 1e9, time.Second, Params{Burst: 2, Limit: 3, Interval: 1, Tolerance: 3}, nil},
 		{math.MaxInt64, 1, time.Second, Params{}, ErrOverflow},
 		{1 << 40, 1, time.Hour, Params{}, ErrOverflow},
 		{1, 1, math.MaxInt64, Params{}, ErrOverflow},
@@ -79,9 +81,9 @@ func TestDecideRejects(t *testing.T) {
 		q   int64
 		err error
 	}{
-		{p, -1, ErrNegative},
-		{p, math.MinInt64, ErrNegative},
+		{p, math.MinInt64, ErrOverflow},
 		{p, math.MaxInt64/int64(time.Second) + 1, ErrOverflow},
+		{p, -(math.MaxInt64/int64(time.Second) + 1), ErrOverflow},
 	} {
 		got, r, err := Decide(now, tat, c.p, c.q)
 		if !errors.Is(err, c.err) || got != tat || r != (Result{}) {
@@ -108,9 +110,9 @@ func TestPastTATIsAbsent(t *testing.T) {
 }
 
 // reference is spec/cl-throttle.md §5 transcribed literally, with
-// arbitrary-precision integers so that it cannot overflow; remaining is the
-// exact floor((tolerance - ttl) / T) (package cell tests redis-cell's
-// microsecond form of it).
+// arbitrary-precision integers so that it cannot overflow, and with a
+// refund's TAT clamped at now; remaining is the exact floor((tolerance -
+// ttl) / T) (package cell tests redis-cell's microsecond form of it).
 func reference(now, tat int64, p Params, q int64) (newTAT int64, r Result) {
 	newTAT = tat // unchanged when refused
 	if tat < now {
@@ -133,6 +135,11 @@ func reference(now, tat int64, p Params, q int64) (newTAT int64, r Result) {
 	} else {
 		r.Allowed = true
 		newTAT = nt.Int64()
+		if newTAT < now {
+			// Funnel's one departure: a refund past an empty bucket
+			// leaves a full one (redis-cell writes a TAT in the past).
+			newTAT = now
+		}
 		ttl = newTAT - now
 	}
 	if next := new(big.Int).Sub(dvt, big.NewInt(ttl)); next.Sign() > 0 {
@@ -143,15 +150,20 @@ func reference(now, tat int64, p Params, q int64) (newTAT int64, r Result) {
 }
 
 // FuzzDecide checks Decide against the spec's literal formulas and its
-// invariants over random sequences of arrivals: the admitted units never
-// exceed limit + elapsed/T, remaining never exceeds the limit, and the state
-// never leads now by more than the tolerance.
+// invariants over random sequences of arrivals and refunds: the time charged
+// (costs less what refunds really gave back) never exceeds the tolerance
+// plus the time elapsed, so the units admitted never exceed limit +
+// elapsed/T; remaining never exceeds the limit; the state never leads now by
+// more than the tolerance, and a refund never leaves it before now.
 func FuzzDecide(f *testing.F) {
 	f.Add(int64(15), int64(30), int64(60e9), []byte{1, 0, 1, 3, 200, 1, 7})
 	f.Add(int64(0), int64(1), int64(1e9), []byte{0, 0, 0, 255, 255, 1})
 	f.Add(int64(20), int64(1500), int64(1e9), []byte{5, 1, 9, 0, 4, 4, 4, 4})
 	f.Add(int64(0), int64(500250), int64(1e9), []byte{1, 10, 1, 1, 20})
 	f.Add(int64(1000), int64(7), int64(10e6), []byte{100, 2, 0, 50})
+	f.Add(int64(15), int64(30), int64(60e9), []byte{0, 1, 0, 1, 0, 1, 0, 254, 0, 251})
+	f.Add(int64(5), int64(1e7), int64(1e9), []byte{0, 1, 3, 2, 0, 255, 9, 6})
+	f.Add(int64(2), int64(1e9), int64(1e9), []byte{0, 3, 0, 1, 1, 253, 0, 2})
 	f.Fuzz(func(t *testing.T, burst, count, period int64, steps []byte) {
 		p, err := NewParams(burst%100000, count, time.Duration(period))
 		if err != nil {
@@ -159,15 +171,17 @@ func FuzzDecide(f *testing.F) {
 		}
 		const start = int64(1_795_350_508_971_038_011)
 		now, tat := start, int64(0)
-		var admitted int64
+		var charged int64 // ns: costs admitted less what refunds gave back
 		for i := 0; i+1 < len(steps); i += 2 {
-			// Advance by a fraction of T (possibly 0, possibly many T), then ask.
+			// Advance by a fraction of T (possibly 0, possibly many T), then
+			// ask for a quantity from -(limit+2) to limit+2.
 			adv := int64(steps[i]) * (p.Interval / 16)
 			if adv > 1e17 {
 				adv = 1e17
 			}
 			now += adv
-			q := int64(steps[i+1]) % (p.Limit + 3)
+			q := int64(int8(steps[i+1])) % (p.Limit + 3)
+			before := max(tat, now)
 			got, r, err := Decide(now, tat, p, q)
 			if err != nil {
 				if !errors.Is(err, ErrOverflow) {
@@ -179,20 +193,24 @@ func FuzzDecide(f *testing.F) {
 			if got != wantTAT || r != want {
 				t.Fatalf("now+%d tat %d q %d: got %d %+v, spec says %d %+v", now-start, tat, q, got, r, wantTAT, want)
 			}
-			if r.Allowed {
-				admitted += q
-			} else if got != tat {
+			if !r.Allowed && got != tat {
 				t.Fatalf("refused request moved the TAT")
 			}
+			if r.Allowed {
+				charged += got - before
+			}
 			tat = got
-			if bound := p.Limit + (now-start)/p.Interval; admitted > bound {
-				t.Fatalf("admitted %d > limit + elapsed/T = %d", admitted, bound)
+			if bound := p.Tolerance + (now - start); charged > bound {
+				t.Fatalf("charged %d ns > tolerance + elapsed = %d", charged, bound)
 			}
 			if r.Remaining > p.Limit || r.Remaining < 0 {
 				t.Fatalf("remaining %d outside [0, %d]", r.Remaining, p.Limit)
 			}
 			if r.Allowed && q > 0 && (tat <= now || tat > now+p.Tolerance) {
 				t.Fatalf("TAT after a charge at now%+d, outside (now, now+tolerance]", tat-now)
+			}
+			if r.Allowed && q < 0 && (tat < now || tat > before) {
+				t.Fatalf("TAT after a refund at now%+d, before now or after it was", tat-now)
 			}
 			if tat > now+p.Tolerance {
 				t.Fatalf("TAT at now%+d, beyond the tolerance", tat-now)
@@ -202,6 +220,45 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A negative quantity gives units back, never past a full bucket.
+func TestRefund(t *testing.T) {
+	p, _ := NewParams(15, 30, time.Minute) // T = 2 s, tolerance 32 s
+	const now = int64(1e18)
+	tat := int64(0)
+	for i := 0; i < 3; i++ {
+		tat, _, _ = Decide(now, tat, p, 1)
+	}
+	for _, c := range []struct {
+		q       int64
+		wantTAT int64
+		want    Result
+	}{
+		// 6 s charged; give back 2 units: 2 s left, 15 remain.
+		{-2, now + 2e9, Result{Allowed: true, Remaining: 15, ResetAfter: 2e9}},
+		// Give back 5 more than were charged: a full bucket, no more.
+		{-5, now, Result{Allowed: true, Remaining: 16}},
+		// Nothing to give back: still full.
+		{-1, now, Result{Allowed: true, Remaining: 16}},
+	} {
+		got, r, err := Decide(now, tat, p, c.q)
+		if err != nil || got != c.wantTAT || r != c.want {
+			t.Fatalf("Decide(q=%d) = %d, %+v, %v; want %d, %+v", c.q, got-now, r, err, c.wantTAT-now, c.want)
+		}
+		tat = got
+	}
+	// A refund on a key whose state is beyond this limit's tolerance (it
+	// was charged under a larger limit) is refused while it stays beyond.
+	big, _ := NewParams(99, 1, time.Second)
+	tat, _, _ = Decide(now, 0, big, 50) // 50 s ahead
+	small, _ := NewParams(9, 1, time.Second)
+	if got, r, err := Decide(now, tat, small, -30); err != nil || got != tat || r != (Result{RetryAfter: 10e9, ResetAfter: 50e9}) {
+		t.Fatalf("refund beyond the tolerance: %d, %+v, %v", got-now, r, err)
+	}
+	if got, r, err := Decide(now, tat, small, -45); err != nil || got != now+5e9 || r != (Result{Allowed: true, Remaining: 5, ResetAfter: 5e9}) {
+		t.Fatalf("refund back within the tolerance: %d, %+v, %v", got-now, r, err)
+	}
 }
 
 func BenchmarkDecide(b *testing.B) {

@@ -107,9 +107,6 @@ func checkOp(op *funnel.Op) (kind, error) {
 		return k, nil // a release needs only the lease's key and id
 	}
 	if op.N < 0 {
-		if k == kindTAT {
-			return 0, gcra.ErrNegative
-		}
 		return 0, algo.ErrNegative
 	}
 	w := op.Limit.Window

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/cell"
 	"github.com/funnelrl/funnel/internal/version"
 )
@@ -262,12 +264,22 @@ func cmdThrottle(c *conn, args [][]byte) {
 	}
 }
 
-// storeError replies to a store failure: errors of the decision itself are
-// the client's (their text is safe to send); anything else is logged and
-// answered with a generic error, never the detail.
+// wrongTypeError is Redis's own reply to a command on a key that holds the
+// wrong kind of value, which CL.THROTTLE, PTTL and the other key commands
+// give for a key that holds anything but a funnel's state.
+const wrongTypeError = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+// storeError replies to a store failure: errors of the decision itself and
+// a key of the wrong type are the client's (their text is safe to send, and
+// they are not logged: any client could flood the log with them); anything
+// else is logged and answered with a generic error, never the detail.
 func (c *conn) storeError(err error) {
 	if e := cell.Translate(err); e != err {
 		c.wr.WriteError(e.Error())
+		return
+	}
+	if errors.Is(err, funnel.ErrWrongType) {
+		c.wr.WriteError(wrongTypeError)
 		return
 	}
 	c.s.log.Error("resp: store failed", "err", err)
