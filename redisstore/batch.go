@@ -179,7 +179,7 @@ func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (statu
 		return 0, 0, err
 	}
 	// "1536" = 6*256: the limbs are ARGV[6..9] (see throttleArgs).
-	args = append(args, "1536", limb(cost/1e9), limb(cost%1e9), limb(tol/1e9), limb(tol%1e9))
+	args = appendLimbs(appendLimbs(append(args, "1536"), cost), tol)
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
@@ -264,7 +264,7 @@ func throttleArgs(batch []*call, keys, args []string) ([]string, []string) {
 		}
 		if i == 0 || c.cost != batch[i-1].cost || c.tol != batch[i-1].tol {
 			m += (len(args) + 1) * 256
-			args = append(args, limb(c.cost/1e9), limb(c.cost%1e9), limb(c.tol/1e9), limb(c.tol%1e9))
+			args = appendLimbs(appendLimbs(args, c.cost), c.tol)
 		}
 		if m == 0 {
 			args[first+i] = ""

@@ -63,10 +63,17 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			key := keys[r.IntN(len(keys))]
 			p := params[r.IntN(len(params))]
 			q := r.Int64N(p.Limit + 1)
+			if r.IntN(4) == 0 {
+				q = -1 - r.Int64N(p.Limit+1) // a refund, sometimes past an empty bucket
+			}
 			if r.IntN(4) == 0 || (seed%2 == 0 && (key == "stale" || key == "atnow")) {
 				q = 0 // on every other seed, these keys get peeks only
 			}
-			batch = append(batch, &call{key: key, cost: p.Interval * q, tol: p.Tolerance, done: make(chan struct{})})
+			cost, err := gcra.Cost(p, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, &call{key: key, cost: cost, tol: p.Tolerance, done: make(chan struct{})})
 			switch key {
 			case "bad", "list":
 				want = append(want, answer{err: ErrWrongType})

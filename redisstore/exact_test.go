@@ -99,8 +99,8 @@ func randomCases(t *testing.T, n int) []exactCase {
 	r := rand.New(rand.NewPCG(4, 2026))
 	cs := make([]exactCase, 0, n)
 	for len(cs) < n {
-		// Intervals from 1µs to centuries, bursts from 0 to a million.
-		interval := time.Duration(1e3 + r.Int64N(int64(1)<<(10+r.IntN(52))))
+		// Intervals from 1 ns to centuries, bursts from 0 to a million.
+		interval := time.Duration(1 + r.Int64N(int64(1)<<r.IntN(62)))
 		burst := r.Int64N(int64(1) << r.IntN(21))
 		p, err := gcra.NewParams(burst, 1, interval)
 		if err != nil {
@@ -133,8 +133,16 @@ func randomCases(t *testing.T, n int) []exactCase {
 			tat = -1
 		}
 		q := r.Int64N(p.Limit + 2)
-		if r.IntN(10) == 0 {
+		switch r.IntN(10) {
+		case 0:
 			q = 0
+		case 1, 2:
+			// A refund, often past an empty bucket.
+			q = -1 - r.Int64N(2*p.Limit+1)
+		case 3:
+			if r.IntN(10) == 0 {
+				q = -r.Int64() // a refund whose cost overflows, mostly
+			}
 		}
 		cs = append(cs, exactCase{"Random", now, tat, p, q})
 	}
@@ -231,10 +239,12 @@ func TestArrivalsOneNanosecondApart(t *testing.T) {
 	var now atomic.Int64
 	st := redisstore.New(srv.Client(), redisstore.Options{Now: now.Load, Timeout: 20 * time.Second})
 	for _, p := range []gcra.Params{
-		mkParams(t, 1, 1, 100*year),            // a century per unit
-		mkParams(t, 4, 3, time.Second),         // T = 333333333 ns
-		mkParams(t, 0, 999_999, time.Second),   // T = 1000 ns, the shortest
-		mkParams(t, 10, 7, 24*time.Hour+1e9+7), // an odd interval
+		mkParams(t, 1, 1, 100*year),             // a century per unit
+		mkParams(t, 4, 3, time.Second),          // T = 333333333 ns
+		mkParams(t, 0, 999_999, time.Second),    // T = 1000 ns
+		mkParams(t, 3, 10_000_000, time.Second), // T = 100 ns
+		mkParams(t, 2, 1e9, time.Second),        // T = 1 ns, the shortest
+		mkParams(t, 10, 7, 24*time.Hour+1e9+7),  // an odd interval
 	} {
 		var tat int64
 		base := int64(1_795_350_508_971_038_011)

@@ -68,7 +68,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 			return fmt.Errorf("redisstore: a refund is applied alone")
 		}
 		if op.N < 0 {
-			return fmt.Errorf("%w %d: %w", funnel.ErrInvalidQuantity, op.N, gcra.ErrNegative)
+			return fmt.Errorf("%w %d: %w", funnel.ErrInvalidQuantity, op.N, algo.ErrNegative)
 		}
 		for _, o := range ops[:i] {
 			if o.Key == op.Key {

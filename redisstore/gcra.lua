@@ -3,6 +3,9 @@
 -- redis-cell's format: the theoretical arrival time (TAT) as a decimal count
 -- of nanoseconds since the Unix epoch, expiring when the TAT is reached.
 --
+-- A negative cost is a refund: the TAT moves back by it, never to before
+-- now (a refund past an empty bucket leaves a full bucket, an absent key).
+--
 -- Lua numbers are doubles, exact only to 2^53, and nanosecond epochs (~1.8e18)
 -- do not fit. Every time is therefore kept on two limbs, h*1e9 + l with
 -- 0 <= l < 1e9 and 0 <= h < 2^34 (seconds and nanoseconds), on which sums,
@@ -20,7 +23,8 @@
 --          tolerance are those of the request before and its key comes once,
 --          else the number a*256 + l*128 + f, where
 --            a is the index of the four arguments that hold its cost's
---              seconds and nanoseconds and its tolerance's seconds and
+--              seconds (rounded down: negative for a refund) and
+--              nanoseconds (0 to 1e9-1) and its tolerance's seconds and
 --              nanoseconds (they come after the requests' arguments), or 0
 --              if they are those of the request before;
 --            f is 0 if its key comes once, else the index of the first
@@ -113,6 +117,10 @@ if nk == 1 then
         xh, xl = xh + 1, xl - 1000000000
       end
       if xh < vh or (xh == vh and xl <= vl) then
+        if xh < 0 then
+          -- A refund past an empty bucket leaves a full one.
+          xh, xl = 0, 0
+        end
         -- The new TAT is max(now, TAT) + cost = now + x; it must fit in an
         -- int64 (2^63-1 = 9223372036*1e9 + 854775807).
         local zh, zl = nh + xh, nl + xl
@@ -278,6 +286,10 @@ for i = 1, nk do
         xh, xl = xh + 1, xl - 1000000000
       end
       if xh < vh or (xh == vh and xl <= vl) then
+        if xh < 0 then
+          -- A refund past an empty bucket leaves a full one.
+          xh, xl = 0, 0
+        end
         -- The new TAT is max(now, TAT) + cost = now + x; it must fit in an
         -- int64 (2^63-1 = 9223372036*1e9 + 854775807).
         local zh, zl = nh + xh, nl + xl

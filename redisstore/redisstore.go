@@ -189,18 +189,17 @@ func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 // Throttle applies a request for quantity units of key under p at Redis's
 // current time (see funnel.Store). If Redis cannot be reached within the
 // timeout, the result has Fallback set, Allowed is the fail-open or
-// fail-closed answer, and the error is nil. The error is gcra.ErrNegative or
-// gcra.ErrOverflow for a request that cannot be applied, wraps ErrWrongType
+// fail-closed answer, and the error is nil. A negative quantity is a refund,
+// never past a full bucket (see gcra.Decide). The error is gcra.ErrOverflow
+// for a request that cannot be applied, wraps ErrWrongType
 // for a key that does not hold a TAT, or is the context's error when ctx
 // ended first.
 func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
-	if quantity < 0 {
-		return funnel.Result{}, gcra.ErrNegative
+	cost, err := gcra.Cost(p, quantity)
+	if err != nil {
+		return funnel.Result{}, err
 	}
-	if quantity > 0 && p.Interval > math.MaxInt64/quantity {
-		return funnel.Result{}, gcra.ErrOverflow
-	}
-	status, d, err := s.decide(ctx, key, p.Interval*quantity, p.Tolerance)
+	status, d, err := s.decide(ctx, key, cost, p.Tolerance)
 	if err != nil {
 		if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
 			return funnel.Result{}, err
@@ -230,6 +229,17 @@ func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantit
 // limb formats one limb of a time for the script (a few digits; Lua reads it
 // exactly).
 func limb(v int64) string { return strconv.FormatInt(v, 10) }
+
+// appendLimbs appends v in nanoseconds as the script's two limbs, h*1e9 + l
+// with 0 <= l < 1e9: whole seconds rounded down (negative for a negative v,
+// such as a refund's cost) and the nanoseconds above them.
+func appendLimbs(args []string, v int64) []string {
+	h, l := v/1e9, v%1e9
+	if l < 0 {
+		h, l = h-1, l+1e9
+	}
+	return append(args, limb(h), limb(l))
+}
 
 // Reset deletes key and reports whether it held state (a TAT after now, or
 // a live state of another algorithm of the family). A key that holds
