@@ -68,6 +68,8 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("BinaryKeys", func(t *testing.T) { t.Parallel(); testBinaryKeys(t, newStore) })
 	t.Run("ExpiryIsFullBucket", func(t *testing.T) { t.Parallel(); testExpiry(t, newStore) })
 	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, newStore) })
+	t.Run("RefundState", func(t *testing.T) { t.Parallel(); testRefundState(t, newStore) })
+	t.Run("Differential", func(t *testing.T) { t.Parallel(); testDifferential(t, newStore) })
 	t.Run("Family", func(t *testing.T) {
 		if _, ok := newStore(t, NewClock(Epoch).Now).(funnel.Executor); !ok {
 			t.Skip("the store does not implement funnel.Executor")
@@ -220,11 +222,93 @@ var stepCases = []stepCase{
 	},
 	{
 		// A long period: one per 222 years fits (T near the int64 limit is
-		// refused as overflow instead, see Rejections).
+		// refused as overflow instead, see Rejections). 1 ns under 7e9 s is
+		// 7e9 s as a float64, and its 999 ms add one.
 		name: "LongPeriod", params: [3]int64{0, 1, 7_000_000_000},
 		steps: []step{
 			{At: 0, Quantity: 1, Want: allowed(1, 0, 7_000_000_000*s), Wire: []int64{0, 1, 0, -1, 7_000_000_000}},
-			{At: 1, Quantity: 1, Want: refused(1, 0, 7_000_000_000*s-1, 7_000_000_000*s-1), Wire: []int64{1, 1, 0, 7_000_000_000, 7_000_000_000}},
+			{At: 1, Quantity: 1, Want: refused(1, 0, 7_000_000_000*s-1, 7_000_000_000*s-1), Wire: []int64{1, 1, 0, 7_000_000_001, 7_000_000_001}},
+		},
+	},
+	{
+		// redis-cell's refund idiom: a negative quantity gives units back.
+		// While the TAT stays at or after now the reply is redis-cell's;
+		// past an empty bucket Funnel stops at a full bucket (redis-cell
+		// writes a TAT in the past and answers an error). T = 2 s.
+		name: "Refund", params: [3]int64{15, 30, 60},
+		steps: []step{
+			{At: 0, Quantity: 1, Want: allowed(16, 15, 2*s), Wire: []int64{0, 16, 15, -1, 2}},
+			{At: 0, Quantity: 1, Want: allowed(16, 14, 4*s), Wire: []int64{0, 16, 14, -1, 4}},
+			{At: 0, Quantity: 1, Want: allowed(16, 13, 6*s), Wire: []int64{0, 16, 13, -1, 6}},
+			{At: 0, Quantity: -2, Want: allowed(16, 15, 2*s), Wire: []int64{0, 16, 15, -1, 2}},
+			{At: 0, Quantity: -5, Want: allowed(16, 16, 0), Wire: []int64{0, 16, 16, -1, 0}},
+			{At: 0, Quantity: -1, Want: allowed(16, 16, 0), Wire: []int64{0, 16, 16, -1, 0}},
+			{At: 0, Quantity: 0, Want: allowed(16, 16, 0), Wire: []int64{0, 16, 16, -1, 0}},
+			// The whole burst, then a refund a second later.
+			{At: 10 * s, Quantity: 16, Want: allowed(16, 0, 32*s), Wire: []int64{0, 16, 0, -1, 32}},
+			{At: 11 * s, Quantity: -1, Want: allowed(16, 1, 29*s), Wire: []int64{0, 16, 1, -1, 29}},
+			{At: 11 * s, Quantity: 2, Want: refused(16, 1, 1*s, 29*s), Wire: []int64{1, 16, 1, 1, 29}},
+			// A refund that lands exactly on now: a full bucket.
+			{At: 40 * s, Quantity: -1, Want: allowed(16, 16, 0), Wire: []int64{0, 16, 16, -1, 0}},
+		},
+	},
+	{
+		// A refund on a fresh key with T = 1.5 ms: redis-cell leaves a key
+		// that never expires and shows 7 of 6; Funnel a full bucket.
+		name: "RefundFreshKey", params: [3]int64{5, 2000, 3},
+		steps: []step{
+			{At: 0, Quantity: -1, Want: allowed(6, 6, 0), Wire: []int64{0, 6, 6, -1, 0}},
+			{At: 0, Quantity: 1, Want: allowed(6, 5, 1500*us), Wire: []int64{0, 6, 5, -1, 1}},
+		},
+	},
+	{
+		// From 2^24 s on, redis-cell rounds seconds through a float64: a
+		// duration just under a whole second rounds up first (T =
+		// 3443016333333333 ns, 21·T = 72303342.999999993 s).
+		name: "LongPeriodFloatRounding", params: [3]int64{20, 3, 10329049},
+		steps: []step{
+			{At: 0, Quantity: 21, Want: allowed(21, 0, 72303342999999993), Wire: []int64{0, 21, 0, -1, 72303344}},
+			{At: 0, Quantity: 1, Want: refused(21, 0, 3443016333333333, 72303342999999993), Wire: []int64{1, 21, 0, 3443017, 72303344}},
+		},
+	},
+	{
+		// T = 410210633333333312 ns: 3·T = 1230631899.999999936 s → 1230631901.
+		name: "LongPeriodFloatRounding2", params: [3]int64{2, 3, 1230631900},
+		steps: []step{
+			{At: 0, Quantity: 3, Want: allowed(3, 0, 1230631899999999936), Wire: []int64{0, 3, 0, -1, 1230631901}},
+		},
+	},
+	{
+		// An emission interval of 100 ns (ten million per second): exact,
+		// with remaining in nanoseconds (redis-cell divides by zero µs).
+		name: "SubMicrosecondInterval", params: [3]int64{5, 10_000_000, 1},
+		steps: []step{
+			{At: 0, Quantity: 1, Want: allowed(6, 5, 100), Wire: []int64{0, 6, 5, -1, 0}},
+			{At: 0, Quantity: 5, Want: allowed(6, 0, 600), Wire: []int64{0, 6, 0, -1, 0}},
+			{At: 0, Quantity: 1, Want: refused(6, 0, 100, 600), Wire: []int64{1, 6, 0, 0, 0}},
+			{At: 99, Quantity: 1, Want: refused(6, 0, 1, 501), Wire: []int64{1, 6, 0, 0, 0}},
+			{At: 100, Quantity: 1, Want: allowed(6, 0, 600), Wire: []int64{0, 6, 0, -1, 0}},
+			{At: 350, Quantity: 0, Want: allowed(6, 2, 350), Wire: []int64{0, 6, 2, -1, 0}},
+			{At: 350, Quantity: -2, Want: allowed(6, 4, 150), Wire: []int64{0, 6, 4, -1, 0}},
+			{At: 700, Quantity: 0, Want: allowed(6, 6, 0), Wire: []int64{0, 6, 6, -1, 0}},
+		},
+	},
+	{
+		name: "SubMicrosecondLargeBurst", params: [3]int64{100_000, 10_000_000, 1},
+		steps: []step{
+			{At: 0, Quantity: 1, Want: allowed(100_001, 100_000, 100), Wire: []int64{0, 100_001, 100_000, -1, 0}},
+			{At: 0, Quantity: 100_000, Want: allowed(100_001, 0, 10_000_100), Wire: []int64{0, 100_001, 0, -1, 1}},
+		},
+	},
+	{
+		// The shortest interval: 1 ns (a billion per second).
+		name: "OneNanosecondInterval", params: [3]int64{2, 1_000_000_000, 1},
+		steps: []step{
+			{At: 0, Quantity: 3, Want: allowed(3, 0, 3), Wire: []int64{0, 3, 0, -1, 0}},
+			{At: 0, Quantity: 1, Want: refused(3, 0, 1, 3), Wire: []int64{1, 3, 0, 0, 0}},
+			{At: 1, Quantity: 1, Want: allowed(3, 0, 3), Wire: []int64{0, 3, 0, -1, 0}},
+			{At: 3, Quantity: 0, Want: allowed(3, 2, 1), Wire: []int64{0, 3, 2, -1, 0}},
+			{At: 10, Quantity: 0, Want: allowed(3, 3, 0), Wire: []int64{0, 3, 3, -1, 0}},
 		},
 	},
 	{
@@ -290,8 +374,9 @@ func testRejections(t *testing.T, newStore NewStore) {
 		q    int64
 		want error
 	}{
-		{"NegativeQuantity", "k", p, -1, gcra.ErrNegative},
 		{"QuantityCostOverflows", "k", p, math.MaxInt64 / 100_000_000, gcra.ErrOverflow},
+		{"RefundCostOverflows", "k", p, -math.MaxInt64 / 100_000_000, gcra.ErrOverflow},
+		{"MinInt64Quantity", "k", p, math.MinInt64, gcra.ErrOverflow},
 		{"TATOverflows", "fresh", huge, 2, gcra.ErrOverflow},
 	} {
 		if _, err := st.Throttle(ctx, c.key, c.p, c.q); !errors.Is(err, c.want) {
