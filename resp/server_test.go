@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/resp"
 	"github.com/funnelrl/funnel/storetest"
@@ -20,12 +21,12 @@ import (
 // waitFor bounds every wait of these tests for a reply or a condition.
 const waitFor = 10 * time.Second
 
-// testServer is a resp.Server on 127.0.0.1:0 over a memory store whose clock
-// is clock, so that replies are exact.
+// testServer is a resp.Server on 127.0.0.1:0 over a store whose clock is
+// clock, so that replies are exact.
 type testServer struct {
 	addr  string
 	srv   *resp.Server
-	store *memstore.Store
+	store *memstore.Store // nil when the server is over another store
 	clock *storetest.Clock
 	errc  chan error // Serve's result
 }
@@ -54,10 +55,23 @@ func startServerOn(t testing.TB, ln net.Listener, cfg resp.Config) *testServer {
 	if cfg.EventLoops == 0 {
 		cfg.EventLoops = testEventLoops
 	}
-	t.Logf("server on %s with Config.EventLoops %d", ln.Addr(), cfg.EventLoops)
 	clock := storetest.NewClock(storetest.Epoch)
 	st := memstore.New(memstore.Options{Now: clock.Now})
-	ts := &testServer{addr: ln.Addr().String(), srv: resp.NewServer(st, cfg), store: st, clock: clock, errc: make(chan error, 1)}
+	ts := serveStore(t, ln, cfg, st, clock)
+	ts.store = st
+	t.Cleanup(func() { st.Close() })
+	return ts
+}
+
+// serveStore starts a server configured by cfg on ln over st, whose clock is
+// clock; it is closed when the test ends.
+func serveStore(t testing.TB, ln net.Listener, cfg resp.Config, st funnel.Store, clock *storetest.Clock) *testServer {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	t.Logf("server on %s with Config.EventLoops %d", ln.Addr(), cfg.EventLoops)
+	ts := &testServer{addr: ln.Addr().String(), srv: resp.NewServer(st, cfg), clock: clock, errc: make(chan error, 1)}
 	go func() { ts.errc <- ts.srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ts.srv.Close()
@@ -70,7 +84,6 @@ func startServerOn(t testing.TB, ln net.Listener, cfg resp.Config) *testServer {
 		case <-time.After(waitFor):
 			t.Errorf("Serve did not return after Close")
 		}
-		st.Close()
 	})
 	return ts
 }

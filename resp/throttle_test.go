@@ -134,7 +134,9 @@ var wireCases = []struct {
 		name: "LongPeriod", args: [3]string{"0", "1", "7000000000"},
 		steps: []wireStep{
 			{0, "1", [5]int64{0, 1, 0, -1, 7_000_000_000}},
-			{1, "1", [5]int64{1, 1, 0, 7_000_000_000, 7_000_000_000}},
+			// 1 ns under 7e9 s is 7e9 s as a float64 (redis-cell's
+			// as_seconds_f64), and its 999 ms add one.
+			{1, "1", [5]int64{1, 1, 0, 7_000_000_001, 7_000_000_001}},
 		},
 	},
 	{
@@ -144,6 +146,71 @@ var wireCases = []struct {
 			{0, "+01", [5]int64{0, 16, 15, -1, 2}},
 		},
 	},
+	{
+		// redis-cell's refund idiom (its issue #22): a negative quantity
+		// gives units back, redis-cell's reply while the TAT stays at or
+		// after now, a full bucket where redis-cell would write a TAT in
+		// the past and answer an error.
+		name: "Refund", args: [3]string{"15", "30", "60"},
+		steps: []wireStep{
+			{0, "", [5]int64{0, 16, 15, -1, 2}},
+			{0, "", [5]int64{0, 16, 14, -1, 4}},
+			{0, "", [5]int64{0, 16, 13, -1, 6}},
+			{0, "-2", [5]int64{0, 16, 15, -1, 2}},
+			{0, "-5", [5]int64{0, 16, 16, -1, 0}},
+			{0, "0", [5]int64{0, 16, 16, -1, 0}},
+			{10 * sec, "16", [5]int64{0, 16, 0, -1, 32}},
+			{11 * sec, "-1", [5]int64{0, 16, 1, -1, 29}},
+			{11 * sec, "2", [5]int64{1, 16, 1, 1, 29}},
+		},
+	},
+	{
+		// redis-cell leaves this key without an expiry and answers 7 of 6.
+		name: "RefundFreshKey", args: [3]string{"5", "2000", "3"},
+		steps: []wireStep{
+			{0, "-1", [5]int64{0, 6, 6, -1, 0}},
+			{0, "0", [5]int64{0, 6, 6, -1, 0}},
+		},
+	},
+	{
+		// From 2^24 s on, seconds go through a float64, as redis-cell's.
+		name: "LongPeriodFloatRounding", args: [3]string{"20", "3", "10329049"},
+		steps: []wireStep{
+			{0, "21", [5]int64{0, 21, 0, -1, 72303344}},
+		},
+	},
+	{
+		name: "LongPeriodFloatRounding2", args: [3]string{"2", "3", "1230631900"},
+		steps: []wireStep{
+			{0, "3", [5]int64{0, 3, 0, -1, 1230631901}},
+		},
+	},
+	{
+		// T = 100 ns: exact, remaining in nanoseconds.
+		name: "SubMicrosecondInterval", args: [3]string{"5", "10000000", "1"},
+		steps: []wireStep{
+			{0, "", [5]int64{0, 6, 5, -1, 0}},
+			{0, "5", [5]int64{0, 6, 0, -1, 0}},
+			{0, "", [5]int64{1, 6, 0, 0, 0}},
+			{100, "", [5]int64{0, 6, 0, -1, 0}},
+			{350, "0", [5]int64{0, 6, 2, -1, 0}},
+		},
+	},
+	{
+		name: "SubMicrosecondLargeBurst", args: [3]string{"100000", "10000000", "1"},
+		steps: []wireStep{
+			{0, "", [5]int64{0, 100001, 100000, -1, 0}},
+		},
+	},
+	{
+		name: "OneNanosecondInterval", args: [3]string{"2", "1000000000", "1"},
+		steps: []wireStep{
+			{0, "3", [5]int64{0, 3, 0, -1, 0}},
+			{0, "", [5]int64{1, 3, 0, 0, 0}},
+			{1, "", [5]int64{0, 3, 0, -1, 0}},
+			{10, "0", [5]int64{0, 3, 3, -1, 0}},
+		},
+	},
 }
 
 // TestServerThrottleConformance runs the conformance suite's cases through
@@ -151,11 +218,17 @@ var wireCases = []struct {
 // (the reply is the same five integers).
 func TestServerThrottleConformance(t *testing.T) {
 	t.Parallel()
+	runWireCases(t, func(t *testing.T) *testServer { return startServer(t, resp.Config{}) })
+}
+
+// runWireCases runs wireCases, each on a server of its own that start
+// returns, in RESP2 and RESP3.
+func runWireCases(t *testing.T, start func(t *testing.T) *testServer) {
 	for _, proto := range []string{"2", "3"} {
 		for _, tc := range wireCases {
 			t.Run(tc.name+"/RESP"+proto, func(t *testing.T) {
 				t.Parallel()
-				ts := startServer(t, resp.Config{})
+				ts := start(t)
 				c := ts.dial(t)
 				if proto == "3" {
 					c.do("HELLO", "3")
@@ -187,8 +260,7 @@ func TestServerThrottleErrors(t *testing.T) {
 		usage    = "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
 		parse    = "Cell error: Store error: Couldn't parse as integer: "
 		zero     = "Cell error: Store error: Zero rates are not supported"
-		negative = "Cell error: max_burst, count, period and quantity must not be negative"
-		short    = "Cell error: period/count must be at least 1 microsecond"
+		negative = "Cell error: max_burst, count and period must not be negative"
 		overflow = "Cell error: value overflows 64-bit nanoseconds"
 	)
 	if got := c.do("CL.THROTTLE", "k", "4", "1", "1", "2"); got != ints(0, 5, 3, -1, 2) {
@@ -232,14 +304,14 @@ func TestServerThrottleErrors(t *testing.T) {
 		{[]string{"k", "1", "-1", "60"}, negative},
 		{[]string{"k", "1", "1", "-60"}, negative},
 		{[]string{"k", "1", "-1", "-60"}, negative},
-		{[]string{"k", "1", "1", "1", "-1"}, negative},
-		{[]string{"k", "1", "10000000", "1"}, short},
-		{[]string{"k", "1", "1000001", "1"}, short},
+		{[]string{"k", "-1", "1", "1", "-1"}, negative},
 		{[]string{"k", "9223372036854775807", "1", "1"}, overflow},
 		{[]string{"k", "1", "1", "9223372036854775807"}, overflow},
 		{[]string{"k", "1", "1", "-9223372036854775808"}, negative},
-		// The cost quantity*T overflows.
+		// The cost quantity*T overflows, for a charge or a refund.
 		{[]string{"k", "4", "1", "1", "92233720368"}, overflow},
+		{[]string{"k", "4", "1", "1", "-92233720368"}, overflow},
+		{[]string{"k", "4", "1", "1", "-9223372036854775808"}, overflow},
 		// The new TAT would pass 2^63 ns.
 		{[]string{"fresh", "1", "1", "4000000000", "2"}, overflow},
 	} {
@@ -255,9 +327,15 @@ func TestServerThrottleErrors(t *testing.T) {
 	if got := c.do("EXISTS", "fresh"); got != integer(0) {
 		t.Errorf("a refused request wrote its key: EXISTS = %q", got)
 	}
-	// A microsecond interval is the shortest accepted.
+	// Intervals under a microsecond are exact, down to 1 ns.
 	if got := c.do("CL.THROTTLE", "us", "0", "1000000", "1"); got != ints(0, 1, 0, -1, 0) {
 		t.Errorf("T = 1 µs: %q", got)
+	}
+	if got := c.do("CL.THROTTLE", "ns", "5", "10000000", "1"); got != ints(0, 6, 5, -1, 0) {
+		t.Errorf("T = 100 ns: %q", got)
+	}
+	if got := c.do("CL.THROTTLE", "ns1", "100000", "10000000", "1"); got != ints(0, 100001, 100000, -1, 0) {
+		t.Errorf("T = 100 ns, burst 100000: %q", got)
 	}
 }
 

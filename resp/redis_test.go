@@ -1,0 +1,120 @@
+package resp_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/redisstore"
+	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/storetest"
+)
+
+// redisServers counts the servers startRedisServer builds, so that each
+// store gets its own key prefix on the shared redis-server.
+var redisServers atomic.Int64
+
+// startRedisServer starts a server configured by cfg over a Redis store on
+// the real redis-server srv, with an injected clock, so that CL.THROTTLE
+// replies are exact there too; it is closed when the test ends.
+func startRedisServer(t *testing.T, srv *redistest.Server, cfg resp.Config) *testServer {
+	t.Helper()
+	client := srv.Client()
+	clock := storetest.NewClock(storetest.Epoch)
+	st := redisstore.New(client, redisstore.Options{
+		Now:     clock.Now,
+		Prefix:  fmt.Sprintf("resp%d:", redisServers.Add(1)),
+		Timeout: 20 * time.Second,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.EventLoops == 0 {
+		cfg.EventLoops = -1 // a store that waits on the network
+	}
+	return serveStore(t, ln, cfg, st, clock)
+}
+
+// TestServerThrottleConformanceRedis runs the wire cases of CL.THROTTLE over
+// a Redis store: the same replies as over the memory store.
+func TestServerThrottleConformanceRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	runWireCases(t, func(t *testing.T) *testServer { return startRedisServer(t, srv, resp.Config{}) })
+}
+
+// countingHandler is a slog handler that counts the records at or above
+// Warn, so that a test can check that client errors are not logged.
+type countingHandler struct{ n atomic.Int64 }
+
+func (h *countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *countingHandler) Handle(context.Context, slog.Record) error    { h.n.Add(1); return nil }
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler                { return h }
+
+// A CL.THROTTLE on a key that holds anything but a funnel's TAT answers
+// Redis's WRONGTYPE error, changes nothing and logs nothing (any client
+// could otherwise flood the log), over both stores.
+func TestServerThrottleWrongType(t *testing.T) {
+	t.Parallel()
+	const wrongType = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+	t.Run("Memory", func(t *testing.T) {
+		t.Parallel()
+		logs := &countingHandler{}
+		ts := startServer(t, resp.Config{Logger: slog.New(logs)})
+		c := ts.dial(t)
+		if got := c.do("FUNNEL.ALLOW", "w", "fixed_window", "3", "1000"); got != ints(1, 3, 2, -1, 29, 0, 0) {
+			t.Fatalf("setup: %q", got)
+		}
+		for i := 0; i < 100; i++ {
+			if got := c.do("CL.THROTTLE", "w", "15", "30", "60"); got != wrongType {
+				t.Fatalf("CL.THROTTLE on a fixed window: %q", got)
+			}
+		}
+		if got := c.do("FUNNEL.ALLOW", "w", "fixed_window", "3", "1000", "QUANTITY", "0"); got != ints(1, 3, 2, -1, 29, 0, 0) {
+			t.Errorf("the fixed window changed: %q", got)
+		}
+		if n := logs.n.Load(); n != 0 {
+			t.Errorf("%d log records for client errors", n)
+		}
+	})
+	t.Run("Redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		logs := &countingHandler{}
+		ts := startRedisServer(t, srv, resp.Config{Logger: slog.New(logs)})
+		prefix := fmt.Sprintf("resp%d:", redisServers.Load())
+		rc := srv.Client()
+		ctx := context.Background()
+		values := map[string]string{"word": "notanumber", "neg": "-5", "empty": "", "big": "18446744073709551616"}
+		for k, v := range values {
+			rc.Set(ctx, prefix+k, v, 0)
+		}
+		rc.RPush(ctx, prefix+"list", "x")
+		c := ts.dial(t)
+		for _, k := range []string{"word", "neg", "empty", "big", "list"} {
+			for i := 0; i < 20; i++ {
+				if got := c.do("CL.THROTTLE", k, "15", "30", "60"); got != wrongType {
+					t.Fatalf("CL.THROTTLE on %s: %q", k, got)
+				}
+			}
+		}
+		for k, v := range values {
+			if got, err := rc.Get(ctx, prefix+k).Result(); err != nil || got != v {
+				t.Errorf("%s holds %q, %v; want %q", k, got, err, v)
+			}
+		}
+		if got := rc.LRange(ctx, prefix+"list", 0, -1).Val(); len(got) != 1 || got[0] != "x" {
+			t.Errorf("list holds %q", got)
+		}
+		if n := logs.n.Load(); n != 0 {
+			t.Errorf("%d log records for client errors", n)
+		}
+	})
+}
