@@ -24,6 +24,14 @@
 // draft-ietf-httpapi-ratelimit-headers (see middleware.SetHeaders), and
 // Retry-After on a 429. Errors are problem details (RFC 9457,
 // application/problem+json).
+//
+// Every request gets a status chosen for it, never an empty 200: a body
+// that does not arrive within the http.Server's ReadTimeout is 408 Request
+// Timeout, one that cannot be read for another reason (such as a
+// connection closed before its end) 400, one larger than Options.MaxBody
+// 413. A request whose client goes away before it is decided is written
+// 499 Client Closed Request (nginx's code): nobody reads it, but access
+// logs and proxies see that it was not answered OK.
 package httpapi
 
 import (
@@ -35,6 +43,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,6 +171,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{header: http.Header{}}
 	s.mux.ServeHTTP(rec, r)
 	switch rec.status {
+	case 0:
+		// The mux always answers a request it does not route; should it
+		// not, the answer is an error, not an empty 200.
+		middleware.Problem{Status: http.StatusInternalServerError}.Write(w)
 	case http.StatusNotFound, http.StatusMethodNotAllowed:
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
@@ -208,6 +221,10 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, "the body is larger than " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes", false
+	case errors.Is(err, errReadTimeout):
+		return http.StatusRequestTimeout, errReadTimeout.Error(), false
+	case errors.Is(err, errBodyRead):
+		return http.StatusBadRequest, errBodyRead.Error(), false
 	case errors.Is(err, errBadJSON), errors.As(err, &syntax), errors.As(err, &typ):
 		return http.StatusBadRequest, err.Error(), false
 	case errors.Is(err, errMediaType):
@@ -226,18 +243,32 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 	return http.StatusInternalServerError, "", false
 }
 
-// fail answers err as a problem, and logs what is not sent.
+// statusClientClosedRequest is the status written for a request whose
+// client went away before it was decided (nginx's 499). Nobody may read
+// it, but access logs and proxies do, and an empty answer would go out as
+// 200.
+const statusClientClosedRequest = 499
+
+// fail answers err as a problem, and logs what is not sent. Every error is
+// answered, even when the client has gone: a handler that returns without
+// writing would answer 200, a decision that was not made.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, detail, down := statusOf(err)
-	switch {
-	case r.Context().Err() != nil:
-		return // the client has gone
+	title := ""
+	switch ctxErr := r.Context().Err(); {
+	case down && errors.Is(ctxErr, context.Canceled):
+		// The client has gone while the store was asked: not the store's
+		// failure, nothing to log.
+		status, title, detail = statusClientClosedRequest, "Client Closed Request", "the client closed the request before it was decided"
+	case down && ctxErr != nil:
+		// The request's own deadline passed: not the store's failure.
+		detail = "the request's deadline passed before it was decided"
 	case down:
 		s.warnDown(r, err)
 	case status == http.StatusInternalServerError:
 		s.log.Error("httpapi", "path", r.URL.Path, "err", err)
 	}
-	middleware.Problem{Status: status, Detail: detail}.Write(w)
+	middleware.Problem{Status: status, Title: title, Detail: detail}.Write(w)
 }
 
 // warnDown logs that the store is unavailable, at most once a second, so
@@ -254,7 +285,42 @@ func (s *Server) warnDown(r *http.Request, err error) {
 var (
 	errBadJSON   = errors.New("httpapi: bad JSON")
 	errMediaType = errors.New("httpapi: the body must be application/json")
+	// errReadTimeout is a body that did not arrive within the server's
+	// ReadTimeout (408); errBodyRead, one that could not be read for
+	// another reason, such as a connection closed before its end (400).
+	// Their details never carry the underlying error, which names the
+	// connection's addresses.
+	errReadTimeout = errors.New("httpapi: the body was not received in time")
+	errBodyRead    = errors.New("httpapi: the body could not be read")
 )
+
+// bodyReader keeps the first error of reading a body other than io.EOF, so
+// that decode tells a body it could not read from a body that is not JSON.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// readError classifies an error of reading a body: too large (413), not
+// received within the read deadline (408), or another failure (400).
+func readError(err error) error {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return err
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: %w", errReadTimeout, err)
+	}
+	return fmt.Errorf("%w: %w", errBodyRead, err)
+}
 
 // decode reads r's JSON body into v: bounded, strict (no unknown fields,
 // nothing after the value).
@@ -265,12 +331,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return errMediaType
 		}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	body := &bodyReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBody)}
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return err
+		if body.err != nil {
+			return readError(body.err)
 		}
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("%w: the body is empty", errBadJSON)
@@ -278,9 +344,8 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return fmt.Errorf("%w: %w", errBadJSON, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return err
+		if body.err != nil {
+			return readError(body.err)
 		}
 		return fmt.Errorf("%w: more than one JSON value in the body", errBadJSON)
 	}
@@ -650,6 +715,7 @@ func (s *Server) unban(w http.ResponseWriter, r *http.Request) {
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, "ok\n")
 }
 
@@ -675,5 +741,6 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, "ready\n")
 }

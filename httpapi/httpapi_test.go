@@ -450,24 +450,53 @@ func TestStoreErrors(t *testing.T) {
 	}
 }
 
-// TestClientGoneIsNotAFallback: a request whose client has gone is not
-// answered, and its error is not counted as a fail-open answer.
+// TestClientGoneIsNotAFallback: a request whose client has gone is
+// answered 499, on every endpoint that asks the store, never with an empty
+// 200; its error is not counted as a fail-open answer.
 func TestClientGoneIsNotAFallback(t *testing.T) {
-	st := &fakeStore{throttle: func() (funnel.Result, error) { return funnel.Result{}, context.Canceled }}
+	st := &fakeStore{
+		throttle: func() (funnel.Result, error) { return funnel.Result{}, context.Canceled },
+		do:       func([]funnel.Op, []funnel.Result) error { return context.Canceled },
+	}
 	var seen []string
 	observe := func(r funnel.Result, err error) {
 		seen = append(seen, fmt.Sprintf("%v/%v/%v", r.Allowed, r.Fallback, err != nil))
 	}
 	h := httpapi.New(funnel.New(st), httpapi.Options{Fail: httpapi.FailOpen, Observe: observe, Logger: quiet()})
-	ctx, cancel := context.WithCancel(context.Background())
+	single := `{"key":"k","limit":{"count":10,"period":"1s"}}`
+	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	req := httptest.NewRequest("POST", "/v1/throttle", strings.NewReader(`{"key":"k","limit":{"count":10,"period":"1s"}}`)).WithContext(ctx)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.Body.Len() != 0 || rec.Header().Get("RateLimit-Policy") != "" {
-		t.Errorf("answered a client that has gone: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	late, cancel := context.WithDeadline(context.Background(), start)
+	defer cancel()
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/throttle", single},
+		{"POST", "/v1/throttle", `{"limits":[{"key":"a","limit":{"count":10,"period":"1s"}}]}`},
+		{"POST", "/v1/acquire", `{"key":"k","limit":{"count":2,"period":"30s"}}`},
+		{"POST", "/v1/release", `{"key":"k","lease":"x"}`}, {"POST", "/v1/refund", single},
+		{"GET", "/v1/keys/k?count=1&period=1s", ""}, {"DELETE", "/v1/keys/k", ""},
+		{"GET", "/v1/bans", ""}, {"DELETE", "/v1/bans/k", ""},
+	} {
+		for _, ctx := range []context.Context{gone, late} {
+			var body io.Reader
+			if c.body != "" {
+				body = strings.NewReader(c.body)
+			}
+			req := httptest.NewRequest(c.method, c.path, body).WithContext(ctx)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			want := 499 // the client has gone
+			if ctx == late {
+				want = 503 // the request's deadline passed
+			}
+			if rec.Code != want || rec.Header().Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(rec.Body.String(), fmt.Sprintf(`"status":%d`, want)) ||
+				rec.Header().Get("RateLimit-Policy") != "" {
+				t.Errorf("%s %s, %v: %d %v %s", c.method, c.path, ctx.Err(), rec.Code, rec.Header(), rec.Body)
+			}
+		}
 	}
-	if want := "[false/false/true]"; fmt.Sprint(seen) != want {
+	// The decisions of throttle (one and several) and acquire, twice each.
+	if want := "[false/false/true false/false/true false/false/true false/false/true false/false/true false/false/true]"; fmt.Sprint(seen) != want {
 		t.Errorf("observed %v, want %s", seen, want)
 	}
 }
