@@ -5,7 +5,8 @@
 // Endpoints (times in JSON are milliseconds, in header fields seconds):
 //
 //	POST   /v1/throttle      a decision: 200 if allowed, 429 if refused
-//	POST   /v1/acquire       take a concurrency lease: 200 or 429
+//	                         (503 if the store could not decide: below)
+//	POST   /v1/acquire       take a concurrency lease: 200 or 429 (or 503)
 //	POST   /v1/release       give a lease back
 //	POST   /v1/refund        give units back: 204
 //	GET    /v1/keys/{key}    peek (the limit in the query string)
@@ -24,6 +25,20 @@
 // draft-ietf-httpapi-ratelimit-headers (see middleware.SetHeaders), and
 // Retry-After on a 429. Errors are problem details (RFC 9457,
 // application/problem+json).
+//
+// When the store cannot decide, the answer says so. By default (FailError)
+// it is a 503 problem. A store configured to fail open or closed (such as
+// the Redis store), or Options.Fail set to FailOpen or FailClosed, gives
+// instead a fallback: a decision with "fallback": true. A fail-open
+// fallback is 200 with "allowed": true. A fail-closed fallback is not a
+// refusal by the limit, and is not answered 429: it is 503 Service
+// Unavailable with Retry-After: 1, and the same JSON decision, with
+// "allowed": false, "fallback": true and "retry_after_ms": 1000, so that a
+// client that reads decisions reads this one too, and a client that reads
+// only the status retries later. The RateLimit field, which would describe
+// the key's state, is left out of fallbacks. This holds for every answer
+// that carries a decision: throttles with one or several limits, acquires
+// and peeks.
 //
 // Every request gets a status chosen for it, never an empty 200: a body
 // that does not arrive within the http.Server's ReadTimeout is 408 Request
@@ -66,7 +81,8 @@ const (
 	FailError FailMode = iota
 	// FailOpen answers allowed, with fallback true (200).
 	FailOpen
-	// FailClosed answers refused, with fallback true (429).
+	// FailClosed answers refused, with fallback true: 503 with
+	// Retry-After: 1, not the 429 of a refusal by the limit.
 	FailClosed
 )
 
@@ -426,14 +442,34 @@ func (s *Server) fallback(w http.ResponseWriter, r *http.Request, err error) (fu
 	return funnel.Result{}, false
 }
 
-// decided answers a decision: the header fields, and 200 or 429.
-func decided(w http.ResponseWriter, allowed bool, policies []middleware.Policy, body any) {
+// fallbackRetry is how long a client refused by a fail-closed fallback is
+// told to wait (Retry-After: 1, retry_after_ms 1000): the store may answer
+// again by then.
+const fallbackRetry = time.Second
+
+// decided answers a decision: the header fields, and 200 if allowed, 429 if
+// refused, or, if refused by a fail-closed fallback only, 503 with
+// Retry-After (see closedFallback).
+func decided(w http.ResponseWriter, allowed, fallback bool, policies []middleware.Policy, body any) {
 	middleware.SetHeaders(w.Header(), policies...)
 	status := http.StatusOK
-	if !allowed {
+	switch {
+	case allowed:
+	case fallback:
+		status = closedFallback(w.Header())
+	default:
 		status = http.StatusTooManyRequests
 	}
 	writeJSON(w, status, body)
+}
+
+// closedFallback sets the Retry-After of a fail-closed fallback on h and
+// returns its status, 503: the store did not decide, so the answer must
+// not look like a refusal by the limit (429), and the client may retry
+// soon.
+func closedFallback(h http.Header) int {
+	h.Set(middleware.HeaderRetryAfter, strconv.FormatInt(middleware.Seconds(fallbackRetry), 10))
+	return http.StatusServiceUnavailable
 }
 
 // storeDown reports whether err is the store's failure.
@@ -480,7 +516,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.observe(res, nil)
-	decided(w, res.Allowed, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
+	decided(w, res.Allowed, res.Fallback, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
 }
 
 // throttleAll serves POST /v1/throttle with several limits.
@@ -524,14 +560,27 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 			m.Refused = 0
 		}
 	}
-	reply := MultiDecision{Allowed: m.Allowed, Refused: m.Refused, RetryAfterMs: ms(m.RetryAfter), Results: make([]Decision, len(m.Results))}
+	reply := MultiDecision{Allowed: m.Allowed, Refused: m.Refused, Results: make([]Decision, len(m.Results))}
+	retry := m.RetryAfter
+	// The refusal is the fallback's when no limit that decided refused.
+	fallbackOnly := !m.Allowed
 	for i, res := range m.Results {
 		s.observe(res, nil)
 		policies[i].Result = res
 		reply.Results[i] = decision(res)
 		reply.Fallback = reply.Fallback || res.Fallback
+		switch {
+		case res.Allowed:
+		case res.Fallback:
+			retry = max(retry, fallbackRetry)
+		default:
+			fallbackOnly = false
+		}
 	}
-	decided(w, m.Allowed, policies, reply)
+	if !m.Allowed {
+		reply.RetryAfterMs = ms(retry)
+	}
+	decided(w, m.Allowed, fallbackOnly, policies, reply)
 }
 
 // acquire serves POST /v1/acquire.
@@ -578,7 +627,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	s.observe(res, nil)
 	d := decision(res)
 	d.Lease = lease.ID
-	decided(w, res.Allowed, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, d)
+	decided(w, res.Allowed, res.Fallback, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, d)
 }
 
 // release serves POST /v1/release.
@@ -658,7 +707,11 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	middleware.SetHeaders(w.Header(), middleware.Policy{Name: name, Limit: limit, Result: res})
-	writeJSON(w, http.StatusOK, decision(res))
+	status := http.StatusOK
+	if res.Fallback && !res.Allowed {
+		status = closedFallback(w.Header())
+	}
+	writeJSON(w, status, decision(res))
 }
 
 // reset serves DELETE /v1/keys/{key}.
