@@ -5,7 +5,8 @@
 // Endpoints (times in JSON are milliseconds, in header fields seconds):
 //
 //	POST   /v1/throttle      a decision: 200 if allowed, 429 if refused
-//	POST   /v1/acquire       take a concurrency lease: 200 or 429
+//	                         (503 if the store could not decide: below)
+//	POST   /v1/acquire       take a concurrency lease: 200 or 429 (or 503)
 //	POST   /v1/release       give a lease back
 //	POST   /v1/refund        give units back: 204
 //	GET    /v1/keys/{key}    peek (the limit in the query string)
@@ -24,6 +25,28 @@
 // draft-ietf-httpapi-ratelimit-headers (see middleware.SetHeaders), and
 // Retry-After on a 429. Errors are problem details (RFC 9457,
 // application/problem+json).
+//
+// When the store cannot decide, the answer says so. By default (FailError)
+// it is a 503 problem. A store configured to fail open or closed (such as
+// the Redis store), or Options.Fail set to FailOpen or FailClosed, gives
+// instead a fallback: a decision with "fallback": true. A fail-open
+// fallback is 200 with "allowed": true. A fail-closed fallback is not a
+// refusal by the limit, and is not answered 429: it is 503 Service
+// Unavailable with Retry-After: 1, and the same JSON decision, with
+// "allowed": false, "fallback": true and "retry_after_ms": 1000, so that a
+// client that reads decisions reads this one too, and a client that reads
+// only the status retries later. The RateLimit field, which would describe
+// the key's state, is left out of fallbacks. This holds for every answer
+// that carries a decision: throttles with one or several limits, acquires
+// and peeks.
+//
+// Every request gets a status chosen for it, never an empty 200: a body
+// that does not arrive within the http.Server's ReadTimeout is 408 Request
+// Timeout, one that cannot be read for another reason (such as a
+// connection closed before its end) 400, one larger than Options.MaxBody
+// 413. A request whose client goes away before it is decided is written
+// 499 Client Closed Request (nginx's code): nobody reads it, but access
+// logs and proxies see that it was not answered OK.
 package httpapi
 
 import (
@@ -35,6 +58,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +81,8 @@ const (
 	FailError FailMode = iota
 	// FailOpen answers allowed, with fallback true (200).
 	FailOpen
-	// FailClosed answers refused, with fallback true (429).
+	// FailClosed answers refused, with fallback true: 503 with
+	// Retry-After: 1, not the 429 of a refusal by the limit.
 	FailClosed
 )
 
@@ -162,6 +187,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{header: http.Header{}}
 	s.mux.ServeHTTP(rec, r)
 	switch rec.status {
+	case 0:
+		// The mux always answers a request it does not route; should it
+		// not, the answer is an error, not an empty 200.
+		middleware.Problem{Status: http.StatusInternalServerError}.Write(w)
 	case http.StatusNotFound, http.StatusMethodNotAllowed:
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
@@ -208,6 +237,10 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, "the body is larger than " + strconv.FormatInt(tooLarge.Limit, 10) + " bytes", false
+	case errors.Is(err, errReadTimeout):
+		return http.StatusRequestTimeout, errReadTimeout.Error(), false
+	case errors.Is(err, errBodyRead):
+		return http.StatusBadRequest, errBodyRead.Error(), false
 	case errors.Is(err, errBadJSON), errors.As(err, &syntax), errors.As(err, &typ):
 		return http.StatusBadRequest, err.Error(), false
 	case errors.Is(err, errMediaType):
@@ -226,18 +259,32 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 	return http.StatusInternalServerError, "", false
 }
 
-// fail answers err as a problem, and logs what is not sent.
+// statusClientClosedRequest is the status written for a request whose
+// client went away before it was decided (nginx's 499). Nobody may read
+// it, but access logs and proxies do, and an empty answer would go out as
+// 200.
+const statusClientClosedRequest = 499
+
+// fail answers err as a problem, and logs what is not sent. Every error is
+// answered, even when the client has gone: a handler that returns without
+// writing would answer 200, a decision that was not made.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, detail, down := statusOf(err)
-	switch {
-	case r.Context().Err() != nil:
-		return // the client has gone
+	title := ""
+	switch ctxErr := r.Context().Err(); {
+	case down && errors.Is(ctxErr, context.Canceled):
+		// The client has gone while the store was asked: not the store's
+		// failure, nothing to log.
+		status, title, detail = statusClientClosedRequest, "Client Closed Request", "the client closed the request before it was decided"
+	case down && ctxErr != nil:
+		// The request's own deadline passed: not the store's failure.
+		detail = "the request's deadline passed before it was decided"
 	case down:
 		s.warnDown(r, err)
 	case status == http.StatusInternalServerError:
 		s.log.Error("httpapi", "path", r.URL.Path, "err", err)
 	}
-	middleware.Problem{Status: status, Detail: detail}.Write(w)
+	middleware.Problem{Status: status, Title: title, Detail: detail}.Write(w)
 }
 
 // warnDown logs that the store is unavailable, at most once a second, so
@@ -254,7 +301,42 @@ func (s *Server) warnDown(r *http.Request, err error) {
 var (
 	errBadJSON   = errors.New("httpapi: bad JSON")
 	errMediaType = errors.New("httpapi: the body must be application/json")
+	// errReadTimeout is a body that did not arrive within the server's
+	// ReadTimeout (408); errBodyRead, one that could not be read for
+	// another reason, such as a connection closed before its end (400).
+	// Their details never carry the underlying error, which names the
+	// connection's addresses.
+	errReadTimeout = errors.New("httpapi: the body was not received in time")
+	errBodyRead    = errors.New("httpapi: the body could not be read")
 )
+
+// bodyReader keeps the first error of reading a body other than io.EOF, so
+// that decode tells a body it could not read from a body that is not JSON.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// readError classifies an error of reading a body: too large (413), not
+// received within the read deadline (408), or another failure (400).
+func readError(err error) error {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return err
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: %w", errReadTimeout, err)
+	}
+	return fmt.Errorf("%w: %w", errBodyRead, err)
+}
 
 // decode reads r's JSON body into v: bounded, strict (no unknown fields,
 // nothing after the value).
@@ -265,12 +347,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return errMediaType
 		}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	body := &bodyReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBody)}
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return err
+		if body.err != nil {
+			return readError(body.err)
 		}
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("%w: the body is empty", errBadJSON)
@@ -278,9 +360,8 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return fmt.Errorf("%w: %w", errBadJSON, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return err
+		if body.err != nil {
+			return readError(body.err)
 		}
 		return fmt.Errorf("%w: more than one JSON value in the body", errBadJSON)
 	}
@@ -361,14 +442,34 @@ func (s *Server) fallback(w http.ResponseWriter, r *http.Request, err error) (fu
 	return funnel.Result{}, false
 }
 
-// decided answers a decision: the header fields, and 200 or 429.
-func decided(w http.ResponseWriter, allowed bool, policies []middleware.Policy, body any) {
+// fallbackRetry is how long a client refused by a fail-closed fallback is
+// told to wait (Retry-After: 1, retry_after_ms 1000): the store may answer
+// again by then.
+const fallbackRetry = time.Second
+
+// decided answers a decision: the header fields, and 200 if allowed, 429 if
+// refused, or, if refused by a fail-closed fallback only, 503 with
+// Retry-After (see closedFallback).
+func decided(w http.ResponseWriter, allowed, fallback bool, policies []middleware.Policy, body any) {
 	middleware.SetHeaders(w.Header(), policies...)
 	status := http.StatusOK
-	if !allowed {
+	switch {
+	case allowed:
+	case fallback:
+		status = closedFallback(w.Header())
+	default:
 		status = http.StatusTooManyRequests
 	}
 	writeJSON(w, status, body)
+}
+
+// closedFallback sets the Retry-After of a fail-closed fallback on h and
+// returns its status, 503: the store did not decide, so the answer must
+// not look like a refusal by the limit (429), and the client may retry
+// soon.
+func closedFallback(h http.Header) int {
+	h.Set(middleware.HeaderRetryAfter, strconv.FormatInt(middleware.Seconds(fallbackRetry), 10))
+	return http.StatusServiceUnavailable
 }
 
 // storeDown reports whether err is the store's failure.
@@ -415,7 +516,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.observe(res, nil)
-	decided(w, res.Allowed, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
+	decided(w, res.Allowed, res.Fallback, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
 }
 
 // throttleAll serves POST /v1/throttle with several limits.
@@ -459,14 +560,27 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 			m.Refused = 0
 		}
 	}
-	reply := MultiDecision{Allowed: m.Allowed, Refused: m.Refused, RetryAfterMs: ms(m.RetryAfter), Results: make([]Decision, len(m.Results))}
+	reply := MultiDecision{Allowed: m.Allowed, Refused: m.Refused, Results: make([]Decision, len(m.Results))}
+	retry := m.RetryAfter
+	// The refusal is the fallback's when no limit that decided refused.
+	fallbackOnly := !m.Allowed
 	for i, res := range m.Results {
 		s.observe(res, nil)
 		policies[i].Result = res
 		reply.Results[i] = decision(res)
 		reply.Fallback = reply.Fallback || res.Fallback
+		switch {
+		case res.Allowed:
+		case res.Fallback:
+			retry = max(retry, fallbackRetry)
+		default:
+			fallbackOnly = false
+		}
 	}
-	decided(w, m.Allowed, policies, reply)
+	if !m.Allowed {
+		reply.RetryAfterMs = ms(retry)
+	}
+	decided(w, m.Allowed, fallbackOnly, policies, reply)
 }
 
 // acquire serves POST /v1/acquire.
@@ -513,7 +627,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	s.observe(res, nil)
 	d := decision(res)
 	d.Lease = lease.ID
-	decided(w, res.Allowed, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, d)
+	decided(w, res.Allowed, res.Fallback, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, d)
 }
 
 // release serves POST /v1/release.
@@ -593,7 +707,11 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	middleware.SetHeaders(w.Header(), middleware.Policy{Name: name, Limit: limit, Result: res})
-	writeJSON(w, http.StatusOK, decision(res))
+	status := http.StatusOK
+	if res.Fallback && !res.Allowed {
+		status = closedFallback(w.Header())
+	}
+	writeJSON(w, status, decision(res))
 }
 
 // reset serves DELETE /v1/keys/{key}.
@@ -650,6 +768,7 @@ func (s *Server) unban(w http.ResponseWriter, r *http.Request) {
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, "ok\n")
 }
 
@@ -675,5 +794,6 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, "ready\n")
 }

@@ -413,19 +413,113 @@ func TestStoreDown(t *testing.T) {
 		t.Errorf("fail open, several: %d %s", r.status, r.body)
 	}
 
+	// FailClosed: not a refusal by the limit (429) but 503, retry soon.
 	a = serveAPI(t, funnel.New(downStore()), newClock(), httpapi.Options{Fail: httpapi.FailClosed, Observe: observe})
 	r = a.post(t, "/v1/throttle", single)
-	if r.status != 429 || !strings.Contains(r.body, `"allowed":false`) || !strings.Contains(r.body, `"fallback":true`) || r.header.Get("Retry-After") != "" {
+	if r.status != 503 || strings.TrimSpace(r.body) != `{"allowed":false,"limit":0,"remaining":0,"retry_after_ms":1000,"reset_after_ms":0,"delay_ms":0,"banned":false,"fallback":true}` ||
+		r.header.Get("Retry-After") != "1" || r.header.Get("Content-Type") != "application/json" || r.header.Get("RateLimit") != "" {
 		t.Errorf("fail closed: %d %s %v", r.status, r.body, r.header)
 	}
+	r = a.post(t, "/v1/throttle", multi)
+	if r.status != 503 || !strings.HasPrefix(r.body, `{"allowed":false,"refused":0,"retry_after_ms":1000,"fallback":true,`) || r.header.Get("Retry-After") != "1" {
+		t.Errorf("fail closed, several: %d %s %v", r.status, r.body, r.header)
+	}
 	r = a.post(t, "/v1/acquire", acquire)
-	if r.status != 429 || !strings.Contains(r.body, `"fallback":true`) {
-		t.Errorf("fail closed, acquire: %d %s", r.status, r.body)
+	if r.status != 503 || !strings.Contains(r.body, `"retry_after_ms":1000`) || !strings.Contains(r.body, `"fallback":true`) || r.header.Get("Retry-After") != "1" {
+		t.Errorf("fail closed, acquire: %d %s %v", r.status, r.body, r.header)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := "[true/true/false true/true/false true/true/false false/true/false false/true/false]"; fmt.Sprint(seen) != want {
+	if want := "[true/true/false true/true/false true/true/false false/true/false false/true/false false/true/false false/true/false]"; fmt.Sprint(seen) != want {
 		t.Errorf("observed %v, want %s", seen, want)
+	}
+}
+
+// fallbackStore answers every decision as a Redis store that cannot reach
+// Redis does: a Fallback result, allowed if open, with no error.
+func fallbackStore(open bool) *fakeStore {
+	return &fakeStore{
+		throttle: func() (funnel.Result, error) {
+			return funnel.Result{Fallback: true, Allowed: open, Limit: 10}, nil
+		},
+		do: func(ops []funnel.Op, res []funnel.Result) error {
+			for i := range ops {
+				res[i] = funnel.Result{Fallback: true, Allowed: open, Limit: 10}
+			}
+			return nil
+		},
+		ttl: func() error { return errDown },
+	}
+}
+
+// TestStoreFallback: a store that answers a fallback itself is answered
+// 200 when it fails open and 503 with Retry-After when it fails closed, on
+// every endpoint that answers a decision; a fail-closed fallback never
+// looks like a refusal by the limit (429 without a time to retry).
+func TestStoreFallback(t *testing.T) {
+	lim := `"limit":{"count":10,"period":"1s"}`
+	cases := []struct{ name, method, path, body string }{
+		{"gcra", "POST", "/v1/throttle", `{"key":"k",` + lim + `}`},
+		{"family", "POST", "/v1/throttle", `{"key":"k","limit":{"algorithm":"sliding_window","count":10,"period":"1s"}}`},
+		{"several", "POST", "/v1/throttle", `{"limits":[{"key":"a",` + lim + `},{"key":"b","limit":{"algorithm":"fixed_window","count":10,"period":"1s"}}]}`},
+		{"acquire", "POST", "/v1/acquire", `{"key":"k","limit":{"count":10,"period":"30s"}}`},
+		{"peek", "GET", "/v1/keys/k?count=10&period=1s", ""},
+	}
+	const (
+		opened = `{"allowed":true,"limit":10,"remaining":0,"retry_after_ms":0,"reset_after_ms":0,"delay_ms":0,"banned":false,"fallback":true}`
+		closed = `{"allowed":false,"limit":10,"remaining":0,"retry_after_ms":1000,"reset_after_ms":0,"delay_ms":0,"banned":false,"fallback":true}`
+	)
+	for _, open := range []bool{true, false} {
+		a := serveAPI(t, funnel.New(fallbackStore(open)), newClock(), httpapi.Options{})
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/open=%v", c.name, open), func(t *testing.T) {
+				r := a.do(t, c.method, c.path, c.body)
+				status, retryAfter, want := 200, "", opened
+				if !open {
+					status, retryAfter, want = 503, "1", closed
+				}
+				if c.name == "several" && open {
+					want = `{"allowed":true,"refused":-1,"retry_after_ms":0,"fallback":true,"results":[` + opened + `,` + opened + `]}`
+				} else if c.name == "several" {
+					want = `{"allowed":false,"refused":0,"retry_after_ms":1000,"fallback":true,"results":[` + closed + `,` + closed + `]}`
+				}
+				body := strings.TrimSpace(r.body)
+				if c.name == "acquire" && open {
+					// A lease the store could not record: its id is random.
+					var d httpapi.Decision
+					if err := json.Unmarshal([]byte(body), &d); err != nil || d.Lease == "" {
+						t.Errorf("lease: %s %v", body, err)
+					}
+					body = strings.Replace(body, `,"lease":"`+d.Lease+`"`, "", 1)
+				}
+				if r.status != status || body != want {
+					t.Errorf("%d %s\nwant %d %s", r.status, r.body, status, want)
+				}
+				if got := r.header.Get("Retry-After"); got != retryAfter {
+					t.Errorf("Retry-After %q, want %q", got, retryAfter)
+				}
+				if r.header.Get("Content-Type") != "application/json" || r.header.Get("RateLimit-Policy") == "" || r.header.Get("RateLimit") != "" {
+					t.Errorf("header %v", r.header)
+				}
+			})
+		}
+	}
+}
+
+// TestStoreFallbackAndRefusal: a limit that decided and refused makes a
+// refusal of several limits a real one (429), even beside a fail-closed
+// fallback; it waits for the longer of the two.
+func TestStoreFallbackAndRefusal(t *testing.T) {
+	st := &fakeStore{do: func(ops []funnel.Op, res []funnel.Result) error {
+		res[0] = funnel.Result{Limit: 10, RetryAfter: 30 * time.Second, ResetAfter: time.Minute}
+		res[1] = funnel.Result{Fallback: true, Limit: 10}
+		return nil
+	}}
+	a := serveAPI(t, funnel.New(st), newClock(), httpapi.Options{})
+	lim := `"limit":{"algorithm":"fixed_window","count":10,"period":"1m"}`
+	r := a.post(t, "/v1/throttle", `{"limits":[{"key":"a",`+lim+`},{"key":"b",`+lim+`}]}`)
+	if r.status != 429 || !strings.HasPrefix(r.body, `{"allowed":false,"refused":0,"retry_after_ms":30000,"fallback":true,`) || r.header.Get("Retry-After") != "30" {
+		t.Errorf("%d %s %v", r.status, r.body, r.header)
 	}
 }
 
@@ -450,24 +544,53 @@ func TestStoreErrors(t *testing.T) {
 	}
 }
 
-// TestClientGoneIsNotAFallback: a request whose client has gone is not
-// answered, and its error is not counted as a fail-open answer.
+// TestClientGoneIsNotAFallback: a request whose client has gone is
+// answered 499, on every endpoint that asks the store, never with an empty
+// 200; its error is not counted as a fail-open answer.
 func TestClientGoneIsNotAFallback(t *testing.T) {
-	st := &fakeStore{throttle: func() (funnel.Result, error) { return funnel.Result{}, context.Canceled }}
+	st := &fakeStore{
+		throttle: func() (funnel.Result, error) { return funnel.Result{}, context.Canceled },
+		do:       func([]funnel.Op, []funnel.Result) error { return context.Canceled },
+	}
 	var seen []string
 	observe := func(r funnel.Result, err error) {
 		seen = append(seen, fmt.Sprintf("%v/%v/%v", r.Allowed, r.Fallback, err != nil))
 	}
 	h := httpapi.New(funnel.New(st), httpapi.Options{Fail: httpapi.FailOpen, Observe: observe, Logger: quiet()})
-	ctx, cancel := context.WithCancel(context.Background())
+	single := `{"key":"k","limit":{"count":10,"period":"1s"}}`
+	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	req := httptest.NewRequest("POST", "/v1/throttle", strings.NewReader(`{"key":"k","limit":{"count":10,"period":"1s"}}`)).WithContext(ctx)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.Body.Len() != 0 || rec.Header().Get("RateLimit-Policy") != "" {
-		t.Errorf("answered a client that has gone: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	late, cancel := context.WithDeadline(context.Background(), start)
+	defer cancel()
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/throttle", single},
+		{"POST", "/v1/throttle", `{"limits":[{"key":"a","limit":{"count":10,"period":"1s"}}]}`},
+		{"POST", "/v1/acquire", `{"key":"k","limit":{"count":2,"period":"30s"}}`},
+		{"POST", "/v1/release", `{"key":"k","lease":"x"}`}, {"POST", "/v1/refund", single},
+		{"GET", "/v1/keys/k?count=1&period=1s", ""}, {"DELETE", "/v1/keys/k", ""},
+		{"GET", "/v1/bans", ""}, {"DELETE", "/v1/bans/k", ""},
+	} {
+		for _, ctx := range []context.Context{gone, late} {
+			var body io.Reader
+			if c.body != "" {
+				body = strings.NewReader(c.body)
+			}
+			req := httptest.NewRequest(c.method, c.path, body).WithContext(ctx)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			want := 499 // the client has gone
+			if ctx == late {
+				want = 503 // the request's deadline passed
+			}
+			if rec.Code != want || rec.Header().Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(rec.Body.String(), fmt.Sprintf(`"status":%d`, want)) ||
+				rec.Header().Get("RateLimit-Policy") != "" {
+				t.Errorf("%s %s, %v: %d %v %s", c.method, c.path, ctx.Err(), rec.Code, rec.Header(), rec.Body)
+			}
+		}
 	}
-	if want := "[false/false/true]"; fmt.Sprint(seen) != want {
+	// The decisions of throttle (one and several) and acquire, twice each.
+	if want := "[false/false/true false/false/true false/false/true false/false/true false/false/true false/false/true]"; fmt.Sprint(seen) != want {
 		t.Errorf("observed %v, want %s", seen, want)
 	}
 }

@@ -174,7 +174,8 @@ type Decision struct {
 	Remaining int64 `json:"remaining"`
 	// RetryAfterMs is 0 when allowed; when refused, the milliseconds until
 	// the same request would pass, or -1 when it never would (its quantity
-	// is above the limit).
+	// is above the limit); when refused by a fail-closed fallback, 1000,
+	// as Retry-After: 1.
 	RetryAfterMs int64 `json:"retry_after_ms"`
 	// ResetAfterMs is the milliseconds until the limit is whole again.
 	ResetAfterMs int64 `json:"reset_after_ms"`
@@ -185,7 +186,7 @@ type Decision struct {
 	// then the time until the ban ends).
 	Banned bool `json:"banned"`
 	// Fallback reports that the store could not decide, and Allowed is the
-	// configured fail-open or fail-closed answer.
+	// configured fail-open (200) or fail-closed (503) answer.
 	Fallback bool `json:"fallback"`
 	// Lease is the id of the lease an allowed acquire took.
 	Lease string `json:"lease,omitempty"`
@@ -218,8 +219,11 @@ func decision(r funnel.Result) Decision {
 		Banned:       r.Banned,
 		Fallback:     r.Fallback,
 	}
-	if r.Allowed {
+	switch {
+	case r.Allowed:
 		d.RetryAfterMs = 0
+	case r.Fallback:
+		d.RetryAfterMs = ms(fallbackRetry)
 	}
 	return d
 }
@@ -264,9 +268,11 @@ type MultiDecision struct {
 	// Refused is the index in Limits of the first refusing limit, or -1.
 	Refused int `json:"refused"`
 	// RetryAfterMs is 0 when allowed, else the longest wait of the
-	// refusing limits, in milliseconds (-1: never).
+	// refusing limits, in milliseconds (-1: never); a fail-closed
+	// fallback's wait is 1000.
 	RetryAfterMs int64 `json:"retry_after_ms"`
-	// Fallback reports that the store could not decide.
+	// Fallback reports that the store could not decide for at least one
+	// limit. A refusal by fail-closed fallbacks only is answered 503.
 	Fallback bool `json:"fallback"`
 	// Results are each limit's own decision, in the order of Limits.
 	Results []Decision `json:"results"`
