@@ -110,9 +110,13 @@ func (c *Credentials) StreamInterceptor(opts GRPCOptions) grpc.StreamServerInter
 }
 
 // ServerOptions returns the options that install both interceptors on a
-// grpc.Server. Interceptors chained by options given before these run
-// before them; give these first, so that the others see the user.
+// grpc.Server, or none when c is empty. Interceptors chained by options
+// given before these run before them; give these first, so that the others
+// see the user.
 func (c *Credentials) ServerOptions(opts GRPCOptions) []grpc.ServerOption {
+	if !c.Enabled() {
+		return nil
+	}
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(c.UnaryInterceptor(opts)),
 		grpc.ChainStreamInterceptor(c.StreamInterceptor(opts)),
