@@ -252,9 +252,23 @@ func cmdThrottle(c *conn, args [][]byte) {
 		c.storeError(err)
 		return
 	}
-	if res.Allowed {
+	switch {
+	case res.Fallback:
+		if c.decided(&res) {
+			return
+		}
+		if !res.Allowed {
+			// The refusal of FailClosedRefuse: nothing remaining (Reply
+			// would derive remaining from a reset after of 0), retry in 1 s.
+			c.wr.WriteArray(5)
+			for _, v := range [5]int64{1, p.Limit, 0, cell.Seconds(res.RetryAfter), 0} {
+				c.wr.WriteInt(v)
+			}
+			return
+		}
+	case res.Allowed:
 		c.batch.allowed++
-	} else {
+	default:
 		c.batch.limited++
 	}
 	reply := cell.Reply(p, res)

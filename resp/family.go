@@ -210,6 +210,29 @@ func (c *conn) count(allowed bool) {
 	}
 }
 
+// decided counts the decision r and reports whether it is a fail-closed
+// fallback that was answered with the error reply (Config.FailClosed), in
+// which case the caller writes nothing more. Under FailClosedRefuse, a
+// fail-closed r is changed into the refusal to write: a retry after of one
+// second, nothing remaining, a reset after of 0.
+func (c *conn) decided(r *funnel.Result) bool {
+	c.count(r.Allowed)
+	if !r.Fallback {
+		return false
+	}
+	if r.Allowed {
+		c.s.failOpen.Add(1)
+		return false
+	}
+	c.s.failClosed.Add(1)
+	if c.s.cfg.FailClosed == FailClosedError {
+		c.wr.WriteError(ErrFailClosed)
+		return true
+	}
+	r.RetryAfter, r.Remaining, r.ResetAfter = failClosedRetry, 0, 0
+	return false
+}
+
 // famError replies to an error of the limiter: bad arguments and the
 // store's typed refusals are the client's; anything else is logged.
 func (c *conn) famError(err error) {
@@ -239,7 +262,9 @@ func cmdFunnelAllow(c *conn, args [][]byte) {
 		c.famError(err)
 		return
 	}
-	c.count(r.Allowed)
+	if c.decided(&r) {
+		return
+	}
 	c.writeFamResult(r)
 }
 
@@ -281,6 +306,23 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 		return
 	}
 	c.count(m.Allowed)
+	for i := range m.Results {
+		r := &m.Results[i]
+		if !r.Fallback {
+			continue
+		}
+		if r.Allowed {
+			c.s.failOpen.Add(1)
+			continue
+		}
+		c.s.failClosed.Add(1)
+		if c.s.cfg.FailClosed == FailClosedError {
+			c.wr.WriteError(ErrFailClosed)
+			return
+		}
+		r.RetryAfter, r.Remaining, r.ResetAfter = failClosedRetry, 0, 0
+		m.RetryAfter = max(m.RetryAfter, failClosedRetry)
+	}
 	retry := retryMillis(m.Allowed, m.RetryAfter)
 	c.wr.WriteArray(4)
 	c.wr.WriteInt(b2i(m.Allowed))
@@ -337,7 +379,9 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 		c.famError(err)
 		return
 	}
-	c.count(r.Allowed)
+	if c.decided(&r) {
+		return
+	}
 	retry := retryMillis(r.Allowed, r.RetryAfter)
 	c.wr.WriteArray(6)
 	c.wr.WriteInt(b2i(r.Allowed))

@@ -24,13 +24,18 @@ var redisServers atomic.Int64
 // replies are exact there too; it is closed when the test ends.
 func startRedisServer(t *testing.T, srv *redistest.Server, cfg resp.Config) *testServer {
 	t.Helper()
+	return startRedisServerOpts(t, srv, cfg, redisstore.Options{Timeout: 20 * time.Second})
+}
+
+// startRedisServerOpts is startRedisServer with the store's options opts
+// (their clock and prefix are set here).
+func startRedisServerOpts(t *testing.T, srv *redistest.Server, cfg resp.Config, opts redisstore.Options) *testServer {
+	t.Helper()
 	client := srv.Client()
 	clock := storetest.NewClock(storetest.Epoch)
-	st := redisstore.New(client, redisstore.Options{
-		Now:     clock.Now,
-		Prefix:  fmt.Sprintf("resp%d:", redisServers.Add(1)),
-		Timeout: 20 * time.Second,
-	})
+	opts.Now = clock.Now
+	opts.Prefix = fmt.Sprintf("resp%d:", redisServers.Add(1))
+	st := redisstore.New(client, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -117,4 +122,61 @@ func TestServerThrottleWrongType(t *testing.T) {
 			t.Errorf("%d log records for client errors", n)
 		}
 	})
+}
+
+// With Redis down, a fail-closed fallback is never a reply that looks like
+// a decision: by default the error TRYAGAIN, or with FailClosedRefuse a
+// refusal with a retry after of one second (not 0). A fail-open fallback
+// answers allowed. Each is counted in Stats, and none is logged per call.
+func TestServerFallbacks(t *testing.T) {
+	t.Parallel()
+	const tryAgain = "-" + resp.ErrFailClosed + "\r\n"
+	for _, tc := range []struct {
+		name     string
+		cfg      resp.Config
+		failOpen bool
+		throttle string
+		allow    string
+		acquire  string
+	}{
+		{"FailClosedError", resp.Config{}, false, tryAgain, tryAgain, tryAgain},
+		{"FailClosedRefuse", resp.Config{FailClosed: resp.FailClosedRefuse}, false,
+			ints(1, 16, 0, 1, 0), ints(0, 10, 0, 1000, 0, 0, 0), "*6\r\n:0\r\n:3\r\n:0\r\n:1000\r\n:0\r\n$-1\r\n"},
+		{"FailOpen", resp.Config{}, true,
+			ints(0, 16, 16, -1, 0), ints(1, 10, 0, -1, 0, 0, 0), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			logs := &countingHandler{}
+			tc.cfg.Logger = slog.New(logs)
+			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 100 * time.Millisecond, FailOpen: tc.failOpen})
+			c := ts.dial(t)
+			if got := c.do("CL.THROTTLE", "k", "15", "30", "60"); got != ints(0, 16, 15, -1, 2) {
+				t.Fatalf("with Redis up: %q", got)
+			}
+			srv.Stop()
+			if got := c.do("CL.THROTTLE", "k", "15", "30", "60"); got != tc.throttle {
+				t.Errorf("CL.THROTTLE: %q, want %q", got, tc.throttle)
+			}
+			if got := c.do("FUNNEL.ALLOW", "f", "fixed_window", "10", "1000"); got != tc.allow {
+				t.Errorf("FUNNEL.ALLOW: %q, want %q", got, tc.allow)
+			}
+			if tc.acquire != "" {
+				if got := c.do("FUNNEL.ACQUIRE", "c", "3", "1000"); got != tc.acquire {
+					t.Errorf("FUNNEL.ACQUIRE: %q, want %q", got, tc.acquire)
+				}
+			}
+			if got := c.do("FUNNEL.ALLOWALL", "2", "LIMIT", "{a}1", "fixed_window", "10", "1000", "LIMIT", "{a}2", "gcra", "10", "1000"); tc.throttle == tryAgain && got != tryAgain {
+				t.Errorf("FUNNEL.ALLOWALL: %q, want %q", got, tryAgain)
+			}
+			st := ts.srv.Stats()
+			if tc.failOpen && (st.FailOpen < 2 || st.FailClosed != 0) || !tc.failOpen && (st.FailClosed < 3 || st.FailOpen != 0) {
+				t.Errorf("Stats: %+v", st)
+			}
+			if n := logs.n.Load(); n > 1 {
+				t.Errorf("%d log records for %d fallbacks", n, st.FailOpen+st.FailClosed)
+			}
+		})
+	}
 }

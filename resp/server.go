@@ -71,7 +71,37 @@ type Config struct {
 	MaxOutputBuffer int
 	// Logger receives connection-level events; nil means slog.Default().
 	Logger *slog.Logger
+	// FailClosed chooses the reply to a decision that the store could not
+	// make and answered fail-closed (a Result with Fallback set and not
+	// Allowed, as the Redis store gives when Redis cannot be reached in
+	// time). The zero value, FailClosedError, is the one that cannot be
+	// mistaken for a decision.
+	FailClosed FailClosedReply
 }
+
+// FailClosedReply is how a Server answers a fail-closed fallback.
+type FailClosedReply int
+
+const (
+	// FailClosedError answers the error "-TRYAGAIN store unavailable: the
+	// request was not decided", which a client can tell apart from a
+	// refusal. (Some clients retry TRYAGAIN by themselves, as they do in a
+	// resharding Redis Cluster: go-redis up to Options.MaxRetries times.)
+	FailClosedError FailClosedReply = iota
+	// FailClosedRefuse answers the command's usual refusal, for clients
+	// that need its integers: limited, with a retry after of one second
+	// (never 0, which would invite an instant retry), 0 remaining and a
+	// reset after of 0.
+	FailClosedRefuse
+)
+
+// ErrFailClosed is the text of the error reply to a fail-closed fallback
+// under FailClosedError.
+const ErrFailClosed = "TRYAGAIN store unavailable: the request was not decided"
+
+// failClosedRetry is the retry after of a fail-closed fallback answered as
+// a refusal.
+const failClosedRetry = time.Second
 
 // NonBlockingStore is a store that may say that its calls never wait on the
 // network, a disk or a lock held for long, as an in-memory store's do. With
@@ -105,6 +135,8 @@ type Server struct {
 	drainEnd atomic.Int64 // Unix ns when Shutdown stops reading
 	accepted atomic.Int64
 	rejected atomic.Int64
+	// Fallbacks are rare (the store is down): counted here, not per batch.
+	failOpen, failClosed atomic.Int64
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -307,8 +339,12 @@ type Stats struct {
 	// Commands counts commands processed.
 	Commands int64
 	// Allowed and Limited count decisions (CL.THROTTLE and FUNNEL.*) by
-	// outcome.
+	// outcome. Fallbacks are counted in them too (fail-open as allowed,
+	// fail-closed as limited).
 	Allowed, Limited int64
+	// FailOpen and FailClosed count the decisions the store could not make
+	// and answered with its fail-open or fail-closed fallback.
+	FailOpen, FailClosed int64
 }
 
 // Stats returns the server's counters. Counts of a connected client are
@@ -323,6 +359,9 @@ func (s *Server) Stats() Stats {
 		Commands: s.done.commands,
 		Allowed:  s.done.allowed,
 		Limited:  s.done.limited,
+
+		FailOpen:   s.failOpen.Load(),
+		FailClosed: s.failClosed.Load(),
 	}
 	for c := range s.conns {
 		st.Commands += c.stats.commands.Load()
