@@ -35,6 +35,12 @@ type Config struct {
 	// FailOpen makes the Redis store admit requests while Redis cannot be
 	// reached; by default it refuses them (fail-closed).
 	FailOpen bool `yaml:"fail_open"`
+	// RESPFailClosed is how the RESP server answers a request refused
+	// because the store could not decide (fail-closed): "error" (the
+	// default) answers -TRYAGAIN, which no client can mistake for a
+	// decision; "refuse" answers the command's refusal with a retry after
+	// of one second, for clients that need its integers.
+	RESPFailClosed string `yaml:"resp_fail_closed"`
 	// KeyPrefix is prepended to every key the Redis store writes.
 	KeyPrefix string `yaml:"key_prefix"`
 	// RequirePass is the password of the "default" user of the RESP server;
@@ -81,6 +87,7 @@ func Default() Config {
 		HTTP:            "127.0.0.1:8080",
 		GRPC:            "127.0.0.1:8081",
 		Store:           "memory",
+		RESPFailClosed:  "error",
 		ShutdownTimeout: 10 * time.Second,
 		LogLevel:        "info",
 	}
@@ -152,6 +159,10 @@ func (c Config) Validate() error {
 		return bad("idle_timeout %v is negative", c.IdleTimeout)
 	case c.ShutdownTimeout < 0:
 		return bad("shutdown_timeout %v is negative", c.ShutdownTimeout)
+	case c.RESPFailClosed != "" && c.RESPFailClosed != "error" && c.RESPFailClosed != "refuse":
+		return bad("resp_fail_closed %q: want error or refuse", c.RESPFailClosed)
+	case c.Rules != "" && c.GRPC == "":
+		return bad("rules %q: the rules serve Envoy's rate-limit service, which an empty grpc address turns off", c.Rules)
 	}
 	if _, err := c.Level(); err != nil {
 		return err

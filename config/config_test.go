@@ -63,6 +63,10 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.MaxClients = -1 }, "max_clients -1 is negative"},
 		{func(c *Config) { c.IdleTimeout = -time.Second }, "idle_timeout -1s is negative"},
 		{func(c *Config) { c.LogLevel = "loud" }, `log_level "loud"`},
+		{func(c *Config) { c.RESPFailClosed = "allow" }, `resp_fail_closed "allow": want error or refuse`},
+		{func(c *Config) { c.RESPFailClosed = "refuse" }, ""},
+		{func(c *Config) { c.Rules, c.GRPC = "rules.yaml", "" }, `rules "rules.yaml": the rules serve Envoy's rate-limit service, which an empty grpc address turns off`},
+		{func(c *Config) { c.Rules = "rules.yaml" }, ""},
 		{func(c *Config) { c.Store = "redis://127.0.0.1:6379/0" }, ""},
 		{func(c *Config) { c.LogLevel = "WARN" }, ""},
 	} {

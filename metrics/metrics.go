@@ -14,6 +14,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -83,6 +84,7 @@ type Metrics struct {
 
 	decisions   *prometheus.CounterVec
 	failOpen    *prometheus.CounterVec
+	failOpenAll *failOpenCollector // failOpen and FailOpenFunc's counts
 	storeTime   *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
@@ -101,6 +103,11 @@ type ruleCounters struct {
 	byOutcome [5]prometheus.Counter // allowed, refused, banned, fallback, error
 	failOpen  prometheus.Counter
 }
+
+// FailOpenHelp is the help text of funnel_fail_open_total, for a collector
+// that counts fail-open answers of its own under the same name (the RESP
+// server's, under the rule "resp").
+const FailOpenHelp = "Requests admitted without a decision because the store could not decide (fail open), by rule."
 
 // New returns Metrics registered in a new registry.
 func New(opts Options) *Metrics {
@@ -124,7 +131,7 @@ func New(opts Options) *Metrics {
 		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns,
 			Name:      "fail_open_total",
-			Help:      "Requests admitted without a decision because the store could not decide (fail open), by rule.",
+			Help:      FailOpenHelp,
 		}, []string{"rule"}),
 		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns,
@@ -151,7 +158,12 @@ func New(opts Options) *Metrics {
 	if m.maxRules <= 0 {
 		m.maxRules = DefaultMaxRules
 	}
-	m.reg.MustRegister(m.decisions, m.failOpen, m.storeTime, m.storeErrors, m.reloads, m.lastReload)
+	m.failOpenAll = &failOpenCollector{
+		vec:   m.failOpen,
+		desc:  prometheus.NewDesc(prometheus.BuildFQName(ns, "", "fail_open_total"), FailOpenHelp, []string{"rule"}, nil),
+		funcs: map[string]func() float64{},
+	}
+	m.reg.MustRegister(m.decisions, m.failOpenAll, m.storeTime, m.storeErrors, m.reloads, m.lastReload)
 	if !opts.NoRuntimeMetrics {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -275,6 +287,48 @@ func (m *Metrics) rulesReloadedAt(now time.Time, err error) {
 	}
 	m.reloads.WithLabelValues("success").Inc()
 	m.lastReload.Set(float64(now.UnixNano()) / 1e9)
+}
+
+// FailOpenFunc adds to funnel_fail_open_total the fail-open answers that
+// another part counts itself, under rule, read from count at each scrape
+// (the RESP server counts its own, under the rule "resp"). The rule must not
+// be one that ObserveDecision is given too; adding the same rule twice is an
+// error.
+func (m *Metrics) FailOpenFunc(rule string, count func() float64) error {
+	if m == nil {
+		return nil
+	}
+	c := m.failOpenAll
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.funcs[rule]; dup {
+		return fmt.Errorf("metrics: fail-open counts of rule %q added twice", rule)
+	}
+	c.funcs[rule] = count
+	return nil
+}
+
+// failOpenCollector collects funnel_fail_open_total: the counters of the
+// rules, and the counts added by FailOpenFunc.
+type failOpenCollector struct {
+	vec   *prometheus.CounterVec
+	desc  *prometheus.Desc
+	mu    sync.Mutex
+	funcs map[string]func() float64 // by rule, under mu
+}
+
+// Describe describes the counter vector, whose description the added counts
+// share.
+func (c *failOpenCollector) Describe(ch chan<- *prometheus.Desc) { c.vec.Describe(ch) }
+
+// Collect collects the counters of the rules, then each added count.
+func (c *failOpenCollector) Collect(ch chan<- prometheus.Metric) {
+	c.vec.Collect(ch)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for rule, f := range c.funcs {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, f(), rule)
+	}
 }
 
 // ConnectedClients registers a gauge of the clients connected over

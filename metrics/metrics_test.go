@@ -90,6 +90,29 @@ func TestDecisions(t *testing.T) {
 	}
 }
 
+// Fail-open answers that another part counts itself are in
+// funnel_fail_open_total beside the rules' own.
+func TestFailOpenFunc(t *testing.T) {
+	m := metrics.New(metrics.Options{NoRuntimeMetrics: true})
+	m.ObserveDecision("api", funnel.Result{Allowed: true, Fallback: true})
+	n := 0.0
+	if err := m.FailOpenFunc("resp", func() float64 { n++; return n }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FailOpenFunc("resp", func() float64 { return 0 }); err == nil {
+		t.Error("the same rule added twice")
+	}
+	s := scrape(t, m)
+	want(t, s, `funnel_fail_open_total{rule="api"}`, "1")
+	want(t, s, `funnel_fail_open_total{rule="resp"}`, "1")
+	s = scrape(t, m)
+	want(t, s, `funnel_fail_open_total{rule="resp"}`, "2")
+	var nilM *metrics.Metrics
+	if err := nilM.FailOpenFunc("resp", nil); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestRuntimeMetrics(t *testing.T) {
 	s := scrape(t, metrics.New(metrics.Options{}))
 	if _, ok := s["go_goroutines"]; !ok {

@@ -60,6 +60,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	fs.IntVar(&f.MaxKeys, "max-keys", def.MaxKeys, "bound on the memory store's keys (0: none)")
 	fs.DurationVar(&f.StoreTimeout, "store-timeout", def.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
 	fs.BoolVar(&f.FailOpen, "fail-open", def.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
+	fs.StringVar(&f.RESPFailClosed, "resp-fail-closed", def.RESPFailClosed, "RESP `reply` to a request refused because the store could not decide: error (-TRYAGAIN) or refuse (the command's refusal, retry after 1s)")
 	fs.StringVar(&f.KeyPrefix, "key-prefix", def.KeyPrefix, "`prefix` of every key the Redis store writes")
 	fs.StringVar(&f.RequirePass, "requirepass", def.RequirePass, "`password` that RESP clients must give with AUTH")
 	fs.StringVar(&f.UsersFile, "users-file", def.UsersFile, "`file` of RESP users, one \"name password\" per line")
@@ -134,6 +135,8 @@ func override(cfg *config.Config, f config.Config, name string) {
 		cfg.StoreTimeout = f.StoreTimeout
 	case "fail-open":
 		cfg.FailOpen = f.FailOpen
+	case "resp-fail-closed":
+		cfg.RESPFailClosed = f.RESPFailClosed
 	case "key-prefix":
 		cfg.KeyPrefix = f.KeyPrefix
 	case "requirepass":

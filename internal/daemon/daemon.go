@@ -71,6 +71,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		IdleTimeout: cfg.IdleTimeout,
 		EventLoops:  cfg.EventLoops,
 		Logger:      log,
+		FailClosed:  respFailClosed(cfg.RESPFailClosed),
 	})
 	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
 		d.Close()
@@ -78,28 +79,51 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	}
 	// Decisions over RESP have no rule to label them by: they are counted
 	// apart, from the server's own counters.
-	for _, outcome := range []string{"allowed", "refused"} {
-		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "funnel_resp_decisions_total",
-			Help:        "Decisions made over the Redis protocol (CL.THROTTLE and FUNNEL.*), by outcome.",
-			ConstLabels: prometheus.Labels{"outcome": outcome},
-		}, func() float64 {
-			st := d.respSrv.Stats()
-			if outcome == "allowed" {
-				return float64(st.Allowed)
-			}
-			return float64(st.Limited)
-		})
+	// Fallbacks (the store could not decide) are counted apart from the
+	// decisions, as the other edges count them, and fail-open ones in
+	// funnel_fail_open_total too, under the rule "resp".
+	stat := func(f func(resp.Stats) int64) func() float64 {
+		return func() float64 { return float64(f(d.respSrv.Stats())) }
+	}
+	for _, c := range []prometheus.Collector{
+		respDecisions("allowed", stat(func(st resp.Stats) int64 { return st.Allowed - st.FailOpen })),
+		respDecisions("refused", stat(func(st resp.Stats) int64 { return st.Limited - st.FailClosed })),
+		respDecisions("fallback", stat(func(st resp.Stats) int64 { return st.FailOpen + st.FailClosed })),
+	} {
 		if err := d.metrics.Registry().Register(c); err != nil {
 			d.Close()
 			return nil, err
 		}
+	}
+	if err := d.metrics.FailOpenFunc("resp", stat(func(st resp.Stats) int64 { return st.FailOpen })); err != nil {
+		d.Close()
+		return nil, err
 	}
 	if err := d.openEdges(); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// storeCheckTimeout bounds the check of a Redis store at start.
+const storeCheckTimeout = 5 * time.Second
+
+// respDecisions counts the RESP server's decisions of one outcome.
+func respDecisions(outcome string, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "funnel_resp_decisions_total",
+		Help:        "Decisions made over the Redis protocol (CL.THROTTLE and FUNNEL.*), by outcome (allowed, refused, fallback: the store could not decide).",
+		ConstLabels: prometheus.Labels{"outcome": outcome},
+	}, f)
+}
+
+// respFailClosed maps the configuration's resp_fail_closed to the server's.
+func respFailClosed(s string) resp.FailClosedReply {
+	if s == "refuse" {
+		return resp.FailClosedRefuse
+	}
+	return resp.FailClosedError
 }
 
 func (d *Daemon) openStore() error {
@@ -119,6 +143,19 @@ func (d *Daemon) openStore() error {
 		})
 		if err != nil {
 			return fmt.Errorf("daemon: store %s: %w", redact(d.cfg.Store), err)
+		}
+		// A wrong password, a missing database or a Redis that is not there
+		// would make every decision a fallback: refuse to start, and say
+		// why, unless the store is to admit while Redis is away.
+		ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
+		err = s.Check(ctx)
+		cancel()
+		if err != nil {
+			if !d.cfg.FailOpen {
+				s.Close()
+				return fmt.Errorf("daemon: store %s: %w (with --fail-open, Funnel starts anyway and admits requests until Redis answers)", redact(d.cfg.Store), err)
+			}
+			d.log.Warn("the store cannot decide yet; admitting requests (fail-open) until it can", "store", redact(d.cfg.Store), "err", err)
 		}
 		// A network store's latency and errors are worth watching; the
 		// memory store's decisions take nanoseconds, and timing them would
