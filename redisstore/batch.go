@@ -196,8 +196,10 @@ func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (statu
 	return answers[0].status, answers[0].d, answers[0].err
 }
 
-// send decides a batch in one script call, under the store's timeout, and
-// hands each call its answer.
+// send decides a batch in one script call, and hands each call its answer.
+// The call is bounded by the store's timeout from when the batch's oldest
+// decision was queued (the batch is in order of arrival), so that no
+// decision waits longer than the timeout in all, queue and call together.
 func (s *Store) send(batch []*call) {
 	if len(batch) > 1 {
 		s.batched.Add(int64(len(batch)))
@@ -208,7 +210,7 @@ func (s *Store) send(batch []*call) {
 		keys, args = throttleArgs(batch, keys, args)
 		ctx, cancel := context.Background(), context.CancelFunc(func() {})
 		if s.timeout > 0 {
-			ctx, cancel = context.WithTimeout(ctx, s.timeout)
+			ctx, cancel = context.WithDeadline(ctx, batch[0].queued.Add(s.timeout))
 		}
 		var v []int64
 		v, err = s.runner.eval(ctx, gcraLua, keys, args)

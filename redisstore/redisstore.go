@@ -276,6 +276,28 @@ func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error
 	return time.Duration(d), d > 0, nil
 }
 
+// checkKey is the key Check reads: one that no decision uses.
+const checkKey = "\x00funnel:check"
+
+// Check reads one key through the store's script, as a decision would, and
+// returns the error that prevents it: a Redis that cannot be reached, a
+// wrong password or user, a database that does not exist, a server that
+// refuses scripts. A program calls it at start, to refuse to start with the
+// reason rather than answer every decision with the fallback. The time it
+// may take is ctx's, not the store's timeout (a first connection may take
+// longer than a decision). The error wraps funnel.ErrUnavailable.
+func (s *Store) Check(ctx context.Context) error {
+	args, err := s.args("g", 0)
+	if err != nil {
+		return err
+	}
+	_, err = s.runner.eval(ctx, gcraLua, []string{s.prefix + checkKey}, args)
+	if err == nil || errors.Is(err, ErrWrongType) {
+		return nil
+	}
+	return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
+}
+
 // errInternal marks replies that the script cannot give: a bug, never an
 // outage.
 var errInternal = errors.New("redisstore: internal error")

@@ -17,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/daemon"
-	"github.com/redis/go-redis/v9"
+	"github.com/funnelrl/funnel/internal/redistest"
 )
 
 const waitFor = 10 * time.Second
@@ -228,6 +231,9 @@ func TestDaemonNewErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
+	locked := redistest.StartServer(t, "--requirepass", "s3cret")
+	down := redistest.StartServer(t)
+	down.Stop()
 	dir := t.TempDir()
 	badUsers := filepath.Join(dir, "bad")
 	os.WriteFile(badUsers, []byte("alice\n"), 0o600)
@@ -242,6 +248,9 @@ func TestDaemonNewErrors(t *testing.T) {
 		{"NoUsersFile", func(c *config.Config) { c.UsersFile = filepath.Join(dir, "missing") }, "no such file", nil},
 		{"BadUsersFile", func(c *config.Config) { c.UsersFile = badUsers }, `want "name password"`, config.ErrInvalid},
 		{"PortInUse", func(c *config.Config) { c.RESP = busy.Addr().String() }, "address already in use", nil},
+		{"RedisWrongPassword", func(c *config.Config) { c.Store = "redis://:hunter2@" + locked.Addr + "/0" }, "WRONGPASS", funnel.ErrUnavailable},
+		{"RedisMissingDB", func(c *config.Config) { c.Store = "redis://:s3cret@" + locked.Addr + "/99" }, "DB index is out of range", funnel.ErrUnavailable},
+		{"RedisDown", func(c *config.Config) { c.Store = "redis://" + down.Addr }, "connection refused", funnel.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
@@ -316,5 +325,56 @@ func TestDaemonHTTP(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With Redis gone, RESP answers fail-closed fallbacks with TRYAGAIN (never
+// a reply that looks like a decision) and fail-open ones as allowed, and
+// /metrics counts both; a fail-open daemon starts while Redis is down.
+func TestDaemonRESPFallbacks(t *testing.T) {
+	t.Parallel()
+	metricsOf := func(d *daemon.Daemon) string {
+		t.Helper()
+		res, err := http.Get("http://" + d.HTTPAddr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+
+	srv := redistest.StartServer(t)
+	cfg := testConfig()
+	cfg.Store = "redis://" + srv.Addr
+	closed, _, _ := start(t, cfg)
+	rdb := redis.NewClient(&redis.Options{Addr: closed.RESPAddr().String(), MaxRetries: -1})
+	defer rdb.Close()
+	if r, err := rdb.Do(ctx, "CL.THROTTLE", "k", 1, 1, 60).Int64Slice(); err != nil || !slices.Equal(r, []int64{0, 2, 1, -1, 60}) {
+		t.Fatalf("CL.THROTTLE with Redis up: %v, %v", r, err)
+	}
+	srv.Stop()
+	if _, err := rdb.Do(ctx, "CL.THROTTLE", "k", 1, 1, 60).Result(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN ") {
+		t.Fatalf("CL.THROTTLE with Redis down, fail-closed: %v", err)
+	}
+	if m := metricsOf(closed); !strings.Contains(m, `funnel_resp_decisions_total{outcome="fallback"} 1`) ||
+		!strings.Contains(m, `funnel_resp_decisions_total{outcome="refused"} 0`) ||
+		!strings.Contains(m, `funnel_fail_open_total{rule="resp"} 0`) {
+		t.Errorf("/metrics, fail-closed:\n%s", m)
+	}
+
+	cfg = testConfig()
+	cfg.Store, cfg.FailOpen = "redis://"+srv.Addr, true
+	open, _, _ := start(t, cfg)
+	rdb2 := redis.NewClient(&redis.Options{Addr: open.RESPAddr().String(), MaxRetries: -1})
+	defer rdb2.Close()
+	if r, err := rdb2.Do(ctx, "CL.THROTTLE", "k", 1, 1, 60).Int64Slice(); err != nil || !slices.Equal(r, []int64{0, 2, 2, -1, 0}) {
+		t.Fatalf("CL.THROTTLE with Redis down, fail-open: %v, %v", r, err)
+	}
+	if m := metricsOf(open); !strings.Contains(m, `funnel_resp_decisions_total{outcome="fallback"} 1`) ||
+		!strings.Contains(m, `funnel_fail_open_total{rule="resp"} 1`) {
+		t.Errorf("/metrics, fail-open:\n%s", m)
 	}
 }

@@ -259,7 +259,7 @@ func (s *Server) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
-// waitReady polls addr with PING until the server answers PONG, the process
+// waitReady polls addr with PING until the server answers PONG (or NOAUTH), the process
 // exits, or StartTimeout passes.
 func waitReady(addr string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(StartTimeout)
@@ -295,7 +295,8 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	// A server started with --requirepass answers NOAUTH: it is up too.
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH ") {
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 	}
 	return nil
