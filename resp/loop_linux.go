@@ -59,10 +59,12 @@ import (
 // (at least every 10 ms, at most every second): a client is idle when it has
 // neither sent commands nor taken replies for that long.
 //
-// Shutdown. The loops go on serving until the drain ends (100 ms after
-// Shutdown); then they stop reading, run the commands that are already
-// read, write the replies and close each connection once its replies are
-// out. Close and the end of Shutdown stop the loops, which close their
+// Shutdown. When a loop sees that the server is closing, it serves each of
+// its connections once, and from then on closes a connection as soon as it
+// is drained, as Server.Shutdown says: when, after serving it, no reply
+// waits and a look at the socket (MSG_PEEK) finds nothing more to read. A
+// connection whose replies wait is served as usual until they are written.
+// Close and the end of Shutdown stop the loops, which close their
 // connections and descriptors.
 
 const (
@@ -247,7 +249,7 @@ type eventLoop struct {
 	events    [loopEvents]unix.EpollEvent
 	now       time.Time // when the last epoll_wait returned
 	nextSweep time.Time
-	drainOver bool // Shutdown's drain has ended: no more reading
+	draining  bool // the server is closing: close connections once drained
 }
 
 func newLoop(s *Server, id int) (*eventLoop, error) {
@@ -336,8 +338,8 @@ func (l *eventLoop) run() {
 			}
 			return
 		}
-		if !l.drainOver && s.closing.Load() && !l.now.Before(time.Unix(0, s.drainEnd.Load())) {
-			l.endDrain()
+		if !l.draining && s.closing.Load() {
+			l.startDrain()
 		}
 		if idle > 0 && !l.now.Before(l.nextSweep) {
 			l.sweep(idle)
@@ -347,21 +349,12 @@ func (l *eventLoop) run() {
 }
 
 // timeout returns epoll_wait's timeout in milliseconds: until the next
-// sweep or the end of Shutdown's drain, or -1 (none).
+// sweep, or -1 (none).
 func (l *eventLoop) timeout(idle time.Duration) int {
-	var next time.Time
-	if idle > 0 {
-		next = l.nextSweep
-	}
-	if !l.drainOver && l.s.closing.Load() {
-		if end := time.Unix(0, l.s.drainEnd.Load()); next.IsZero() || end.Before(next) {
-			next = end
-		}
-	}
-	if next.IsZero() {
+	if idle <= 0 {
 		return -1
 	}
-	d := time.Until(next)
+	d := time.Until(l.nextSweep)
 	if d <= 0 {
 		return 0
 	}
@@ -408,9 +401,9 @@ func (l *eventLoop) add(lc *lconn) {
 	l.conns[lc.fd] = lc
 	lc.slot = len(l.list)
 	l.list = append(l.list, lc)
-	if l.drainOver {
-		// Accepted just before Shutdown and never read from: done.
-		lc.noRead = true
+	if l.draining {
+		// Accepted just before Shutdown: answer what the client has sent
+		// already.
 		l.serve(lc)
 	}
 }
@@ -467,7 +460,7 @@ func (l *eventLoop) handle(lc *lconn, events uint32) {
 // waiting for EPOLLOUT.
 func (l *eventLoop) serve(lc *lconn) {
 	c := lc.c
-	lc.drained, lc.budget = lc.noRead, readBudget
+	lc.drained, lc.budget = false, readBudget
 	ran := false
 	for !lc.pending() && lc.werr == nil {
 		args, err := c.rd.ReadCommand()
@@ -501,9 +494,12 @@ func (l *eventLoop) serve(lc *lconn) {
 	switch {
 	case lc.pending():
 		l.watch(lc, true)
-	case lc.finish || lc.noRead:
-		// Done (QUIT, an error, the end of the input or of Shutdown's
-		// drain), with every reply written.
+	case lc.finish:
+		// Done (QUIT, an error, the end of the input), with every reply
+		// written.
+		l.close(lc)
+	case l.s.closing.Load() && !inputWaiting(lc.fd):
+		// Drained, as Shutdown says.
 		l.close(lc)
 	}
 }
@@ -524,12 +520,12 @@ func (l *eventLoop) watch(lc *lconn, out bool) error {
 	return nil
 }
 
-// endDrain ends Shutdown's drain: the loop stops reading, runs the commands
-// already read, and closes each connection once its replies are written.
-func (l *eventLoop) endDrain() {
-	l.drainOver = true
+// startDrain begins Shutdown's drain: the loop serves every connection
+// that does not wait to write, so that those that are drained close, idle
+// ones included. The others close when they are.
+func (l *eventLoop) startDrain() {
+	l.draining = true
 	for _, lc := range slices.Clone(l.list) {
-		lc.noRead = true
 		if lc.fd >= 0 && !lc.outWatch {
 			l.serve(lc)
 		}
@@ -561,7 +557,6 @@ type lconn struct {
 
 	drained bool // nothing more to read until the next wake-up
 	budget  int  // bytes that may still be read in this wake-up
-	noRead  bool // Shutdown's drain is over: read no more
 
 	out      []byte // replies waiting for the socket: out[off:]
 	off      int

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,10 +21,6 @@ const DefaultMaxClients = 10000
 // DefaultMaxOutputBuffer is the default bound on the replies that wait for a
 // client that does not read them: 32 MiB.
 const DefaultMaxOutputBuffer = 32 << 20
-
-// shutdownDrain is how long Shutdown goes on reading from connected
-// clients, so that the commands they sent before it began are answered.
-const shutdownDrain = 100 * time.Millisecond
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("resp: server closed")
@@ -132,7 +129,6 @@ type Server struct {
 
 	nextID   atomic.Int64
 	closing  atomic.Bool
-	drainEnd atomic.Int64 // Unix ns when Shutdown stops reading
 	accepted atomic.Int64
 	rejected atomic.Int64
 	// Fallbacks are rare (the store is down): counted here, not per batch.
@@ -253,25 +249,37 @@ func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 	return false
 }
 
-// Shutdown stops accepting connections, lets every client finish the
-// commands it has already sent (it goes on reading for 100 ms, so that
-// commands in flight are answered too), flushes their replies and closes the
-// connections. It returns when all are closed, or with ctx's error when ctx
-// ends first (the connections are then closed at once).
+// Shutdown shuts the server down gracefully. It closes the listeners, then
+// drains every connection by one rule, with event loops as with a goroutine
+// per connection: the server goes on reading the client's commands, running
+// them and writing their replies until every reply is written to the socket
+// and the socket holds nothing more to read; then it closes the connection.
+// So every command that has reached the server by then is answered, a
+// pipeline that goes on arriving while the server answers its start
+// included, and no connection is closed with input unread, which would make
+// the system reset it and drop the replies not yet delivered. An idle client
+// is disconnected at once. The part of a command whose rest has not arrived
+// is dropped. Where the server cannot look into a socket (a connection that
+// is not one, or a platform other than Unix), a connection is drained once
+// its replies to the commands read are written.
+//
+// Shutdown returns nil once every connection is closed. When ctx ends
+// first, it closes the remaining connections at once, as Close does, and
+// returns ctx's error: ctx bounds the drain, which a client that never stops
+// sending would otherwise prolong for ever.
 func (s *Server) Shutdown(ctx context.Context) error {
-	end := time.Now().Add(shutdownDrain)
-	s.drainEnd.Store(end.UnixNano())
 	s.closing.Store(true)
 	s.mu.Lock()
 	for ln := range s.listeners {
 		ln.Close()
 	}
 	for c := range s.conns {
-		// Clients waiting for input wait until the drain ends; a client in
-		// the middle of its commands sees closing when it next would wait.
-		// (The event loops watch the drain's end themselves.)
+		// Wake the goroutines that wait for input, so that they see that
+		// the server is closing; a goroutine that is busy sees it when it
+		// next has answered all it has read. (The event loops are woken
+		// below.)
 		if c.nc != nil {
-			c.nc.SetReadDeadline(end)
+			c.nc.SetReadDeadline(time.Now())
 		}
 	}
 	loops := s.loops
@@ -426,6 +434,7 @@ func (c *conn) serve() {
 	defer c.s.forget(c)
 	defer c.nc.Close()
 	idle := c.s.cfg.IdleTimeout
+	var idleAt time.Time // the read deadline of IdleTimeout; zero: none
 	for {
 		if !c.rd.Ready() {
 			// Every command read so far is answered: flush once for the
@@ -435,16 +444,25 @@ func (c *conn) serve() {
 				return
 			}
 			if idle > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(idle))
+				idleAt = time.Now().Add(idle)
+				c.nc.SetReadDeadline(idleAt)
 			}
+			// Shutdown sets closing, then a deadline that wakes the read:
+			// a deadline set here before closing is seen is overridden.
 			if c.s.closing.Load() {
-				// Shutting down: read what the client has sent until the
-				// drain ends (after Close, that is already past).
-				c.nc.SetReadDeadline(time.Unix(0, c.s.drainEnd.Load()))
+				if c.drained() {
+					return
+				}
+				c.nc.SetReadDeadline(idleAt) // undo Shutdown's wake-up
 			}
 		}
 		args, err := c.rd.ReadCommand()
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && c.s.closing.Load() && (idleAt.IsZero() || time.Now().Before(idleAt)) {
+				// Shutdown's wake-up, not IdleTimeout: the Reader has kept
+				// what it had read.
+				continue
+			}
 			c.readFailed(err)
 			return
 		}
@@ -456,6 +474,24 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// drained reports whether the connection, whose replies are all written, is
+// drained as Shutdown says: its socket holds nothing more to read.
+func (c *conn) drained() bool {
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	waiting := false
+	if rc.Control(func(fd uintptr) { waiting = inputWaiting(int(fd)) }) != nil {
+		return true
+	}
+	return !waiting
 }
 
 // readFailed answers a protocol error before the connection closes.

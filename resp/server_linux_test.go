@@ -262,7 +262,7 @@ func TestServerShutdownPendingOutput(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Fatalf("Shutdown returned (%v) while replies wait for the client", err)
-	case <-time.After(300 * time.Millisecond): // the drain lasts 100 ms
+	case <-time.After(300 * time.Millisecond): // time enough to close the connection if it did not wait
 	}
 	for i := range n {
 		if got := c.read(); got != want {
