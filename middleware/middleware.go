@@ -15,6 +15,15 @@
 // default), are refused with 503 (FailClosed), or go to a handler of yours
 // (OnStoreError).
 //
+// A fail-closed answer, the middleware's (FailClosed) or the store's own (a
+// Result with Fallback set and Allowed false, as a Redis store configured
+// to fail closed gives), is not a refusal by the limit and is not answered
+// 429: it is 503 Service Unavailable with Retry-After: 1 and a problem of
+// type temporary-reduced-capacity, so that a client retries later but not
+// at once. A fail-open answer passes the request to the wrapped handler.
+// Neither carries the RateLimit field, which would describe the key's
+// state: the store said nothing about the key.
+//
 // A request that the middleware answers itself gets a status chosen for
 // it, never an empty 200 (what net/http sends for a handler that writes
 // nothing). A request whose client goes away before it is decided, or
@@ -33,6 +42,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -128,7 +138,8 @@ func OnLimited(f func(w http.ResponseWriter, r *http.Request, res funnel.Result)
 // down with it.
 func FailOpen() Option { return func(c *config) { c.onError = nil } }
 
-// FailClosed answers 503 Service Unavailable when the store cannot decide.
+// FailClosed answers 503 Service Unavailable, with Retry-After: 1, when the
+// store cannot decide.
 func FailClosed() Option { return func(c *config) { c.onError = failClosed } }
 
 // OnStoreError handles the requests the store could not decide for: f
@@ -141,7 +152,8 @@ func FailClosed() Option { return func(c *config) { c.onError = failClosed } }
 // FailOpen, FailClosed and OnStoreError apply to errors. A store that
 // answers on its own when it cannot decide (a Result with Fallback set, as
 // a Redis store configured to fail open or closed does) is obeyed: its
-// open answer serves the request, its closed one is answered 503.
+// open answer serves the request, its closed one is answered as
+// FailClosed answers, 503 with Retry-After: 1.
 func OnStoreError(f func(w http.ResponseWriter, r *http.Request, next http.Handler, err error)) Option {
 	return func(c *config) { c.onError = f }
 }
@@ -372,8 +384,15 @@ func unserved(ctx context.Context, w http.ResponseWriter, while string) {
 	}.Write(w)
 }
 
-// failClosed refuses the request with 503; the error is logged, not sent.
+// fallbackRetry is how long a client refused by a fail-closed fallback is
+// told to wait (Retry-After: 1): the store may answer again by then.
+const fallbackRetry = time.Second
+
+// failClosed refuses the request with 503 and Retry-After: 1: the store did
+// not decide, so the answer must not look like a refusal by the limit
+// (429), and the client may retry soon. The error is logged, not sent.
 func failClosed(w http.ResponseWriter, _ *http.Request, _ http.Handler, _ error) {
+	w.Header().Set(HeaderRetryAfter, strconv.FormatInt(Seconds(fallbackRetry), 10))
 	Problem{
 		Type:   TypeTemporaryReducedCapacity,
 		Title:  "Temporary Reduced Capacity",
