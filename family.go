@@ -395,9 +395,15 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 }
 
 // Wait asks for n units of key under limit and, when admitted, waits the
-// Delay the result asks for (a LeakyBucket's queue) before returning. It
-// returns early with the context's error if ctx ends first; the units stay
-// charged. A refused request returns at once with Allowed false.
+// Delay the result asks for (a LeakyBucket's queue) before returning. A
+// refused request returns at once with Allowed false.
+//
+// If ctx ends before the Delay has passed, the caller will not proceed, so
+// Wait gives the n units back, as Refund does, and returns the zero Result
+// and ctx's error. The refund is asked on a context that keeps ctx's values
+// but not its end, bounded by a few seconds. If the refund fails too, the
+// units stay charged and the error wraps both ctx's error and the
+// refund's.
 func (l *Limiter) Wait(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	r, err := l.AllowN(ctx, key, limit, n)
 	if err != nil || !r.Allowed || r.Delay <= 0 {
@@ -409,9 +415,17 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit, n int64) (R
 	case <-t.C:
 		return r, nil
 	case <-ctx.Done():
-		return r, ctx.Err()
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), waitRefundTimeout)
+	defer cancel()
+	if err := l.Refund(rctx, key, limit, n); err != nil {
+		return Result{}, fmt.Errorf("funnel: Wait ended (%w) and the %d units stay charged, their refund failed: %w", ctx.Err(), n, err)
+	}
+	return Result{}, ctx.Err()
 }
+
+// waitRefundTimeout bounds the refund of a Wait whose context ended.
+const waitRefundTimeout = 2 * time.Second
 
 // Lease is a held unit of a Concurrency limit. Release it when the work is
 // done; if it is never released it expires after the limit's Period.

@@ -14,6 +14,25 @@
 // after. When the store cannot decide, requests go through (FailOpen, the
 // default), are refused with 503 (FailClosed), or go to a handler of yours
 // (OnStoreError).
+//
+// A fail-closed answer, the middleware's (FailClosed) or the store's own (a
+// Result with Fallback set and Allowed false, as a Redis store configured
+// to fail closed gives), is not a refusal by the limit and is not answered
+// 429: it is 503 Service Unavailable with Retry-After: 1 and a problem of
+// type temporary-reduced-capacity, so that a client retries later but not
+// at once. A fail-open answer passes the request to the wrapped handler.
+// Neither carries the RateLimit field, which would describe the key's
+// state: the store said nothing about the key.
+//
+// A request that the middleware answers itself gets a status chosen for
+// it, never an empty 200 (what net/http sends for a handler that writes
+// nothing). A request whose client goes away before it is decided, or
+// while it waits a leaky bucket's delay, is written 499 Client Closed
+// Request (nginx's code) as a problem: nobody reads it, but access logs and
+// proxies see that it was not answered OK. A request whose context's
+// deadline passes before then is answered 503. Neither is a store that
+// cannot decide: FailOpen, FailClosed and OnStoreError do not apply to
+// them.
 package middleware
 
 import (
@@ -23,6 +42,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -118,18 +138,22 @@ func OnLimited(f func(w http.ResponseWriter, r *http.Request, res funnel.Result)
 // down with it.
 func FailOpen() Option { return func(c *config) { c.onError = nil } }
 
-// FailClosed answers 503 Service Unavailable when the store cannot decide.
+// FailClosed answers 503 Service Unavailable, with Retry-After: 1, when the
+// store cannot decide.
 func FailClosed() Option { return func(c *config) { c.onError = failClosed } }
 
 // OnStoreError handles the requests the store could not decide for: f
 // answers the request itself, or passes it to next. err is the store's
-// error (wrapping funnel.ErrUnavailable for a store that is down, or the
-// context's error when the request's deadline passed).
+// error (wrapping funnel.ErrUnavailable for a store that is down). A
+// request whose own context ended while the store was asked (its client
+// went away, or its deadline passed) is not the store's failure and does
+// not reach f: it is answered 499 or 503 (see the package doc).
 //
 // FailOpen, FailClosed and OnStoreError apply to errors. A store that
 // answers on its own when it cannot decide (a Result with Fallback set, as
 // a Redis store configured to fail open or closed does) is obeyed: its
-// open answer serves the request, its closed one is answered 503.
+// open answer serves the request, its closed one is answered as
+// FailClosed answers, 503 with Retry-After: 1.
 func OnStoreError(f func(w http.ResponseWriter, r *http.Request, next http.Handler, err error)) Option {
 	return func(c *config) { c.onError = f }
 }
@@ -258,24 +282,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return // the client has gone: nobody to answer
+			unserved(ctx, w, "while it waited its turn")
+			return
 		}
 	}
 	h.next.ServeHTTP(w, r)
 }
 
-// fail answers a request whose decision failed with err.
+// fail answers a request whose decision failed with err. Every error is
+// answered, even when the client has gone: a handler that returns without
+// writing would answer 200, a decision that was not made.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
 	c := h.c
-	ctx := r.Context()
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		h.observe(funnel.Result{}, err)
-		return // the client has gone: nobody to answer
-	}
 	if inputError(err) {
 		h.observe(funnel.Result{}, err)
 		c.log.Error("rate limit", "key", key, "err", err)
 		Problem{Status: http.StatusInternalServerError}.Write(w)
+		return
+	}
+	if ctx := r.Context(); ctx.Err() != nil {
+		// The request ended while the store was asked, whatever error the
+		// store made of it: not the store's failure, nothing to log, no
+		// fallback.
+		h.observe(funnel.Result{}, err)
+		unserved(ctx, w, "before it was decided")
 		return
 	}
 	if c.warned.every(time.Second) {
@@ -330,8 +360,39 @@ func (c *config) tooMany(w http.ResponseWriter, _ *http.Request, res funnel.Resu
 	p.Write(w)
 }
 
-// failClosed refuses the request with 503; the error is logged, not sent.
+// statusClientClosedRequest is the status written for a request whose
+// client went away before it was served (nginx's 499). Nobody may read it,
+// but access logs and proxies do, and an empty answer would go out as 200.
+const statusClientClosedRequest = 499
+
+// unserved answers a request whose context ended before it reached the
+// next handler (while is "before it was decided" or "while it waited its
+// turn"): 499 Client Closed Request when the client went away, 503 when the
+// request's deadline passed.
+func unserved(ctx context.Context, w http.ResponseWriter, while string) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		Problem{
+			Status: statusClientClosedRequest,
+			Title:  "Client Closed Request",
+			Detail: "the client closed the request " + while,
+		}.Write(w)
+		return
+	}
+	Problem{
+		Status: http.StatusServiceUnavailable,
+		Detail: "the request's deadline passed " + while,
+	}.Write(w)
+}
+
+// fallbackRetry is how long a client refused by a fail-closed fallback is
+// told to wait (Retry-After: 1): the store may answer again by then.
+const fallbackRetry = time.Second
+
+// failClosed refuses the request with 503 and Retry-After: 1: the store did
+// not decide, so the answer must not look like a refusal by the limit
+// (429), and the client may retry soon. The error is logged, not sent.
 func failClosed(w http.ResponseWriter, _ *http.Request, _ http.Handler, _ error) {
+	w.Header().Set(HeaderRetryAfter, strconv.FormatInt(Seconds(fallbackRetry), 10))
 	Problem{
 		Type:   TypeTemporaryReducedCapacity,
 		Title:  "Temporary Reduced Capacity",

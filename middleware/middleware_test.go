@@ -343,7 +343,7 @@ func TestStoreFallback(t *testing.T) {
 		t.Fatalf("store fail open: %d %v", r.status, r.header)
 	}
 	closed.Store(true)
-	if r := get(t, srv); r.status != 503 || r.header.Get("Retry-After") != "" {
+	if r := get(t, srv); r.status != 503 || r.header.Get("Retry-After") != "1" {
 		t.Fatalf("store fail closed: %d %v", r.status, r.header)
 	}
 }
