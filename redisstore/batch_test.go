@@ -73,7 +73,7 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			batch = append(batch, &call{key: key, cost: cost, tol: p.Tolerance, done: make(chan struct{})})
+			batch = append(batch, &call{key: key, cost: cost, tol: p.Tolerance, queued: time.Now(), done: make(chan struct{})})
 			switch key {
 			case "bad", "list":
 				want = append(want, answer{err: ErrWrongType})

@@ -40,6 +40,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -438,19 +439,26 @@ func (s *Store) logFailure(err error) {
 // SetGoRedisLogger sends the log lines of go-redis itself (it writes one
 // for every failed connection attempt) to logger as warnings, at most one a
 // second, with the count of the lines held back. It replaces go-redis's
-// process-wide logger (redis.SetLogger), for every client in the process:
-// main should call it once, before it opens stores.
+// process-wide logger (redis.SetLogger), for every client in the process.
+// It may be called again, also while clients run: go-redis's logger is
+// replaced only the first time, and later calls change where it writes.
 func SetGoRedisLogger(logger *slog.Logger) {
-	redis.SetLogger(&goRedisLogger{log: logger})
+	theGoRedisLogger.log.Store(logger)
+	setGoRedisLogger.Do(func() { redis.SetLogger(&theGoRedisLogger) })
 }
 
+var (
+	theGoRedisLogger goRedisLogger
+	setGoRedisLogger sync.Once
+)
+
 type goRedisLogger struct {
-	log    *slog.Logger
+	log    atomic.Pointer[slog.Logger]
 	limits logLimiter
 }
 
 func (l *goRedisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if ok, suppressed := l.limits.allow(); ok {
-		l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "suppressed", suppressed)
+		l.log.Load().WarnContext(ctx, fmt.Sprintf(format, v...), "suppressed", suppressed)
 	}
 }
