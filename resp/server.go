@@ -434,6 +434,12 @@ func (c *conn) serve() {
 	defer c.s.forget(c)
 	defer c.nc.Close()
 	idle := c.s.cfg.IdleTimeout
+	if idle > 0 {
+		// A client that takes none of its replies for IdleTimeout is
+		// idle too: its write fails, and it is closed, as an event loop
+		// closes it.
+		c.wr = NewWriter(deadlineWriter{c.nc, idle})
+	}
 	var idleAt time.Time // the read deadline of IdleTimeout; zero: none
 	for {
 		if !c.rd.Ready() {
@@ -474,6 +480,19 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// deadlineWriter writes to a connection with a write deadline of timeout
+// from the start of each write: a write that makes no progress for that
+// long fails.
+type deadlineWriter struct {
+	nc      net.Conn
+	timeout time.Duration
+}
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.nc.Write(p)
 }
 
 // drained reports whether the connection, whose replies are all written, is
