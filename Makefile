@@ -1,8 +1,9 @@
 # Funnel's build. `make test` is the whole test suite; `make bench` the
 # side-by-side benchmarks.
 GO ?= go
+SHELL := bash
 
-.PHONY: test vet fmt-check deps fuzz bench
+.PHONY: test vet fmt-check deps fuzz bench chaos
 test: deps fmt-check vet
 	$(GO) test -race -count=1 ./...
 
@@ -45,3 +46,17 @@ bench-server: deps
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(GO) build -o "$$tmp/funnel" ./cmd/funnel && \
 	cd bench && $(GO) run ./cmd/benchserver -funnel "$$tmp/funnel" $(if $(PERF),-perf $(abspath $(PERF)))
+
+# chaos runs the fault drills against real servers and prints what each
+# held, lost and recovered: Redis stopped, frozen (SIGSTOP) and restarted
+# under load, a Sentinel failover, shutdown (as on SIGTERM) under pipelined
+# load in both RESP modes, clients that never read, slow and cut request
+# bodies, and RESP with the store gone. About a minute.
+CHAOS_REDIS = TestFallbackWhenDown|TestTimeoutWhenPaused|TestRestartUnderLoad|TestSentinelFailover
+CHAOS_RESP = TestServerShutdownDrainsPipelines|TestServerClientsThatNeverRead|TestServerFallbacks
+CHAOS_HTTP = TestSlowBody|TestShortBody|TestStoreFallback
+chaos: deps
+	@set -o pipefail; for run in "./redisstore $(CHAOS_REDIS)" "./resp $(CHAOS_RESP)" "./httpapi $(CHAOS_HTTP)" "./internal/daemon TestDaemonRESPFallbacks"; do \
+		set -- $$run; \
+		$(GO) test -race -count=1 -v -run "^($$2)$$" $$1 2>&1 | grep -E -- '^\s*--- (PASS|FAIL)|^\s+[a-z_]+_test\.go:[0-9]+: |^(ok|FAIL)\s' || exit 1; \
+	done
