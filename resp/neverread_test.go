@@ -19,12 +19,17 @@ import (
 // replies for IdleTimeout; only the healthy client is left. It runs in both of
 // the suite's modes and logs the figures of the drill.
 func TestServerClientsThatNeverRead(t *testing.T) {
-	t.Parallel()
+	// Not parallel: twenty clients writing as fast as they can would starve
+	// the other tests of a small machine.
+	// An IdleTimeout of seconds: the healthy client must not be idle that
+	// long while the silent ones start (and starve a small machine).
 	const silent, decisions = 20, 500
-	ts := startServer(t, resp.Config{IdleTimeout: time.Second, MaxOutputBuffer: 64 << 10})
+	ts := startServer(t, resp.Config{IdleTimeout: 3 * time.Second, MaxOutputBuffer: 64 << 10})
 	healthy := ts.dial(t)
 	healthy.do("PING")
 
+	// Each writes up to 4 MiB, far more than the server takes before its
+	// replies wait (with small socket buffers).
 	pipeline := strings.Repeat("*5\r\n$11\r\nCL.THROTTLE\r\n$1\r\nk\r\n$2\r\n15\r\n$2\r\n30\r\n$2\r\n60\r\n", 1000)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -37,11 +42,15 @@ func TestServerClientsThatNeverRead(t *testing.T) {
 		}
 		conns[i] = nc
 		t.Cleanup(func() { nc.Close() })
+		// Small socket buffers: the server's writes block after a few
+		// replies, and the kernel holds little of what the client writes.
+		nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+		nc.(*net.TCPConn).SetWriteBuffer(64 << 10)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			n := 0
-			for n < 64<<20 {
+			for n < 4<<20 {
 				// A write that cannot go on for a while means the server
 				// and the kernel hold all they will.
 				nc.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
@@ -53,7 +62,7 @@ func TestServerClientsThatNeverRead(t *testing.T) {
 			}
 			mu.Lock()
 			sentBytes += n
-			if n < 64<<20 {
+			if n < 4<<20 {
 				blocked++
 			}
 			mu.Unlock()
@@ -61,6 +70,7 @@ func TestServerClientsThatNeverRead(t *testing.T) {
 	}
 
 	var slowest time.Duration
+	healthy.do("PING")
 	for i := 0; i < decisions; i++ {
 		start := time.Now()
 		if got := healthy.do("CL.THROTTLE", "healthy", "1000000", "1", "1"); !strings.HasPrefix(got, "*5\r\n:0\r\n") {
