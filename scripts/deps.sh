@@ -4,7 +4,7 @@
 set -euo pipefail
 
 if ! command -v go >/dev/null 2>&1; then
-  echo "deps: go is not on PATH; install Go 1.24 or newer" >&2
+  echo "deps: go is not on PATH; install Go 1.26 or newer" >&2
   exit 1
 fi
 
