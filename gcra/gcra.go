@@ -165,9 +165,12 @@ type Result struct {
 // state is beyond the tolerance of p even after it (the limit was lowered),
 // and then its RetryAfter is real.
 func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
-	inc, err := Cost(p, quantity)
-	if err != nil {
-		return tat, Result{}, err
+	if quantity < 0 {
+		return refund(now, tat, p, quantity)
+	}
+	inc, ok := mul(p.Interval, quantity)
+	if !ok {
+		return tat, Result{}, ErrOverflow
 	}
 	base := tat
 	if now > tat {
@@ -179,22 +182,41 @@ func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 	case inc > p.Tolerance:
 		// More than a full bucket: no wait would admit it.
 		r.RetryAfter = Never
-	case inc >= 0 && ttl > p.Tolerance-inc:
+	case ttl > p.Tolerance-inc:
 		// Admitted once now reaches base + inc - Tolerance.
 		r.RetryAfter = time.Duration(ttl - (p.Tolerance - inc))
-	case inc < 0 && ttl-p.Tolerance > -inc:
-		// A refund that still leaves more than the tolerance (written
-		// this way so that Tolerance - inc cannot overflow).
-		r.RetryAfter = time.Duration(ttl - p.Tolerance + inc)
 	default:
-		if inc > 0 && base > math.MaxInt64-inc {
+		if base > math.MaxInt64-inc {
 			return tat, Result{}, ErrOverflow
 		}
 		r.Allowed = true
+		tat = base + inc
 		ttl += inc
-		if ttl < 0 {
-			ttl = 0 // a refund past an empty bucket leaves a full one
-		}
+	}
+	r.ResetAfter = time.Duration(ttl)
+	if next := p.Tolerance - ttl; next > 0 {
+		r.Remaining = next / p.Interval
+	}
+	return tat, r, nil
+}
+
+// refund is Decide for a negative quantity: the TAT moves back by the cost,
+// never to before now.
+func refund(now, tat int64, p Params, quantity int64) (int64, Result, error) {
+	inc, err := Cost(p, quantity) // negative
+	if err != nil {
+		return tat, Result{}, err
+	}
+	ttl := max(tat, now) - now // time until the bucket is full, before this request
+	var r Result
+	if ttl-p.Tolerance > -inc {
+		// Still beyond the tolerance after the refund (the key was charged
+		// under a larger limit): refused, as a charge would be. (Written
+		// so that Tolerance - inc cannot overflow.)
+		r.RetryAfter = time.Duration(ttl - p.Tolerance + inc)
+	} else {
+		r.Allowed = true
+		ttl = max(ttl+inc, 0) // a refund past an empty bucket leaves a full one
 		tat = now + ttl
 	}
 	r.ResetAfter = time.Duration(ttl)
