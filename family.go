@@ -254,20 +254,6 @@ type Ban struct {
 	Until time.Time
 }
 
-// Errors of Executor.Do.
-var (
-	// ErrWrongType means a key holds the state of another algorithm than
-	// the limit applied to it.
-	ErrWrongType = errors.New("WRONGTYPE funnel: key holds the state of another algorithm")
-	// ErrCrossSlot means the keys of one call cannot be decided together by
-	// the store (on Redis Cluster they must share a {hash tag}).
-	ErrCrossSlot = errors.New("CROSSSLOT funnel: keys of one call must share a {hash tag} on Redis Cluster")
-	// ErrDuplicateKey means a key appears twice in one call.
-	ErrDuplicateKey = errors.New("funnel: a key appears twice in one call")
-	// ErrNotSupported means the store does not run the limiter family.
-	ErrNotSupported = errors.New("funnel: the store does not support this algorithm")
-)
-
 // Request is one (key, limit, quantity) of Limiter.AllowAll.
 type Request struct {
 	Key   string

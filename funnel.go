@@ -25,18 +25,6 @@ import (
 	"github.com/funnelrl/funnel/gcra"
 )
 
-// ErrInvalidLimit is returned (wrapped, with the reason) for a Limit that
-// cannot be applied: see Limit.Validate.
-var ErrInvalidLimit = errors.New("funnel: invalid limit")
-
-// ErrInvalidQuantity is returned (wrapped, with the reason) for a negative
-// quantity, or one whose cost overflows int64 nanoseconds.
-var ErrInvalidQuantity = errors.New("funnel: invalid quantity")
-
-// ErrUnavailable is wrapped by the errors of a store that cannot be reached
-// (a network store that is down or too slow).
-var ErrUnavailable = errors.New("funnel: store unavailable")
-
 // Never is the RetryAfter of a refused request that no amount of waiting
 // would admit, because its quantity is above the limit.
 const Never = gcra.Never
