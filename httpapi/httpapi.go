@@ -62,11 +62,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/lograte"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -138,7 +137,7 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	warned atomic.Int64 // when the store was last said to be down, Unix ns
+	warned *lograte.Sometimes // that the store is down
 }
 
 // New returns the HTTP API over lim.
@@ -155,7 +154,7 @@ func New(lim *funnel.Limiter, opts Options) *Server {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
 	}
-	s := &Server{lim: lim, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{lim: lim, opts: opts, log: opts.Logger, mux: http.NewServeMux(), warned: lograte.New(time.Second)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -245,15 +244,18 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 		return http.StatusBadRequest, err.Error(), false
 	case errors.Is(err, errMediaType):
 		return http.StatusUnsupportedMediaType, err.Error(), false
-	case errors.Is(err, errInput), errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity),
-		errors.Is(err, funnel.ErrDuplicateKey), errors.Is(err, funnel.ErrCrossSlot),
-		errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow):
+	case errors.Is(err, errInput):
 		return http.StatusUnprocessableEntity, err.Error(), false
-	case errors.Is(err, funnel.ErrWrongType):
-		return http.StatusConflict, err.Error(), false
 	case errors.Is(err, funnel.ErrNotSupported):
 		return http.StatusNotImplemented, err.Error(), false
-	case errors.Is(err, funnel.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	}
+	switch funnel.ClassOf(err) {
+	case funnel.ClassInvalid, funnel.ClassCrossSlot:
+		// The client chose the limits and the keys.
+		return http.StatusUnprocessableEntity, err.Error(), false
+	case funnel.ClassWrongType:
+		return http.StatusConflict, err.Error(), false
+	case funnel.ClassUnavailable, funnel.ClassCanceled:
 		return http.StatusServiceUnavailable, "the store is unavailable", true
 	}
 	return http.StatusInternalServerError, "", false
@@ -290,11 +292,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // warnDown logs that the store is unavailable, at most once a second, so
 // that a store that is down does not log once per request.
 func (s *Server) warnDown(r *http.Request, err error) {
-	now := time.Now().UnixNano()
-	last := s.warned.Load()
-	if now-last >= int64(time.Second) && s.warned.CompareAndSwap(last, now) {
-		s.log.Warn("httpapi: the store is unavailable (logged once a second at most)", "path", r.URL.Path, "err", err)
-	}
+	s.warned.Do(func(held int64) {
+		s.log.Warn("httpapi: the store is unavailable (logged once a second at most)", "path", r.URL.Path, "err", err, "held_back", held)
+	})
 }
 
 // Errors of decoding.

@@ -297,7 +297,10 @@ func TestInstrumentStoreErrors(t *testing.T) {
 	s := scrape(t, m)
 	want(t, s, `funnel_store_duration_seconds_count{op="throttle"}`, "5")
 	want(t, s, `funnel_store_duration_seconds_count{op="do"}`, "3")
-	want(t, s, `funnel_store_errors_total{kind="unavailable",op="throttle"}`, "3")
+	// A store's own failure and its fallback are unavailable; the caller's
+	// deadline passing is the caller's (funnel.ClassOf).
+	want(t, s, `funnel_store_errors_total{kind="unavailable",op="throttle"}`, "2")
+	want(t, s, `funnel_store_errors_total{kind="canceled",op="throttle"}`, "1")
 	want(t, s, `funnel_store_errors_total{kind="other",op="throttle"}`, "0")
 	want(t, s, `funnel_store_errors_total{kind="unavailable",op="reset"}`, "1")
 	want(t, s, `funnel_store_errors_total{kind="wrong_type",op="do"}`, "1")

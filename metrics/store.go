@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -42,20 +41,18 @@ type opMetrics struct {
 	errors [numKinds]prometheus.Counter
 }
 
-// kindOf classifies a store error.
+// kindOf labels a store error by its class (funnel.ClassOf).
 func kindOf(err error) int {
-	switch {
-	case errors.Is(err, funnel.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	switch funnel.ClassOf(err) {
+	case funnel.ClassUnavailable:
 		return kindUnavailable
-	case errors.Is(err, context.Canceled):
+	case funnel.ClassCanceled:
 		return kindCanceled
-	case errors.Is(err, funnel.ErrWrongType):
+	case funnel.ClassWrongType:
 		return kindWrongType
-	case errors.Is(err, funnel.ErrCrossSlot):
+	case funnel.ClassCrossSlot:
 		return kindCrossSlot
-	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity),
-		errors.Is(err, funnel.ErrDuplicateKey), errors.Is(err, funnel.ErrNotSupported),
-		errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow):
+	case funnel.ClassInvalid:
 		return kindInvalid
 	}
 	return kindOther

@@ -43,10 +43,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/lograte"
 )
 
 // DefaultName is the policy name of the header fields when Name is not
@@ -68,18 +68,9 @@ type config struct {
 	onError   func(http.ResponseWriter, *http.Request, http.Handler, error) // nil: fail open
 	observe   func(funnel.Result, error)
 	log       *slog.Logger
-	warned    throttledLog
-}
-
-// throttledLog lets a message through at most once per interval, so that a
-// store that is down does not log once per request.
-type throttledLog struct{ last atomic.Int64 }
-
-// every reports whether the message may be logged now.
-func (t *throttledLog) every(d time.Duration) bool {
-	now := time.Now().UnixNano()
-	last := t.last.Load()
-	return now-last >= int64(d) && t.last.CompareAndSwap(last, now)
+	// A store that is down, or a limit that cannot be applied, is logged at
+	// most once a second, not once per request.
+	warned, wrong *lograte.Sometimes
 }
 
 // MaxKeyLen is the longest key the middleware sends to the store as it is;
@@ -184,7 +175,7 @@ func New(lim *funnel.Limiter, limit funnel.Limit, key KeyFunc, opts ...Option) (
 	if err := limit.Validate(); err != nil {
 		return nil, err
 	}
-	c := config{name: DefaultName, headers: true}
+	c := config{name: DefaultName, headers: true, warned: lograte.New(time.Second), wrong: lograte.New(time.Second)}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -294,9 +285,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // writing would answer 200, a decision that was not made.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
 	c := h.c
-	if inputError(err) {
+	if setupError(err) {
 		h.observe(funnel.Result{}, err)
-		c.log.Error("rate limit", "key", key, "err", err)
+		c.wrong.Do(func(held int64) {
+			c.log.Error("rate limit: the limit cannot be applied (logged once a second at most)", "key", key, "err", err, "held_back", held)
+		})
 		Problem{Status: http.StatusInternalServerError}.Write(w)
 		return
 	}
@@ -308,9 +301,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 		unserved(ctx, w, "before it was decided")
 		return
 	}
-	if c.warned.every(time.Second) {
-		c.log.Warn("rate limit: the store cannot decide (logged once a second at most)", "err", err)
-	}
+	c.warned.Do(func(held int64) {
+		c.log.Warn("rate limit: the store cannot decide (logged once a second at most)", "err", err, "held_back", held)
+	})
 	if c.onError == nil { // FailOpen
 		h.observe(funnel.Result{Allowed: true, Fallback: true}, nil)
 	} else {
@@ -401,11 +394,14 @@ func failClosed(w http.ResponseWriter, _ *http.Request, _ http.Handler, _ error)
 	}.Write(w)
 }
 
-// inputError reports whether err is a mistake in the limit, the quantity or
-// the use of keys (a bug to fix, answered 500), rather than a store that
-// cannot decide.
-func inputError(err error) bool {
-	return errors.Is(err, funnel.ErrInvalidLimit) || errors.Is(err, funnel.ErrInvalidQuantity) ||
-		errors.Is(err, funnel.ErrWrongType) || errors.Is(err, funnel.ErrCrossSlot) ||
-		errors.Is(err, funnel.ErrDuplicateKey) || errors.Is(err, funnel.ErrNotSupported)
+// setupError reports whether err is a mistake in the middleware's own
+// limit, quantity or keys, or a store that cannot run its limit (a bug to
+// fix, answered 500), rather than a store that cannot decide. The client's
+// request chose none of them.
+func setupError(err error) bool {
+	switch funnel.ClassOf(err) {
+	case funnel.ClassInvalid, funnel.ClassWrongType, funnel.ClassCrossSlot:
+		return true
+	}
+	return errors.Is(err, funnel.ErrNotSupported)
 }

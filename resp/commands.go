@@ -249,7 +249,11 @@ func cmdThrottle(c *conn, args [][]byte) {
 	// The key aliases the read buffer; stores copy a key they keep.
 	res, err := c.s.store.Throttle(context.Background(), str(args[1]), p, q)
 	if err != nil {
-		c.storeError(err)
+		if e := cell.Translate(err); e != err {
+			c.wr.WriteError(e.Error()) // gcra's own errors, in redis-cell's texts
+			return
+		}
+		c.replyError(err)
 		return
 	}
 	switch {
@@ -283,20 +287,29 @@ func cmdThrottle(c *conn, args [][]byte) {
 // give for a key that holds anything but a funnel's state.
 const wrongTypeError = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
-// storeError replies to a store failure: errors of the decision itself and
-// a key of the wrong type are the client's (their text is safe to send, and
-// they are not logged: any client could flood the log with them); anything
-// else is logged and answered with a generic error, never the detail.
-func (c *conn) storeError(err error) {
-	if e := cell.Translate(err); e != err {
-		c.wr.WriteError(e.Error())
+// replyError answers an error of the limiter or the store, by its class
+// (funnel.ClassOf), in this one place: the client's mistakes (an invalid
+// limit or quantity, a key of another type, keys of several hash slots)
+// with their text, which is safe to send and never logged (any client
+// could flood the log with them); a store that cannot decide, or anything
+// else, with a generic error, its detail logged at most once a second.
+func (c *conn) replyError(err error) {
+	switch funnel.ClassOf(err) {
+	case funnel.ClassInvalid:
+		c.wr.WriteError(limitError(err).Error())
 		return
-	}
-	if errors.Is(err, funnel.ErrWrongType) {
+	case funnel.ClassWrongType:
 		c.wr.WriteError(wrongTypeError)
 		return
+	case funnel.ClassCrossSlot:
+		c.wr.WriteError(funnel.ErrCrossSlot.Error())
+		return
 	}
-	c.s.log.Error("resp: store failed", "err", err)
+	if errors.Is(err, funnel.ErrNotSupported) {
+		c.wr.WriteError("ERR " + strings.TrimPrefix(funnel.ErrNotSupported.Error(), "funnel: "))
+		return
+	}
+	c.s.storeDown.Do(func(held int64) { c.s.log.Error("resp: store failed", "err", err, "held_back", held) })
 	c.wr.WriteError("ERR store unavailable")
 }
 
@@ -654,7 +667,7 @@ func (c *conn) countKeys(keys [][]byte, f func(context.Context, string) (bool, e
 	for _, k := range keys {
 		ok, err := f(context.Background(), str(k))
 		if err != nil {
-			c.storeError(err)
+			c.replyError(err)
 			return
 		}
 		if ok {
@@ -674,7 +687,7 @@ func cmdTTL(c *conn, args [][]byte) { c.ttl(args[1], time.Second) }
 func (c *conn) ttl(key []byte, unit time.Duration) {
 	d, ok, err := c.s.store.TTL(context.Background(), str(key))
 	if err != nil {
-		c.storeError(err)
+		c.replyError(err)
 		return
 	}
 	if !ok {

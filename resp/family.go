@@ -233,24 +233,6 @@ func (c *conn) decided(r *funnel.Result) bool {
 	return false
 }
 
-// famError replies to an error of the limiter: bad arguments and the
-// store's typed refusals are the client's; anything else is logged.
-func (c *conn) famError(err error) {
-	switch {
-	case errors.Is(err, funnel.ErrWrongType):
-		c.wr.WriteError(funnel.ErrWrongType.Error())
-	case errors.Is(err, funnel.ErrCrossSlot):
-		c.wr.WriteError(funnel.ErrCrossSlot.Error())
-	case errors.Is(err, funnel.ErrNotSupported):
-		c.wr.WriteError("ERR " + strings.TrimPrefix(funnel.ErrNotSupported.Error(), "funnel: "))
-	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity), errors.Is(err, funnel.ErrDuplicateKey):
-		c.wr.WriteError(limitError(err).Error())
-	default:
-		c.s.log.Error("resp: store failed", "err", err)
-		c.wr.WriteError("ERR store unavailable")
-	}
-}
-
 func cmdFunnelAllow(c *conn, args [][]byte) {
 	f, _, err := parseLimitArgs(args[2:], false)
 	if err != nil {
@@ -259,7 +241,7 @@ func cmdFunnelAllow(c *conn, args [][]byte) {
 	}
 	r, err := c.s.lim.AllowN(context.Background(), string(args[1]), f.limit, f.n)
 	if err != nil {
-		c.famError(err)
+		c.replyError(err)
 		return
 	}
 	if c.decided(&r) {
@@ -302,7 +284,7 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 	}
 	m, err := c.s.lim.AllowAll(context.Background(), reqs)
 	if err != nil {
-		c.famError(err)
+		c.replyError(err)
 		return
 	}
 	c.count(m.Allowed)
@@ -376,7 +358,7 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 		lease, r, err = c.s.lim.Acquire(ctx, string(args[1]), lim)
 	}
 	if err != nil {
-		c.famError(err)
+		c.replyError(err)
 		return
 	}
 	if c.decided(&r) {
@@ -399,7 +381,7 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 func cmdFunnelRelease(c *conn, args [][]byte) {
 	held, err := c.s.lim.Release(context.Background(), funnel.Lease{Key: string(args[1]), ID: string(args[2])})
 	if err != nil {
-		c.famError(err)
+		c.replyError(err)
 		return
 	}
 	c.wr.WriteInt(b2i(held))
@@ -412,7 +394,7 @@ func cmdFunnelRefund(c *conn, args [][]byte) {
 		return
 	}
 	if err := c.s.lim.Refund(context.Background(), string(args[1]), f.limit, f.n); err != nil {
-		c.famError(err)
+		c.replyError(err)
 		return
 	}
 	c.wr.WriteSimpleString("OK")
@@ -421,7 +403,7 @@ func cmdFunnelRefund(c *conn, args [][]byte) {
 func cmdFunnelBans(c *conn, _ [][]byte) {
 	bans, err := c.s.lim.Bans(context.Background())
 	if err != nil {
-		c.famError(err)
+		c.replyError(err)
 		return
 	}
 	c.wr.WriteArray(len(bans))
@@ -435,7 +417,7 @@ func cmdFunnelBans(c *conn, _ [][]byte) {
 func cmdFunnelUnban(c *conn, args [][]byte) {
 	was, err := c.s.lim.Unban(context.Background(), string(args[1]))
 	if err != nil {
-		c.famError(err)
+		c.replyError(err)
 		return
 	}
 	c.wr.WriteInt(b2i(was))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/lograte"
 )
 
 // DefaultMaxClients is the default bound on connected clients, as in Redis.
@@ -133,6 +134,8 @@ type Server struct {
 	rejected atomic.Int64
 	// Fallbacks are rare (the store is down): counted here, not per batch.
 	failOpen, failClosed atomic.Int64
+	// A store that fails is logged at most once a second.
+	storeDown *lograte.Sometimes
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -167,6 +170,7 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 		started:   time.Now(),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
+		storeDown: lograte.New(time.Second),
 	}
 }
 

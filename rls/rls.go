@@ -23,6 +23,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
@@ -44,7 +45,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
-	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/lograte"
 )
 
 // ServiceName is the gRPC name of the rate-limit service, as the health
@@ -124,6 +125,8 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	health *health.Server
+	// Each kind of failure is logged at most once a second.
+	warnDown, warnSetup, warnBug *lograte.Sometimes
 }
 
 // New returns a server that decides with lim under the rules of rules.
@@ -137,7 +140,8 @@ func New(lim *funnel.Limiter, rules RulesSource, opts Options) *Server {
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 5 * time.Second
 	}
-	s := &Server{lim: lim, rules: rules, opts: opts, log: opts.Logger, health: health.NewServer()}
+	s := &Server{lim: lim, rules: rules, opts: opts, log: opts.Logger, health: health.NewServer(),
+		warnDown: lograte.New(time.Second), warnSetup: lograte.New(time.Second), warnBug: lograte.New(time.Second)}
 	s.SetServing(true)
 	return s
 }
@@ -211,34 +215,47 @@ func (e badRequest) Error() string { return "rls: " + string(e) }
 // fail closed.
 var errFallback = errors.New("rls: the store could not decide (fail-closed fallback)")
 
-// statusOf maps an error of decide to the gRPC status sent to the client:
-// a bad request or limit is InvalidArgument; a store that cannot be reached
-// (or its fail-closed fallback) is Unavailable, so that Envoy applies its
-// own failure_mode_deny; a context that ended is Canceled or
-// DeadlineExceeded; anything else is Internal. The detail of store errors
-// is logged, never sent.
+// statusOf maps an error of decide to the gRPC status sent to the client,
+// by its class (funnel.ClassOf): a bad request or limit is InvalidArgument;
+// a store that cannot be reached (or its fail-closed fallback) is
+// Unavailable, so that Envoy applies its own failure_mode_deny; a context
+// that ended is Canceled or DeadlineExceeded; keys that the rules put in
+// several hash slots, or on a key of another algorithm, are
+// FailedPrecondition (the rules' doing, not the client's); anything else is
+// Internal. The client's errors are not logged; the others are, at most
+// once a second each, and their detail is never sent.
 func (s *Server) statusOf(err error) error {
 	var bad badRequest
-	switch {
-	case errors.As(err, &bad):
+	if errors.As(err, &bad) {
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity),
-		errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow):
-		return status.Error(codes.InvalidArgument, "rls: "+err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "rls: canceled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "rls: deadline exceeded")
-	case errors.Is(err, funnel.ErrUnavailable), errors.Is(err, errFallback):
-		s.log.Warn("rls: store unavailable", "err", err)
-		return status.Error(codes.Unavailable, "rls: the store is unavailable")
-	case errors.Is(err, funnel.ErrCrossSlot):
-		s.log.Error("rls: the keys of one request are in several hash slots", "err", err)
-		return status.Error(codes.FailedPrecondition, "rls: the limits of one request must share a hash slot")
-	default:
-		s.log.Error("rls: decision failed", "err", err)
-		return status.Error(codes.Internal, "rls: internal error")
 	}
+	if errors.Is(err, errFallback) {
+		err = fmt.Errorf("%w: %w", funnel.ErrUnavailable, err)
+	}
+	switch funnel.ClassOf(err) {
+	case funnel.ClassInvalid:
+		return status.Error(codes.InvalidArgument, "rls: "+err.Error())
+	case funnel.ClassCanceled:
+		if errors.Is(err, context.DeadlineExceeded) {
+			return status.Error(codes.DeadlineExceeded, "rls: deadline exceeded")
+		}
+		return status.Error(codes.Canceled, "rls: canceled")
+	case funnel.ClassUnavailable:
+		s.warnDown.Do(func(held int64) { s.log.Warn("rls: store unavailable", "err", err, "held_back", held) })
+		return status.Error(codes.Unavailable, "rls: the store is unavailable")
+	case funnel.ClassCrossSlot:
+		s.warnSetup.Do(func(held int64) {
+			s.log.Error("rls: the keys of one request are in several hash slots", "err", err, "held_back", held)
+		})
+		return status.Error(codes.FailedPrecondition, "rls: the limits of one request must share a hash slot")
+	case funnel.ClassWrongType:
+		s.warnSetup.Do(func(held int64) {
+			s.log.Error("rls: a key holds the state of another algorithm than its rule's", "err", err, "held_back", held)
+		})
+		return status.Error(codes.FailedPrecondition, "rls: a key holds the state of another algorithm than its rule's")
+	}
+	s.warnBug.Do(func(held int64) { s.log.Error("rls: decision failed", "err", err, "held_back", held) })
+	return status.Error(codes.Internal, "rls: internal error")
 }
 
 // item is one descriptor of a request.
