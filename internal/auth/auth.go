@@ -93,8 +93,11 @@ func (c *Credentials) Check(user, password string) bool {
 	return ok && eq
 }
 
-// has reports whether name is a user of the set.
-func (c *Credentials) has(name string) bool {
+// Has reports whether name is a user of the set (DefaultUser when it has a
+// password). A listener that logs a refused attempt logs the user name it
+// was given only when Has says so: what a client sent in its place may be a
+// password.
+func (c *Credentials) Has(name string) bool {
 	if c == nil {
 		return false
 	}
@@ -191,7 +194,7 @@ func (s *sometimes) ok() bool {
 // user of the set, and "" otherwise, as what a client sent in its place
 // may be a password.
 func (c *Credentials) loggedUser(user string) string {
-	if c.has(user) {
+	if c.Has(user) {
 		return user
 	}
 	return ""
