@@ -35,6 +35,12 @@ type Config struct {
 	// Users maps further user names to their passwords. When it is not
 	// empty, clients must authenticate even if Password is empty.
 	Users map[string]string
+	// Credentials, when not nil, checks the users and their passwords in
+	// place of Password and Users, which are then ignored: a program that
+	// serves several protocols hands each the same set (the daemon gives
+	// its internal/auth set). Clients must authenticate when it is
+	// Enabled.
+	Credentials Credentials
 	// MaxClients bounds the connected clients; zero means
 	// DefaultMaxClients. A client over the bound is told
 	// "-ERR max number of clients reached" and disconnected.
@@ -133,6 +139,7 @@ type Server struct {
 	rejected atomic.Int64
 	// Fallbacks are rare (the store is down): counted here, not per batch.
 	failOpen, failClosed atomic.Int64
+	authWarn             sometimes // failed authentications logged
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -159,6 +166,9 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 		cfg.MaxOutputBuffer = DefaultMaxOutputBuffer
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Credentials == nil {
+		cfg.Credentials = newPasswords(cfg.Password, cfg.Users)
+	}
 	return &Server{
 		store:     store,
 		lim:       funnel.New(store),
@@ -171,7 +181,7 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 }
 
 // authRequired reports whether clients must authenticate.
-func (s *Server) authRequired() bool { return s.cfg.Password != "" || len(s.cfg.Users) > 0 }
+func (s *Server) authRequired() bool { return s.cfg.Credentials.Enabled() }
 
 // Serve accepts connections on ln and serves them, with event loops or a
 // goroutine per connection as Config.EventLoops says. It returns
