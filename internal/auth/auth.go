@@ -4,7 +4,8 @@
 //
 // Build a Credentials once with New and hand it to each listener:
 //
-//   - the RESP server checks AUTH and HELLO ... AUTH with Check;
+//   - the RESP server takes it as its Config.Credentials, and checks AUTH
+//     and HELLO ... AUTH with Check (and Has, to log only known names);
 //   - an HTTP server wraps its handler with Middleware, which reads the
 //     Authorization header and answers 401 with a problem (RFC 9457) when
 //     the credentials are missing or wrong, except on the exempt paths

@@ -40,8 +40,10 @@ type Daemon struct {
 	watcher *config.RulesWatcher // the rules, when a file names them
 }
 
-// New validates cfg, opens the store and binds the listeners, so that the
-// addresses are known (and in use) before Run.
+// New validates cfg, opens the store, loads the credentials and the TLS
+// files, and binds the listeners, so that the addresses are known (and in
+// use) before Run. It watches the TLS files, when there are any, until
+// Close.
 func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
