@@ -634,3 +634,39 @@ func TestDaemonTLSFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonWarnsExposed: a listener beyond loopback is warned about at
+// start when it takes no credentials, or takes them in clear text.
+func TestDaemonWarnsExposed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := newTestCA(t, "ca")
+	cert, key := ca.issue(t, "funnel", false).write(t, dir, "tls")
+	for _, tc := range []struct {
+		name   string
+		change func(*config.Config)
+		want   string // "": no warning
+	}{
+		{"Open", func(*config.Config) {}, "takes no credentials"},
+		{"ClearText", func(c *config.Config) { c.RequirePass = pass }, "clear text"},
+		{"TLS", func(c *config.Config) { c.RequirePass, c.TLSCert, c.TLSKey = pass, cert, key }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.RESP, cfg.HTTP, cfg.GRPC = "0.0.0.0:0", "", ""
+			tc.change(&cfg)
+			_, logs, stop := start(t, cfg)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			out := logs.String()
+			warned := strings.Contains(out, "level=WARN msg=\"a listener beyond loopback")
+			if tc.want == "" && warned || tc.want != "" && !strings.Contains(out, tc.want) {
+				t.Errorf("logs, want %q:\n%s", tc.want, out)
+			}
+			if strings.Contains(out, pass) {
+				t.Errorf("the logs show the password:\n%s", out)
+			}
+		})
+	}
+}
