@@ -43,12 +43,29 @@ type Config struct {
 	RESPFailClosed string `yaml:"resp_fail_closed"`
 	// KeyPrefix is prepended to every key the Redis store writes.
 	KeyPrefix string `yaml:"key_prefix"`
-	// RequirePass is the password of the "default" user of the RESP server;
-	// empty means no authentication unless UsersFile names users.
+	// RequirePass is the password of the "default" user; empty means no
+	// authentication unless UsersFile names users. The same credentials
+	// guard every listener: RESP clients give them with AUTH (or HELLO ...
+	// AUTH), HTTP clients in an Authorization header (Bearer <password>
+	// for the default user, Basic for any user), gRPC clients in the
+	// "authorization" metadata of each call, as over HTTP.
 	RequirePass string `yaml:"requirepass"`
-	// UsersFile names a file of RESP users, one "name password" per line
-	// ('#' starts a comment).
+	// UsersFile names a file of users, one "name password" per line ('#'
+	// starts a comment), who authenticate as RequirePass says.
 	UsersFile string `yaml:"users_file"`
+	// MetricsOpen serves /metrics without credentials. /healthz and
+	// /readyz are always served without them, as is gRPC's health service.
+	MetricsOpen bool `yaml:"metrics_open"`
+	// TLSCert is a PEM file of the server's certificate, followed by its
+	// intermediates; with TLSKey, every listener (RESP, HTTP, gRPC) speaks
+	// TLS only. The files are reloaded when they change.
+	TLSCert string `yaml:"tls_cert"`
+	// TLSKey is the PEM file of TLSCert's private key.
+	TLSKey string `yaml:"tls_key"`
+	// TLSCA, when set, is a PEM bundle of CAs: every listener then requires
+	// clients to present a certificate that one of them signed (mutual
+	// TLS). It needs TLSCert and TLSKey.
+	TLSCA string `yaml:"tls_ca"`
 	// MaxClients bounds the RESP server's connected clients; 0 means 10000.
 	MaxClients int `yaml:"max_clients"`
 	// IdleTimeout disconnects idle RESP clients; 0 means never.
@@ -163,12 +180,21 @@ func (c Config) Validate() error {
 		return bad("resp_fail_closed %q: want error or refuse", c.RESPFailClosed)
 	case c.Rules != "" && c.GRPC == "":
 		return bad("rules %q: the rules serve Envoy's rate-limit service, which an empty grpc address turns off", c.Rules)
+	case c.TLSCert != "" && c.TLSKey == "":
+		return bad("tls_cert %q without tls_key: TLS needs the certificate's private key too", c.TLSCert)
+	case c.TLSKey != "" && c.TLSCert == "":
+		return bad("tls_key %q without tls_cert: TLS needs the certificate too", c.TLSKey)
+	case c.TLSCA != "" && c.TLSCert == "":
+		return bad("tls_ca %q without tls_cert and tls_key: client certificates are asked for over TLS, which needs the server's certificate and key", c.TLSCA)
 	}
 	if _, err := c.Level(); err != nil {
 		return err
 	}
 	return nil
 }
+
+// TLS reports whether the listeners speak TLS.
+func (c Config) TLS() bool { return c.TLSCert != "" }
 
 // Level returns the slog level named by LogLevel.
 func (c Config) Level() (slog.Level, error) {

@@ -30,6 +30,22 @@ log_level: debug
 	}
 }
 
+func TestParseTLS(t *testing.T) {
+	in := "tls_cert: tls/tls.crt\ntls_key: tls/tls.key\ntls_ca: tls/ca.crt\nmetrics_open: true\n"
+	got, err := Parse(strings.NewReader(in), "funnel.yaml", Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.TLSCert, want.TLSKey, want.TLSCA, want.MetricsOpen = "tls/tls.crt", "tls/tls.key", "tls/ca.crt", true
+	if got != want || !got.TLS() {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestParseEmpty(t *testing.T) {
 	got, err := Parse(strings.NewReader(""), "empty.yaml", Default())
 	if err != nil || got != Default() {
@@ -69,6 +85,13 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Rules = "rules.yaml" }, ""},
 		{func(c *Config) { c.Store = "redis://127.0.0.1:6379/0" }, ""},
 		{func(c *Config) { c.LogLevel = "WARN" }, ""},
+		{func(c *Config) { c.TLSCert = "tls.crt" }, `tls_cert "tls.crt" without tls_key`},
+		{func(c *Config) { c.TLSKey = "tls.key" }, `tls_key "tls.key" without tls_cert`},
+		{func(c *Config) { c.TLSCA = "ca.crt" }, `tls_ca "ca.crt" without tls_cert and tls_key`},
+		{func(c *Config) { c.TLSKey, c.TLSCA = "tls.key", "ca.crt" }, `tls_key "tls.key" without tls_cert`},
+		{func(c *Config) { c.TLSCert, c.TLSKey = "tls.crt", "tls.key" }, ""},
+		{func(c *Config) { c.TLSCert, c.TLSKey, c.TLSCA = "tls.crt", "tls.key", "ca.crt" }, ""},
+		{func(c *Config) { c.MetricsOpen = true }, ""},
 	} {
 		cfg := Default()
 		c.mod(&cfg)
@@ -107,6 +130,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("resp: [a, b]\n")
 	f.Add("&a [*a]")
 	f.Add("users_file: /dev/null\nlog_level: warn\n")
+	f.Add("tls_cert: a\ntls_key: b\ntls_ca: c\nmetrics_open: true\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		base := Default()
 		got, err := Parse(strings.NewReader(in), "fuzz.yaml", base)

@@ -3,7 +3,6 @@ package resp
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -352,28 +351,26 @@ func cmdReset(c *conn, _ [][]byte) {
 	c.wr.WriteSimpleString("RESET")
 }
 
-// checkPassword reports whether user's password is pass, in constant time.
+// checkPassword reports whether user's password is pass, in a time that
+// tells nothing of either (see Credentials).
 func (c *conn) checkPassword(user, pass []byte) bool {
-	var want string
-	switch u := string(user); {
-	case u == "default" && c.s.cfg.Password != "":
-		want = c.s.cfg.Password
-	case u == "default" && !c.s.authRequired():
+	if string(user) == "default" && !c.s.authRequired() {
 		return true // the default user has no password: any is accepted
-	default:
-		p, ok := c.s.cfg.Users[u]
-		if !ok {
-			subtle.ConstantTimeCompare(pass, pass)
-			return false
-		}
-		want = p
 	}
-	return subtle.ConstantTimeCompare(pass, []byte(want)) == 1
+	return c.s.cfg.Credentials.Check(string(user), string(pass))
 }
 
 func (c *conn) login(user, pass []byte) bool {
 	if !c.checkPassword(user, pass) {
-		c.s.log.Warn("resp: authentication failed", "client", c.id, "addr", c.raddr, "user", string(user))
+		c.s.authWarn.Do(func(held int64) {
+			// The name only when it is a user's: a client may have sent
+			// its password in its place.
+			name := ""
+			if c.s.cfg.Credentials.Has(string(user)) {
+				name = string(user)
+			}
+			c.s.log.Warn("resp: authentication failed (logged once a second at most)", "client", c.id, "addr", c.raddr, "user", name, "held_back", held)
+		})
 		return false
 	}
 	c.authed = true
@@ -387,7 +384,7 @@ func cmdAuth(c *conn, args [][]byte) {
 	var user, pass []byte
 	switch len(args) {
 	case 2:
-		if c.s.cfg.Password == "" && len(c.s.cfg.Users) == 0 {
+		if !c.s.authRequired() {
 			c.wr.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 			return
 		}

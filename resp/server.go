@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -36,6 +37,15 @@ type Config struct {
 	// Users maps further user names to their passwords. When it is not
 	// empty, clients must authenticate even if Password is empty.
 	Users map[string]string
+	// Credentials, when not nil, checks the users and their passwords in
+	// place of Password and Users, which are then ignored: a program that
+	// serves several protocols hands each the same set (the daemon gives
+	// its internal/auth set). Clients must authenticate when it is
+	// Enabled.
+	Credentials Credentials
+	// HandshakeTimeout bounds the TLS handshake of a connection accepted
+	// on a TLS listener (see Serve); zero means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 	// MaxClients bounds the connected clients; zero means
 	// DefaultMaxClients. A client over the bound is told
 	// "-ERR max number of clients reached" and disconnected.
@@ -50,6 +60,9 @@ type Config struct {
 	// every command of a ready client, and the store's calls, on that
 	// thread. That suits a store that decides in memory; a store that waits
 	// on the network would hold up every client of the loop meanwhile.
+	//
+	// A TLS listener's connections are always served by a goroutine each:
+	// the event loops read and write sockets, not TLS records.
 	//
 	// Zero (the default) means event loops, as many as suit the machine,
 	// for TCP listeners on Linux when the store is a NonBlockingStore that
@@ -134,8 +147,9 @@ type Server struct {
 	rejected atomic.Int64
 	// Fallbacks are rare (the store is down): counted here, not per batch.
 	failOpen, failClosed atomic.Int64
-	// A store that fails is logged at most once a second.
-	storeDown *lograte.Sometimes
+	// A store that fails, or a failed authentication, is logged at most
+	// once a second.
+	storeDown, authWarn *lograte.Sometimes
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -162,6 +176,12 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 		cfg.MaxOutputBuffer = DefaultMaxOutputBuffer
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Credentials == nil {
+		cfg.Credentials = newPasswords(cfg.Password, cfg.Users)
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	return &Server{
 		store:     store,
 		lim:       funnel.New(store),
@@ -171,15 +191,23 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		storeDown: lograte.New(time.Second),
+		authWarn:  lograte.New(time.Second),
 	}
 }
 
 // authRequired reports whether clients must authenticate.
-func (s *Server) authRequired() bool { return s.cfg.Password != "" || len(s.cfg.Users) > 0 }
+func (s *Server) authRequired() bool { return s.cfg.Credentials.Enabled() }
 
 // Serve accepts connections on ln and serves them, with event loops or a
 // goroutine per connection as Config.EventLoops says. It returns
 // ErrServerClosed after Shutdown or Close, or the listener's error.
+//
+// To serve over TLS, pass a listener of crypto/tls (tls.NewListener): its
+// connections are served by a goroutine each, which completes the
+// handshake within Config.HandshakeTimeout before it reads a command, so
+// that a client that never sends its hello does not hold a connection; a
+// handshake that fails or takes longer closes the connection. A
+// connection counts against MaxClients from the moment it is accepted.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -244,12 +272,23 @@ func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 	if ok {
 		return true
 	}
-	if full {
-		s.rejected.Add(1)
-		nc.SetWriteDeadline(time.Now().Add(time.Second))
-		io.WriteString(nc, "-ERR max number of clients reached\r\n")
+	if !full {
+		nc.Close()
+		return false
 	}
-	nc.Close()
+	s.rejected.Add(1)
+	tell := func() {
+		// A TLS connection reads the client's hello before it writes:
+		// the deadline bounds both.
+		nc.SetDeadline(time.Now().Add(time.Second))
+		io.WriteString(nc, "-ERR max number of clients reached\r\n")
+		nc.Close()
+	}
+	if _, ok := nc.(*tls.Conn); ok {
+		go tell() // not in the accept loop, which a handshake would hold up
+	} else {
+		tell()
+	}
 	return false
 }
 
@@ -263,9 +302,10 @@ func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 // included, and no connection is closed with input unread, which would make
 // the system reset it and drop the replies not yet delivered. An idle client
 // is disconnected at once. The part of a command whose rest has not arrived
-// is dropped. Where the server cannot look into a socket (a connection that
-// is not one, or a platform other than Unix), a connection is drained once
-// its replies to the commands read are written.
+// is dropped. Over TLS, the server looks into crypto/tls's buffers as well
+// as into the socket. Where the server cannot look into a socket (a
+// connection that is not one, or a platform other than Unix), a connection
+// is drained once its replies to the commands read are written.
 //
 // Shutdown returns nil once every connection is closed. When ctx ends
 // first, it closes the remaining connections at once, as Close does, and
@@ -312,7 +352,7 @@ func (s *Server) Close() error {
 	}
 	for c := range s.conns {
 		if c.nc != nil {
-			c.nc.Close()
+			closeNow(c.nc)
 		}
 	}
 	s.mu.Unlock()
@@ -403,6 +443,7 @@ type conn struct {
 	last    time.Time // when the client last sent commands
 	lastCmd string
 
+	tlsIn  *tlsInput // what rd reads on a TLS connection; nil otherwise
 	authed bool
 	quit   bool
 	batch  counters // since the last flush, published into stats then
@@ -419,7 +460,6 @@ func newConn(s *Server, nc net.Conn, rw io.ReadWriter) *conn {
 		s:       s,
 		raddr:   nc.RemoteAddr(),
 		laddr:   nc.LocalAddr(),
-		rd:      NewReader(rw, s.cfg.Limits),
 		wr:      NewWriter(rw),
 		id:      s.nextID.Add(1),
 		created: now,
@@ -431,12 +471,21 @@ func newConn(s *Server, nc net.Conn, rw io.ReadWriter) *conn {
 	if rw == nc {
 		c.nc = nc
 	}
+	var in io.Reader = rw
+	if tc, ok := rw.(*tls.Conn); ok {
+		c.tlsIn = &tlsInput{tc: tc}
+		in = c.tlsIn
+	}
+	c.rd = NewReader(in, s.cfg.Limits)
 	return c
 }
 
 func (c *conn) serve() {
 	defer c.s.forget(c)
 	defer c.nc.Close()
+	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
+		return
+	}
 	idle := c.s.cfg.IdleTimeout
 	if idle > 0 {
 		// A client that takes none of its replies for IdleTimeout is
@@ -502,7 +551,14 @@ func (w deadlineWriter) Write(p []byte) (int, error) {
 // drained reports whether the connection, whose replies are all written, is
 // drained as Shutdown says: its socket holds nothing more to read.
 func (c *conn) drained() bool {
-	sc, ok := c.nc.(syscall.Conn)
+	nc := c.nc
+	if c.tlsIn != nil {
+		if c.tlsIn.poll() {
+			return false
+		}
+		nc = c.tlsIn.tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return true
 	}

@@ -62,8 +62,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	fs.BoolVar(&f.FailOpen, "fail-open", def.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
 	fs.StringVar(&f.RESPFailClosed, "resp-fail-closed", def.RESPFailClosed, "RESP `reply` to a request refused because the store could not decide: error (-TRYAGAIN) or refuse (the command's refusal, retry after 1s)")
 	fs.StringVar(&f.KeyPrefix, "key-prefix", def.KeyPrefix, "`prefix` of every key the Redis store writes")
-	fs.StringVar(&f.RequirePass, "requirepass", def.RequirePass, "`password` that RESP clients must give with AUTH")
-	fs.StringVar(&f.UsersFile, "users-file", def.UsersFile, "`file` of RESP users, one \"name password\" per line")
+	fs.StringVar(&f.RequirePass, "requirepass", def.RequirePass, "`password` of the default user, required on every listener: RESP AUTH, HTTP \"Authorization: Bearer\", gRPC \"authorization\" metadata (better in the config file, which ps does not show)")
+	fs.StringVar(&f.UsersFile, "users-file", def.UsersFile, "`file` of users, one \"name password\" per line, for every listener: RESP AUTH name password, HTTP and gRPC Basic")
+	fs.BoolVar(&f.MetricsOpen, "metrics-open", def.MetricsOpen, "serve /metrics without credentials (/healthz, /readyz and gRPC health always are)")
+	fs.StringVar(&f.TLSCert, "tls-cert", def.TLSCert, "PEM certificate `file` (and intermediates): RESP, HTTP and gRPC speak TLS only; reloaded when it changes")
+	fs.StringVar(&f.TLSKey, "tls-key", def.TLSKey, "PEM private key `file` of --tls-cert")
+	fs.StringVar(&f.TLSCA, "tls-ca", def.TLSCA, "PEM `file` of client CAs: every listener requires a client certificate signed by one (mutual TLS)")
 	fs.IntVar(&f.MaxClients, "max-clients", def.MaxClients, "bound on connected RESP clients (0: 10000)")
 	fs.DurationVar(&f.IdleTimeout, "idle-timeout", def.IdleTimeout, "close RESP clients idle this long (0: never)")
 	fs.IntVar(&f.EventLoops, "event-loops", def.EventLoops, "RESP serving: 0 auto (epoll loops on Linux for the memory store), n loops, -1 a goroutine per connection")
@@ -143,6 +147,14 @@ func override(cfg *config.Config, f config.Config, name string) {
 		cfg.RequirePass = f.RequirePass
 	case "users-file":
 		cfg.UsersFile = f.UsersFile
+	case "metrics-open":
+		cfg.MetricsOpen = f.MetricsOpen
+	case "tls-cert":
+		cfg.TLSCert = f.TLSCert
+	case "tls-key":
+		cfg.TLSKey = f.TLSKey
+	case "tls-ca":
+		cfg.TLSCA = f.TLSCA
 	case "max-clients":
 		cfg.MaxClients = f.MaxClients
 	case "idle-timeout":

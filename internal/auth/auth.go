@@ -4,7 +4,8 @@
 //
 // Build a Credentials once with New and hand it to each listener:
 //
-//   - the RESP server checks AUTH and HELLO ... AUTH with Check;
+//   - the RESP server takes it as its Config.Credentials, and checks AUTH
+//     and HELLO ... AUTH with Check (and Has, to log only known names);
 //   - an HTTP server wraps its handler with Middleware, which reads the
 //     Authorization header and answers 401 with a problem (RFC 9457) when
 //     the credentials are missing or wrong, except on the exempt paths
@@ -38,8 +39,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
-	"sync/atomic"
-	"time"
 )
 
 // DefaultUser is the name of the user whose password is the daemon's
@@ -93,8 +92,11 @@ func (c *Credentials) Check(user, password string) bool {
 	return ok && eq
 }
 
-// has reports whether name is a user of the set.
-func (c *Credentials) has(name string) bool {
+// Has reports whether name is a user of the set (DefaultUser when it has a
+// password). A listener that logs a refused attempt logs the user name it
+// was given only when Has says so: what a client sent in its place may be a
+// password.
+func (c *Credentials) Has(name string) bool {
 	if c == nil {
 		return false
 	}
@@ -177,21 +179,11 @@ func UserFrom(ctx context.Context) (string, bool) {
 	return u, ok
 }
 
-// sometimes lets one call in a second through, so that a client that
-// keeps failing does not log a line per request.
-type sometimes struct{ last atomic.Int64 }
-
-func (s *sometimes) ok() bool {
-	now := time.Now().UnixNano()
-	last := s.last.Load()
-	return now-last >= int64(time.Second) && s.last.CompareAndSwap(last, now)
-}
-
 // loggedUser is the user name a failure may log: the name when it is a
 // user of the set, and "" otherwise, as what a client sent in its place
 // may be a password.
 func (c *Credentials) loggedUser(user string) string {
-	if c.has(user) {
+	if c.Has(user) {
 		return user
 	}
 	return ""

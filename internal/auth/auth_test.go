@@ -78,6 +78,24 @@ func TestDefaultUser(t *testing.T) {
 	}
 }
 
+// Has knows the users of the set, and the default user only when it has a
+// password.
+func TestHas(t *testing.T) {
+	c := testCreds()
+	for name, want := range map[string]bool{DefaultUser: true, "alice": true, "bob": true, "carol": false, "": false, alicePass: false} {
+		if got := c.Has(name); got != want {
+			t.Errorf("Has(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if New("", map[string]string{"alice": "a"}).Has(DefaultUser) {
+		t.Error("Has(default) = true for a default user without a password")
+	}
+	var none *Credentials
+	if none.Has("alice") {
+		t.Error("a nil set has a user")
+	}
+}
+
 // New copies the users: changing the map afterwards changes nothing.
 func TestNewCopies(t *testing.T) {
 	users := map[string]string{"alice": "a"}

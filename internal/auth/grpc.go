@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"time"
 
+	"github.com/funnelrl/funnel/internal/lograte"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -38,11 +40,11 @@ type grpcAuth struct {
 	c      *Credentials
 	exempt []string
 	log    *slog.Logger
-	warned sometimes
+	warned *lograte.Sometimes // a client that keeps failing logs once a second
 }
 
 func (c *Credentials) grpcAuth(opts GRPCOptions) *grpcAuth {
-	a := &grpcAuth{c: c, exempt: slices.Clone(opts.Exempt), log: opts.Logger}
+	a := &grpcAuth{c: c, exempt: slices.Clone(opts.Exempt), log: opts.Logger, warned: lograte.New(time.Second)}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -68,13 +70,15 @@ func (a *grpcAuth) check(ctx context.Context, method string) (context.Context, e
 	if err == nil {
 		return withUser(ctx, user), nil
 	}
-	if !errors.Is(err, ErrMissing) && a.warned.ok() {
-		addr := ""
-		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-			addr = p.Addr.String()
-		}
-		a.log.Warn("auth: call refused (logged once a second at most)",
-			"addr", addr, "method", method, "user", a.c.loggedUser(user), "err", err)
+	if !errors.Is(err, ErrMissing) {
+		a.warned.Do(func(held int64) {
+			addr := ""
+			if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+				addr = p.Addr.String()
+			}
+			a.log.Warn("auth: call refused (logged once a second at most)",
+				"addr", addr, "method", method, "user", a.c.loggedUser(user), "err", err, "held_back", held)
+		})
 	}
 	return nil, status.Error(codes.Unauthenticated, err.Error())
 }

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
+	"github.com/funnelrl/funnel/internal/lograte"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -62,7 +64,7 @@ func (c *Credentials) Middleware(opts HTTPOptions) func(http.Handler) http.Handl
 		"Bearer realm=" + strconv.Quote(realm),
 		"Basic realm=" + strconv.Quote(realm) + `, charset="UTF-8"`,
 	}
-	var warned sometimes
+	warned := lograte.New(time.Second) // a client that keeps failing logs once a second
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if slices.Contains(exempt, r.URL.Path) {
@@ -74,9 +76,11 @@ func (c *Credentials) Middleware(opts HTTPOptions) func(http.Handler) http.Handl
 				next.ServeHTTP(w, r.WithContext(withUser(r.Context(), user)))
 				return
 			}
-			if !errors.Is(err, ErrMissing) && warned.ok() {
-				log.Warn("auth: request refused (logged once a second at most)",
-					"addr", r.RemoteAddr, "path", r.URL.Path, "user", c.loggedUser(user), "err", err)
+			if !errors.Is(err, ErrMissing) {
+				warned.Do(func(held int64) {
+					log.Warn("auth: request refused (logged once a second at most)",
+						"addr", r.RemoteAddr, "path", r.URL.Path, "user", c.loggedUser(user), "err", err, "held_back", held)
+				})
 			}
 			w.Header()["WWW-Authenticate"] = challenges
 			middleware.Problem{Status: http.StatusUnauthorized, Detail: err.Error()}.Write(w)

@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,14 +33,17 @@ type Daemon struct {
 	lim     *funnel.Limiter
 	metrics *metrics.Metrics
 
+	sec     security // credentials and TLS of every listener
 	respLn  net.Listener
 	respSrv *resp.Server
 	edges   []edge               // HTTP, gRPC
 	watcher *config.RulesWatcher // the rules, when a file names them
 }
 
-// New validates cfg, opens the store and binds the listeners, so that the
-// addresses are known (and in use) before Run.
+// New validates cfg, opens the store, loads the credentials and the TLS
+// files, and binds the listeners, so that the addresses are known (and in
+// use) before Run. It watches the TLS files, when there are any, until
+// Close.
 func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -58,15 +62,26 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		}
 		users = u
 	}
+	if err := d.openSecurity(users); err != nil {
+		d.Close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.RESP)
 	if err != nil {
-		d.close()
+		d.Close()
 		return nil, fmt.Errorf("daemon: resp listener: %w", err)
+	}
+	if tc := d.sec.tlsConfig(); tc != nil {
+		// Connections of a TLS listener are served by a goroutine each,
+		// not by the event loops.
+		ln = tls.NewListener(ln, tc)
+		if cfg.EventLoops > 0 {
+			log.Info("RESP over TLS serves a goroutine per connection: event_loops is not used", "event_loops", cfg.EventLoops)
+		}
 	}
 	d.respLn = ln
 	d.respSrv = resp.NewServer(d.store, resp.Config{
-		Password:    cfg.RequirePass,
-		Users:       users,
+		Credentials: d.sec.creds,
 		MaxClients:  cfg.MaxClients,
 		IdleTimeout: cfg.IdleTimeout,
 		EventLoops:  cfg.EventLoops,
@@ -188,9 +203,12 @@ func (d *Daemon) Store() funnel.Store { return d.store }
 // most the configured shutdown timeout.
 func (d *Daemon) Run(ctx context.Context) error {
 	attrs := []any{"version", version.Version, "store", redact(d.cfg.Store), "resp", d.respLn.Addr().String()}
+	d.warnExposed("resp", d.respLn.Addr())
 	for _, e := range d.edges {
 		attrs = append(attrs, e.name, e.addr().String())
+		d.warnExposed(e.name, e.addr())
 	}
+	attrs = append(attrs, "auth", d.sec.creds.Enabled(), "tls", d.sec.tls != nil, "client_certs", d.cfg.TLS() && d.cfg.TLSCA != "")
 	d.log.Info("funnel started", attrs...)
 	errc := make(chan error, 1+len(d.edges))
 	go func() {
@@ -233,8 +251,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return err
 }
 
-// Close releases the listeners and the store. Call it after Run returns,
-// or instead of Run.
+// Close releases the listeners, stops watching the TLS files and releases
+// the store. Call it after Run returns, or instead of Run.
 func (d *Daemon) Close() error {
 	if d.respSrv != nil {
 		d.respSrv.Close()
@@ -248,5 +266,6 @@ func (d *Daemon) Close() error {
 	if d.watcher != nil {
 		d.watcher.Close()
 	}
+	d.sec.close()
 	return d.close()
 }

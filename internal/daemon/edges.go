@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/httpapi"
+	"github.com/funnelrl/funnel/internal/auth"
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/rls"
 )
@@ -84,7 +89,13 @@ func (d *Daemon) openGRPC() error {
 		opts.ResponseHeaders = rls.DefaultHeaders()
 	}
 	srv := rls.New(d.lim, src, opts)
-	gs := grpc.NewServer()
+	// The health service answers probes, which send no metadata, without
+	// credentials; the rate-limit service and reflection need them.
+	gopts := d.sec.creds.ServerOptions(auth.GRPCOptions{Exempt: auth.HealthMethods, Logger: d.log})
+	if tc := d.sec.tlsConfig(); tc != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 	d.edges = append(d.edges, edge{
 		name: "grpc",
@@ -112,7 +123,9 @@ func (d *Daemon) openGRPC() error {
 	return nil
 }
 
-// openHTTP binds the HTTP API: decisions, health, readiness and /metrics.
+// openHTTP binds the HTTP API: decisions, health, readiness and /metrics,
+// all behind the credentials but health, readiness and, with
+// metrics_open, /metrics.
 func (d *Daemon) openHTTP() error {
 	ln, err := net.Listen("tcp", d.cfg.HTTP)
 	if err != nil {
@@ -128,15 +141,24 @@ func (d *Daemon) openHTTP() error {
 		Fail:    fail,
 		Logger:  d.log,
 	})
+	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           guard(api),
 		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		// A body is at most httpapi.DefaultMaxBody: a client that takes
 		// longer to send one is holding a connection, not sending it.
 		ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute,
+		// The timeouts above bound a TLS handshake too.
+		TLSConfig: d.sec.tlsConfig(),
+		ErrorLog:  stdlog.New(httpErrors{d.log}, "", 0),
+	}
+	if srv.TLSConfig != nil {
+		// Handshakes use the watcher's configuration, not the copy that
+		// net/http makes and offers HTTP/2 on: offer it here.
+		srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
 	}
 	if err := d.metrics.ConnectedClients("http", conns.Count); err != nil {
 		ln.Close()
@@ -146,7 +168,13 @@ func (d *Daemon) openHTTP() error {
 		name: "http",
 		ln:   ln,
 		serve: func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if srv.TLSConfig != nil {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
@@ -155,6 +183,22 @@ func (d *Daemon) openHTTP() error {
 		close:    func() { srv.Close(); ln.Close() },
 	})
 	return nil
+}
+
+// httpErrors writes the HTTP server's own errors into a slog.Logger: a
+// failed TLS handshake (a client that does not trust the certificate, or
+// has none to give, or a scanner) at debug level, as RESP logs it, the
+// others as warnings.
+type httpErrors struct{ log *slog.Logger }
+
+func (h httpErrors) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	level := slog.LevelWarn
+	if strings.Contains(msg, "TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	h.log.Log(context.Background(), level, msg)
+	return len(p), nil
 }
 
 // HTTPAddr returns the address the HTTP API is bound to, or nil when it is

@@ -1,0 +1,104 @@
+package resp_test
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/funnelrl/funnel/resp"
+)
+
+// creds is a Credentials of one user, which counts its checks.
+type creds struct {
+	mu     sync.Mutex
+	checks int
+}
+
+func (c *creds) Enabled() bool        { return true }
+func (c *creds) Has(user string) bool { return user == "carol" }
+func (c *creds) Check(user, password string) bool {
+	c.mu.Lock()
+	c.checks++
+	c.mu.Unlock()
+	return user == "carol" && password == "c-pass"
+}
+
+// Config.Credentials replaces Password and Users.
+func TestCredentials(t *testing.T) {
+	t.Parallel()
+	cr := &creds{}
+	ts := startServer(t, resp.Config{Password: "ignored", Users: map[string]string{"alice": "a"}, Credentials: cr})
+	c := ts.dial(t)
+	for _, tc := range []struct{ args []string }{{[]string{"AUTH", "ignored"}}, {[]string{"AUTH", "alice", "a"}}, {[]string{"HELLO", "3", "AUTH", "carol", "wrong"}}} {
+		if got := c.do(tc.args...); got != "-"+wrongpass+"\r\n" {
+			t.Fatalf("%q: %q", tc.args, got)
+		}
+	}
+	if got := c.do("CL.THROTTLE", "k", "1", "1", "60"); !strings.HasPrefix(got, "-NOAUTH") {
+		t.Fatalf("CL.THROTTLE before AUTH: %q", got)
+	}
+	if got := c.do("AUTH", "carol", "c-pass"); got != "+OK\r\n" {
+		t.Fatalf("AUTH carol: %q", got)
+	}
+	if got := c.do("CLIENT", "INFO"); !strings.Contains(got, " user=carol ") {
+		t.Fatalf("CLIENT INFO: %q", got)
+	}
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.checks != 4 {
+		t.Fatalf("%d checks, want 4", cr.checks)
+	}
+}
+
+// A failed AUTH logs the user name only when it names a user: a password
+// typed in its place never reaches the log.
+func TestAuthLogsNoPassword(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args    []string
+		logged  string
+		secrets []string
+	}{
+		{[]string{"AUTH", "wonder", "x"}, `user=""`, []string{"wonder"}},
+		{[]string{"AUTH", "alice", "sekret"}, "user=alice", []string{"sekret"}},
+		{[]string{"HELLO", "2", "AUTH", "sekret", "wonder"}, `user=""`, []string{"sekret", "wonder"}},
+	} {
+		var logs syncBuffer
+		ts := startServer(t, resp.Config{
+			Password: "sekret",
+			Users:    map[string]string{"alice": "wonder"},
+			Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		if got := ts.dial(t).do(tc.args...); got != "-"+wrongpass+"\r\n" {
+			t.Fatalf("%q: %q", tc.args, got)
+		}
+		out := logs.String()
+		if !strings.Contains(out, "authentication failed") || !strings.Contains(out, tc.logged) {
+			t.Errorf("%q: the log lacks %s:\n%s", tc.args, tc.logged, out)
+		}
+		for _, s := range tc.secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("%q: the log shows %q:\n%s", tc.args, s, out)
+			}
+		}
+	}
+}
+
+// syncBuffer is a strings.Builder safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
