@@ -933,17 +933,14 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 		return r
 	}
 
-	lim := funnel.Limit{Algorithm: funnel.FixedWindow, Count: int64(r.RequestsPerUnit)}
+	// The limit's fields go into a funnel.Spec, which builds it as every
+	// edge builds a limit; here only the window's forms (unit, period or
+	// calendar) and the rule's own checks are read.
+	spec := funnel.Spec{Algorithm: "fixed_window", Count: int64(r.RequestsPerUnit)} // before unitOf rescales it
 	if an := f["algorithm"]; !isNull(an) {
-		name := b.str(an, join(path, "algorithm"))
-		a, err := funnel.ParseAlgorithm(name)
-		switch {
-		case err != nil:
-			b.fail(an, join(path, "algorithm"), "unknown algorithm %q (want gcra, leaky_bucket, fixed_window, sliding_window or sliding_log)", name)
-		case a == funnel.Concurrency:
+		spec.Algorithm = b.str(an, join(path, "algorithm"))
+		if a, err := funnel.ParseAlgorithm(spec.Algorithm); err == nil && a == funnel.Concurrency {
 			b.fail(an, join(path, "algorithm"), "concurrency limits need a release, which the rate-limit protocol cannot send")
-		default:
-			lim.Algorithm = a
 		}
 	}
 
@@ -967,75 +964,70 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 			b.fail(un, join(path, "unit"), "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", name)
 			break
 		}
-		lim.Period, r.Unit, r.UnitMultiplier = u.Duration(), u, 1
+		spec.Period, r.Unit, r.UnitMultiplier = u.Duration(), u, 1
 	case !isNull(pn):
 		if d, ok := b.duration(pn, join(path, "period")); ok {
-			lim.Period = d
+			spec.Period = d
 			r.Unit, r.UnitMultiplier, r.RequestsPerUnit = unitOf(d, r.RequestsPerUnit)
 		}
 	default:
-		switch c := b.str(cn, join(path, "calendar")); c {
-		case "day":
-			lim.Calendar, r.Unit = funnel.Daily, UnitDay
-		case "week":
-			lim.Calendar, r.Unit = funnel.Weekly, UnitWeek
-		case "month":
-			lim.Calendar, r.Unit = funnel.Monthly, UnitMonth
-		default:
-			b.fail(cn, join(path, "calendar"), "unknown calendar %q (want day, week or month)", c)
-		}
+		spec.Calendar = b.str(cn, join(path, "calendar"))
 		r.UnitMultiplier = 1
-		if lim.Algorithm != funnel.FixedWindow {
-			b.fail(cn, join(path, "calendar"), "only fixed_window takes a calendar")
-		}
 	}
 	if tz := f["time_zone"]; !isNull(tz) {
-		name := b.str(tz, join(path, "time_zone"))
-		loc, err := time.LoadLocation(name)
-		switch {
-		case isNull(cn):
-			b.fail(tz, join(path, "time_zone"), "a time zone goes with a calendar")
-		case err != nil:
-			b.fail(tz, join(path, "time_zone"), "unknown time zone %q", name)
-		default:
-			lim.Location = loc
-		}
-	}
-
-	bucket := lim.Algorithm == funnel.GCRA || lim.Algorithm == funnel.LeakyBucket
-	if bucket {
-		lim.Burst = max(lim.Count-1, 0)
+		spec.TimeZone = b.str(tz, join(path, "time_zone"))
 	}
 	if bn := f["burst"]; !isNull(bn) {
 		if v, ok := b.integer(bn, join(path, "burst"), math.MaxInt64); ok {
-			if !bucket {
-				b.fail(bn, join(path, "burst"), "only gcra and leaky_bucket take a burst")
-			}
-			lim.Burst = int64(v)
+			burst := int64(v)
+			spec.Burst = &burst
 		}
 	}
 	if dn := deref(f["delay"]); !isNull(dn) {
-		if lim.Algorithm != funnel.LeakyBucket {
-			b.fail(dn, join(path, "delay"), "only leaky_bucket takes a delay")
-		} else if dn.Value == "nodelay" {
-			lim.Delay = funnel.NoDelay
+		if dn.Value == "nodelay" {
+			spec.NoDelay = true
 		} else if v, ok := b.integer(dn, join(path, "delay"), math.MaxInt64); ok {
-			lim.Delay = int64(v)
+			delay := int64(v)
+			spec.Delay = &delay
 		}
 	}
 	if bn := f["ban"]; !isNull(bn) {
 		if d, ok := b.duration(bn, join(path, "ban")); ok {
-			lim.Ban = d
+			spec.Ban = d
 		}
 	}
 	if len(b.errs) > before {
 		return nil
 	}
-	if lim.Count > 0 {
-		if err := lim.Validate(); err != nil {
-			b.fail(n, path, "%s", strings.TrimPrefix(err.Error(), "funnel: "))
-			return nil
+	// A rule of 0 requests per unit refuses everything and keeps no limit;
+	// its fields are checked all the same.
+	count := spec.Count
+	spec.Count = max(count, 1)
+	lim, err := spec.Limit()
+	if err != nil {
+		var se *funnel.SpecError
+		errors.As(err, &se)
+		at, field := n, path
+		if se != nil && se.Field != "" {
+			key := se.Field
+			if key == "nodelay" {
+				key = "delay"
+			}
+			at, field = orNode(f[key], n), join(path, key)
+			err = se.Reason
 		}
+		b.fail(at, field, "%s", strings.TrimPrefix(err.Error(), "funnel: "))
+		return nil
+	}
+	switch lim.Calendar {
+	case funnel.Daily:
+		r.Unit = UnitDay
+	case funnel.Weekly:
+		r.Unit = UnitWeek
+	case funnel.Monthly:
+		r.Unit = UnitMonth
+	}
+	if count > 0 {
 		r.Limit = lim
 	}
 	return r

@@ -200,7 +200,7 @@ func TestBadInput(t *testing.T) {
 		{"zero count", `{"key":"k","limit":{"count":0,"period":"1s"}}`, 422, "invalid limit"},
 		{"window under 1ms", `{"key":"k","limit":{"algorithm":"fixed_window","count":1,"period":"100us"}}`, 422, "invalid limit"},
 		{"unknown algorithm", `{"key":"k","limit":{"algorithm":"token_bucket","count":1,"period":"1s"}}`, 422, `unknown algorithm "token_bucket"`},
-		{"unknown calendar", `{"key":"k","limit":{"algorithm":"fixed_window","count":1,"calendar":"year"}}`, 422, `"year" is not day, week or month`},
+		{"unknown calendar", `{"key":"k","limit":{"algorithm":"fixed_window","count":1,"calendar":"year"}}`, 422, `calendar: unknown calendar "year" (want day, week or month)`},
 		{"unknown zone", `{"key":"k","limit":{"algorithm":"fixed_window","count":1,"calendar":"day","time_zone":"Mars/Olympus"}}`, 422, "unknown time zone"},
 		{"delay and nodelay", `{"key":"k","limit":{"algorithm":"leaky_bucket","count":1,"period":"1s","delay":1,"nodelay":true}}`, 422, "exclude each other"},
 		{"negative quantity", `{"key":"k",` + lim + `,"quantity":-1}`, 422, "invalid quantity"},

@@ -61,62 +61,31 @@ func parseDuration(field, s string) (time.Duration, error) {
 	return d, nil
 }
 
-// Funnel converts l to a funnel.Limit, checking it.
+// Funnel converts l to a funnel.Limit, checking it: the durations here, the
+// rest by funnel.Spec, as every edge reads a limit.
 func (l *Limit) Funnel() (funnel.Limit, error) {
 	if l == nil {
 		return funnel.Limit{}, inputf("the limit is missing")
 	}
-	var fl funnel.Limit
+	spec := funnel.Spec{
+		Algorithm: l.Algorithm,
+		Count:     l.Count,
+		Burst:     l.Burst,
+		NoDelay:   l.NoDelay,
+		Calendar:  l.Calendar,
+		TimeZone:  l.TimeZone,
+	}
+	if l.Delay != 0 {
+		spec.Delay = &l.Delay
+	}
 	var err error
-	if l.Algorithm != "" {
-		if fl.Algorithm, err = funnel.ParseAlgorithm(l.Algorithm); err != nil {
-			return funnel.Limit{}, err
-		}
-	}
-	fl.Count = l.Count
-	if fl.Period, err = parseDuration("period", l.Period); err != nil {
+	if spec.Period, err = parseDuration("period", l.Period); err != nil {
 		return funnel.Limit{}, err
 	}
-	if fl.Ban, err = parseDuration("ban", l.Ban); err != nil {
+	if spec.Ban, err = parseDuration("ban", l.Ban); err != nil {
 		return funnel.Limit{}, err
 	}
-	if l.Burst != nil {
-		fl.Burst = *l.Burst
-	} else if fl.Algorithm == funnel.GCRA || fl.Algorithm == funnel.LeakyBucket {
-		fl.Burst = max(l.Count-1, 0)
-	}
-	fl.Delay = l.Delay
-	if l.NoDelay {
-		if l.Delay != 0 {
-			return funnel.Limit{}, inputf("delay and nodelay exclude each other")
-		}
-		fl.Delay = funnel.NoDelay
-	}
-	switch l.Calendar {
-	case "":
-	case "day":
-		fl.Calendar = funnel.Daily
-	case "week":
-		fl.Calendar = funnel.Weekly
-	case "month":
-		fl.Calendar = funnel.Monthly
-	default:
-		return funnel.Limit{}, inputf("calendar: %q is not day, week or month", l.Calendar)
-	}
-	if l.TimeZone != "" {
-		if l.Calendar == "" {
-			return funnel.Limit{}, inputf("time_zone is for calendar windows")
-		}
-		loc, err := time.LoadLocation(l.TimeZone)
-		if err != nil {
-			return funnel.Limit{}, inputf("time_zone: unknown time zone %q", l.TimeZone)
-		}
-		fl.Location = loc
-	}
-	if err := fl.Validate(); err != nil {
-		return funnel.Limit{}, err
-	}
-	return fl, nil
+	return spec.Limit()
 }
 
 // limitFromQuery reads a Limit from URL query parameters named as the JSON

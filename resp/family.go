@@ -68,13 +68,14 @@ func parseMillis(name string, b []byte) (time.Duration, error) {
 // parseLimitArgs parses "algorithm count period_ms [options]" from args and
 // returns the limit and the number of arguments used; it stops at the first
 // argument that is not an option when stopAtLimit is set and the argument is
-// LIMIT.
+// LIMIT. The options fill a funnel.Spec, which builds the limit as the other
+// edges build theirs.
 func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 	if len(args) < 3 {
 		return famLimit{}, 0, errSyntax
 	}
-	alg, err := funnel.ParseAlgorithm(strings.ToLower(string(args[0])))
-	if err != nil || alg == funnel.Concurrency {
+	name := strings.ToLower(string(args[0]))
+	if alg, err := funnel.ParseAlgorithm(name); err != nil || alg == funnel.Concurrency {
 		return famLimit{}, 0, fmt.Errorf("ERR unknown algorithm '%s' (gcra, leaky_bucket, fixed_window, sliding_window, sliding_log)", trunc(cstr(args[0]), 64))
 	}
 	count, err := parseFamInt("count", args[1])
@@ -85,12 +86,8 @@ func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 	if err != nil {
 		return famLimit{}, 0, err
 	}
-	f := famLimit{limit: funnel.Per(count, period), n: 1}
-	f.limit.Algorithm = alg
-	bucket := alg == funnel.GCRA || alg == funnel.LeakyBucket
-	if !bucket {
-		f.limit.Burst = 0
-	}
+	spec := funnel.Spec{Algorithm: name, Count: count, Period: period}
+	f := famLimit{n: 1}
 	i := 3
 	for i < len(args) {
 		opt := strings.ToUpper(string(args[i]))
@@ -98,7 +95,7 @@ func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 			break
 		}
 		if opt == "NODELAY" {
-			f.limit.Delay = funnel.NoDelay
+			spec.NoDelay = true
 			i++
 			continue
 		}
@@ -106,31 +103,23 @@ func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 			return famLimit{}, 0, errSyntax
 		}
 		v := args[i+1]
-		if !bucket && (opt == "BURST" || opt == "DELAY") {
-			return famLimit{}, 0, fmt.Errorf("ERR %s applies to gcra and leaky_bucket only", opt)
-		}
 		switch opt {
 		case "BURST":
-			f.limit.Burst, err = parseFamInt("burst", v)
+			var b int64
+			b, err = parseFamInt("burst", v)
+			spec.Burst = &b
 		case "QUANTITY":
 			f.n, err = parseFamInt("quantity", v)
 		case "DELAY":
-			f.limit.Delay, err = parseFamInt("delay", v)
+			var d int64
+			d, err = parseFamInt("delay", v)
+			spec.Delay = &d
 		case "BAN":
-			f.limit.Ban, err = parseMillis("ban", v)
+			spec.Ban, err = parseMillis("ban", v)
 		case "CALENDAR":
-			switch strings.ToLower(string(v)) {
-			case "day":
-				f.limit.Calendar = funnel.Daily
-			case "week":
-				f.limit.Calendar = funnel.Weekly
-			case "month":
-				f.limit.Calendar = funnel.Monthly
-			default:
-				err = fmt.Errorf("ERR unknown calendar '%s' (day, week, month)", trunc(cstr(v), 64))
-			}
+			spec.Calendar = strings.ToLower(string(v))
 		case "TZ":
-			f.limit.Location, err = loadZone(string(v))
+			spec.TimeZone = string(v)
 		default:
 			return famLimit{}, 0, errSyntax
 		}
@@ -139,22 +128,10 @@ func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 		}
 		i += 2
 	}
-	if err := f.limit.Validate(); err != nil {
+	if f.limit, err = spec.Limit(); err != nil {
 		return famLimit{}, 0, limitError(err)
 	}
 	return f, i, nil
-}
-
-// loadZone loads a time zone by IANA name.
-func loadZone(name string) (*time.Location, error) {
-	if name == "" || strings.ContainsAny(name, "\x00") || len(name) > 64 {
-		return nil, errors.New("ERR unknown time zone")
-	}
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		return nil, fmt.Errorf("ERR unknown time zone '%s'", name)
-	}
-	return loc, nil
 }
 
 // limitError turns a Validate error into a reply.

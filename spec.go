@@ -1,0 +1,179 @@
+package funnel
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Spec is a limit as its text forms give it (the RESP commands' arguments,
+// the HTTP API's JSON, the rate-limit service's YAML rules): the algorithm,
+// the calendar and the time zone by name, and the burst and the delay only
+// when they are given. Spec.Limit turns it into a Limit with the defaults
+// and the rules that every form shares, so that all of them read a limit
+// the same way.
+type Spec struct {
+	// Algorithm is the algorithm's name as ParseAlgorithm takes it; empty
+	// means gcra.
+	Algorithm string
+	// Count is the number of units per Period (for concurrency: the leases
+	// held at once).
+	Count int64
+	// Period is the window or leak period (for concurrency: a lease's
+	// lifetime); calendar windows leave it zero.
+	Period time.Duration
+	// Burst is, for gcra and leaky_bucket only, the units beyond the first
+	// that a full bucket admits at once; nil means Count-1.
+	Burst *int64
+	// Delay is, for leaky_bucket only, the excess units that pass at once
+	// (nginx's delay=); nil means 0.
+	Delay *int64
+	// NoDelay is, for leaky_bucket only, nginx's nodelay: every unit within
+	// the burst passes at once. It excludes Delay.
+	NoDelay bool
+	// Calendar is, for fixed_window only, "day", "week" (from Monday) or
+	// "month"; empty means windows of Period aligned to the Unix epoch.
+	Calendar string
+	// TimeZone is the IANA name of the calendar's time zone, such as
+	// "Europe/Paris"; empty means UTC. It goes with a Calendar only.
+	TimeZone string
+	// Ban, when positive, bans a key that overflows the limit for that long.
+	Ban time.Duration
+}
+
+// SpecError is an error of Spec.Limit (and of ParseCalendar and
+// LoadLocation): the field at fault and why. It wraps ErrInvalidLimit.
+type SpecError struct {
+	// Field is the field at fault in snake case ("algorithm", "burst",
+	// "delay", "nodelay", "calendar", "time_zone"), or empty when the limit
+	// as a whole is invalid (Limit.Validate's reasons).
+	Field string
+	// Reason says why, without the field.
+	Reason error
+}
+
+// Error returns "funnel: invalid limit: field: reason", or Validate's error
+// for the limit as a whole.
+func (e *SpecError) Error() string {
+	if e.Field == "" {
+		return e.Reason.Error()
+	}
+	return ErrInvalidLimit.Error() + ": " + e.Field + ": " + e.Reason.Error()
+}
+
+// Unwrap returns ErrInvalidLimit and the reason.
+func (e *SpecError) Unwrap() []error { return []error{ErrInvalidLimit, e.Reason} }
+
+// specErr returns a SpecError of field.
+func specErr(field, format string, args ...any) error {
+	return &SpecError{Field: field, Reason: fmt.Errorf(format, args...)}
+}
+
+// Limit returns the limit that s gives, validated. The error is a
+// *SpecError that names the field at fault.
+func (s Spec) Limit() (Limit, error) {
+	var l Limit
+	if s.Algorithm != "" {
+		a, err := ParseAlgorithm(s.Algorithm)
+		if err != nil {
+			return Limit{}, specErr("algorithm", "unknown algorithm %q (want %s)", s.Algorithm, strings.Join(algorithmNames[:], ", "))
+		}
+		l.Algorithm = a
+	}
+	l.Count, l.Period, l.Ban = s.Count, s.Period, s.Ban
+	bucket := l.Algorithm == GCRA || l.Algorithm == LeakyBucket
+	switch {
+	case s.Burst != nil && !bucket:
+		return Limit{}, specErr("burst", "only gcra and leaky_bucket take a burst")
+	case s.Burst != nil:
+		l.Burst = *s.Burst
+	case bucket:
+		l.Burst = max(s.Count-1, 0)
+	}
+	if (s.Delay != nil || s.NoDelay) && l.Algorithm != LeakyBucket {
+		field := "delay"
+		if s.Delay == nil {
+			field = "nodelay"
+		}
+		return Limit{}, specErr(field, "only leaky_bucket takes a delay")
+	}
+	switch {
+	case s.Delay != nil && s.NoDelay:
+		return Limit{}, specErr("delay", "delay and nodelay exclude each other")
+	case s.NoDelay:
+		l.Delay = NoDelay
+	case s.Delay != nil:
+		l.Delay = *s.Delay
+	}
+	if s.Calendar != "" {
+		c, err := ParseCalendar(s.Calendar)
+		if err != nil {
+			return Limit{}, err
+		}
+		if l.Algorithm != FixedWindow {
+			return Limit{}, specErr("calendar", "only fixed_window takes a calendar")
+		}
+		l.Calendar = c
+	}
+	if s.TimeZone != "" {
+		if s.Calendar == "" {
+			return Limit{}, specErr("time_zone", "a time zone goes with a calendar")
+		}
+		loc, err := LoadLocation(s.TimeZone)
+		if err != nil {
+			return Limit{}, err
+		}
+		l.Location = loc
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, &SpecError{Reason: err}
+	}
+	return l, nil
+}
+
+// ParseCalendar returns the calendar named s: "day", "week" or "month".
+// The error is a *SpecError of the field "calendar".
+func ParseCalendar(s string) (Calendar, error) {
+	switch s {
+	case "day":
+		return Daily, nil
+	case "week":
+		return Weekly, nil
+	case "month":
+		return Monthly, nil
+	}
+	return NoCalendar, specErr("calendar", "unknown calendar %q (want day, week or month)", trunc(s))
+}
+
+// zones caches the time zones LoadLocation found, by name: loading one
+// reads the system's zone files, too slow for every request that names one.
+// Only names that exist are kept, so the cache holds at most the few
+// hundred zones there are.
+var zones sync.Map // string -> *time.Location
+
+// LoadLocation returns the time zone of IANA name (time.LoadLocation),
+// cached after the first time. UTC's name is "UTC"; an empty name, or one
+// that is not a zone, is a *SpecError of the field "time_zone".
+func LoadLocation(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	if name == "" || len(name) > 64 || strings.ContainsAny(name, "\x00") {
+		return nil, specErr("time_zone", "unknown time zone %q", trunc(name))
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, specErr("time_zone", "unknown time zone %q", trunc(name))
+	}
+	zones.Store(name, loc)
+	return loc, nil
+}
+
+// trunc shortens s, a client's text quoted in an error, to 64 bytes.
+func trunc(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
