@@ -3,128 +3,13 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 )
-
-// serial numbers the certificates of the tests apart.
-var serial atomic.Int64
-
-// testCA is a certificate authority made for a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// pool returns a pool of the CA alone.
-func (c *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(c.cert)
-	return p
-}
-
-// pair is a certificate and its key, in PEM.
-type pair struct{ cert, key []byte }
-
-// issue returns a certificate named cn, for a server (localhost and
-// 127.0.0.1) or for a client.
-func (c *testCA) issue(t *testing.T, cn string, client bool) pair {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	if client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-		tmpl.DNSNames, tmpl.IPAddresses = nil, nil
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pair{
-		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: k}),
-	}
-}
-
-// tlsCert returns p for a crypto/tls client.
-func (p pair) tlsCert(t *testing.T) tls.Certificate {
-	t.Helper()
-	c, err := tls.X509KeyPair(p.cert, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// write writes p into dir as name.crt and name.key, and returns their
-// paths.
-func (p pair) write(t *testing.T, dir, name string) (cert, key string) {
-	t.Helper()
-	cert, key = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	writeFile(t, cert, p.cert)
-	writeFile(t, key, p.key)
-	return cert, key
-}
 
 func writeFile(t *testing.T, name string, data []byte) {
 	t.Helper()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/daemon"
+	"github.com/funnelrl/funnel/internal/testcerts"
 )
 
 // The credentials of the secured daemons: the default user's password and
@@ -45,7 +46,7 @@ type secured struct {
 	d    *daemon.Daemon
 	logs *syncBuffer
 	dir  string
-	ca   *testCA // the server certificate's CA
+	ca   *testcerts.CA // the server certificate's CA
 	// The files of the server's certificate, its key and its CA.
 	certFile, keyFile, caFile string
 }
@@ -55,12 +56,11 @@ type secured struct {
 // limit of 2 a minute for the descriptor "user", and, when clientCA is not
 // nil, client certificates of clientCA required. change, when not nil,
 // changes the configuration first.
-func startSecured(t *testing.T, clientCA *testCA, change func(*config.Config)) *secured {
+func startSecured(t *testing.T, clientCA *testcerts.CA, change func(*config.Config)) *secured {
 	t.Helper()
-	s := &secured{dir: t.TempDir(), ca: newTestCA(t, "funnel-ca")}
-	s.certFile, s.keyFile = s.ca.issue(t, "funnel-1", false).write(t, s.dir, "tls")
-	s.caFile = filepath.Join(s.dir, "ca.crt")
-	writeFile(t, s.caFile, s.ca.pem)
+	s := &secured{dir: t.TempDir(), ca: testcerts.NewCA(t, "funnel-ca")}
+	s.certFile, s.keyFile = s.ca.Server(t, "funnel-1").Write(t, s.dir, "tls")
+	s.caFile = s.ca.Write(t, s.dir, "ca")
 	users, rules := filepath.Join(s.dir, "users"), filepath.Join(s.dir, "rules.yaml")
 	writeFile(t, users, []byte("alice "+alicePass+"\n"))
 	writeFile(t, rules, []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 2\n"))
@@ -68,8 +68,7 @@ func startSecured(t *testing.T, clientCA *testCA, change func(*config.Config)) *
 	cfg.RequirePass, cfg.UsersFile, cfg.Rules = pass, users, rules
 	cfg.TLSCert, cfg.TLSKey = s.certFile, s.keyFile
 	if clientCA != nil {
-		cfg.TLSCA = filepath.Join(s.dir, "client-ca.crt")
-		writeFile(t, cfg.TLSCA, clientCA.pem)
+		cfg.TLSCA = clientCA.Write(t, s.dir, "client-ca")
 	}
 	if change != nil {
 		change(&cfg)
@@ -80,11 +79,11 @@ func startSecured(t *testing.T, clientCA *testCA, change func(*config.Config)) *
 
 // clientTLS returns the configuration of a Go client that trusts the
 // server, with cert when it is not nil.
-func (s *secured) clientTLS(t *testing.T, cert *pair, nextProtos ...string) *tls.Config {
+func (s *secured) clientTLS(t *testing.T, cert *testcerts.Pair, nextProtos ...string) *tls.Config {
 	t.Helper()
-	cfg := &tls.Config{RootCAs: s.ca.pool(), NextProtos: nextProtos}
+	cfg := &tls.Config{RootCAs: s.ca.Pool(), NextProtos: nextProtos}
 	if cert != nil {
-		cfg.Certificates = []tls.Certificate{cert.tlsCert(t)}
+		cfg.Certificates = []tls.Certificate{cert.TLS(t)}
 	}
 	return cfg
 }
@@ -389,7 +388,7 @@ func TestDaemonTLSCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		s.ca.issue(t, "funnel-2", false).write(t, s.dir, "tls")
+		s.ca.Server(t, "funnel-2").Write(t, s.dir, "tls")
 		if err := s.d.ReloadTLS(); err != nil {
 			t.Fatalf("ReloadTLS: %v", err)
 		}
@@ -435,11 +434,11 @@ func TestDaemonTLSCredentials(t *testing.T) {
 // command; credentials are still required of those with one.
 func TestDaemonMutualTLS(t *testing.T) {
 	t.Parallel()
-	clientCA, otherCA := newTestCA(t, "client-ca"), newTestCA(t, "other-ca")
+	clientCA, otherCA := testcerts.NewCA(t, "client-ca"), testcerts.NewCA(t, "other-ca")
 	s := startSecured(t, clientCA, func(c *config.Config) { c.MetricsOpen = true })
-	app, stranger := clientCA.issue(t, "app", true), otherCA.issue(t, "stranger", true)
-	appCert, appKey := app.write(t, s.dir, "app")
-	strangerCert, strangerKey := stranger.write(t, s.dir, "stranger")
+	app, stranger := clientCA.Client(t, "app"), otherCA.Client(t, "stranger")
+	appCert, appKey := app.Write(t, s.dir, "app")
+	strangerCert, strangerKey := stranger.Write(t, s.dir, "stranger")
 	ctx := context.Background()
 
 	t.Run("RESP/redis-cli", func(t *testing.T) {
@@ -463,7 +462,7 @@ func TestDaemonMutualTLS(t *testing.T) {
 	})
 
 	t.Run("RESP/go-redis", func(t *testing.T) {
-		for name, cert := range map[string]*pair{"none": nil, "another CA's": &stranger} {
+		for name, cert := range map[string]*testcerts.Pair{"none": nil, "another CA's": &stranger} {
 			if err := s.goRedis(t, s.clientTLS(t, cert), redis.Options{Password: pass}).Ping(ctx).Err(); err == nil {
 				t.Errorf("a client with %s certificate was served", name)
 			}
@@ -512,7 +511,7 @@ func TestDaemonMutualTLS(t *testing.T) {
 	})
 
 	t.Run("gRPC", func(t *testing.T) {
-		for name, cert := range map[string]*pair{"none": nil, "another CA's": &stranger} {
+		for name, cert := range map[string]*testcerts.Pair{"none": nil, "another CA's": &stranger} {
 			c := newRLSClient(t, s.d, credentials.NewTLS(s.clientTLS(t, cert)))
 			if _, err := c.ask("g", bearer(pass)); status.Code(err) != codes.Unavailable {
 				t.Errorf("ShouldRateLimit with %s certificate: %v, want Unavailable", name, err)
@@ -597,9 +596,9 @@ func TestDaemonAuthWithoutTLS(t *testing.T) {
 func TestDaemonTLSFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca := newTestCA(t, "ca")
-	cert, key := ca.issue(t, "funnel", false).write(t, dir, "good")
-	_, otherKey := ca.issue(t, "other", false).write(t, dir, "other")
+	ca := testcerts.NewCA(t, "ca")
+	cert, key := ca.Server(t, "funnel").Write(t, dir, "good")
+	_, otherKey := ca.Server(t, "other").Write(t, dir, "other")
 	cut := filepath.Join(dir, "cut.crt")
 	good, _ := os.ReadFile(cert)
 	writeFile(t, cut, good[:len(good)/2])
@@ -640,8 +639,8 @@ func TestDaemonTLSFiles(t *testing.T) {
 func TestDaemonWarnsExposed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca := newTestCA(t, "ca")
-	cert, key := ca.issue(t, "funnel", false).write(t, dir, "tls")
+	ca := testcerts.NewCA(t, "ca")
+	cert, key := ca.Server(t, "funnel").Write(t, dir, "tls")
 	for _, tc := range []struct {
 		name   string
 		change func(*config.Config)
