@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/funnelrl/funnel/internal/testcerts"
 )
 
 // serve runs a TLS server on 127.0.0.1:0 with cfg: it answers each
@@ -124,23 +126,23 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestRotateInPlace(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "ca")
+	ca := testcerts.NewCA(t, "ca")
 	f := newFiles(t)
-	f.write(t, ca.issue(t, "server-1", false), nil)
+	f.write(t, ca.Server(t, "server-1"), nil)
 	rl := newReloads()
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, Logger: quiet(), OnReload: rl.on})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := serve(t, w.Config())
-	c := client{roots: ca.pool()}
+	c := client{roots: ca.Pool()}
 	mustServe(t, c, addr, "server-1")
 
 	// Unchanged files: nothing is reloaded.
 	if err := w.Reload(); err != nil || rl.count() != 0 {
 		t.Fatalf("Reload of unchanged files: %v, %d reloads", err, rl.count())
 	}
-	f.write(t, ca.issue(t, "server-2", false), nil)
+	f.write(t, ca.Server(t, "server-2"), nil)
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -157,39 +159,39 @@ func TestRotateInPlace(t *testing.T) {
 // client CAs at once.
 func TestRotateSecretVolume(t *testing.T) {
 	t.Parallel()
-	serverCA, oldCA, newCA_ := newCA(t, "server-ca"), newCA(t, "client-ca-1"), newCA(t, "client-ca-2")
+	serverCA, oldCA, newCA_ := testcerts.NewCA(t, "server-ca"), testcerts.NewCA(t, "client-ca-1"), testcerts.NewCA(t, "client-ca-2")
 	v := newSecretVolume(t)
-	v.update(t, serverCA.issue(t, "server-1", false), oldCA.pem)
+	v.update(t, serverCA.Server(t, "server-1"), oldCA.PEM)
 	f := v.files()
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := serve(t, w.Config())
-	oldClient := oldCA.issue(t, "client-1", true).tlsCert(t)
-	newClient := newCA_.issue(t, "client-2", true).tlsCert(t)
-	mustServe(t, client{roots: serverCA.pool(), cert: &oldClient}, addr, "server-1")
+	oldClient := oldCA.Client(t, "client-1").TLS(t)
+	newClient := newCA_.Client(t, "client-2").TLS(t)
+	mustServe(t, client{roots: serverCA.Pool(), cert: &oldClient}, addr, "server-1")
 
-	v.update(t, serverCA.issue(t, "server-2", false), newCA_.pem)
+	v.update(t, serverCA.Server(t, "server-2"), newCA_.PEM)
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	_, answer, _, err := client{roots: serverCA.pool(), cert: &newClient}.dial(addr)
+	_, answer, _, err := client{roots: serverCA.Pool(), cert: &newClient}.dial(addr)
 	if err != nil || answer != "client-2" {
 		t.Fatalf("a client of the new CA: %q, %v", answer, err)
 	}
-	mustServe(t, client{roots: serverCA.pool(), cert: &newClient}, addr, "server-2")
-	if _, _, _, err := (client{roots: serverCA.pool(), cert: &oldClient}).dial(addr); err == nil {
+	mustServe(t, client{roots: serverCA.Pool(), cert: &newClient}, addr, "server-2")
+	if _, _, _, err := (client{roots: serverCA.Pool(), cert: &oldClient}).dial(addr); err == nil {
 		t.Fatal("a client of the CA rotated out was let in")
 	}
 }
 
 func TestBrokenFilesKeepTheLastGood(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "ca")
+	ca := testcerts.NewCA(t, "ca")
 	f := newFiles(t)
-	one, two := ca.issue(t, "server-1", false), ca.issue(t, "server-2", false)
-	f.write(t, one, ca.pem)
+	one, two := ca.Server(t, "server-1"), ca.Server(t, "server-2")
+	f.write(t, one, ca.PEM)
 	rl := newReloads()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
@@ -198,7 +200,7 @@ func TestBrokenFilesKeepTheLastGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := serve(t, w.Config())
-	c := client{roots: ca.pool()}
+	c := client{roots: ca.Pool()}
 
 	// Each broken set is refused, reported once however often it is
 	// reread, and the last good certificate is still served.
@@ -207,13 +209,13 @@ func TestBrokenFilesKeepTheLastGood(t *testing.T) {
 		apply func()
 	}{
 		{"garbage certificate", func() { writeFile(t, f.cert, []byte("not a certificate")) }},
-		{"certificate cut short", func() { f.write(t, two, nil); writeFile(t, f.cert, two.cert[:len(two.cert)/2]) }},
+		{"certificate cut short", func() { f.write(t, two, nil); writeFile(t, f.cert, two.Cert[:len(two.Cert)/2]) }},
 		{"chain cut short", func() {
 			f.write(t, two, nil)
-			writeFile(t, f.cert, append(append([]byte{}, two.cert...), ca.pem[:40]...))
+			writeFile(t, f.cert, append(append([]byte{}, two.Cert...), ca.PEM[:40]...))
 		}},
-		{"mismatched key", func() { f.write(t, pair{cert: two.cert, key: one.key}, nil) }},
-		{"empty key", func() { f.write(t, pair{cert: two.cert, key: nil}, nil) }},
+		{"mismatched key", func() { f.write(t, testcerts.Pair{Cert: two.Cert, Key: one.Key}, nil) }},
+		{"empty key", func() { f.write(t, testcerts.Pair{Cert: two.Cert, Key: nil}, nil) }},
 		{"missing key", func() {
 			if err := os.Remove(f.key); err != nil {
 				t.Fatal(err)
@@ -253,17 +255,17 @@ func TestBrokenFilesKeepTheLastGood(t *testing.T) {
 
 func TestClientCAFileBroken(t *testing.T) {
 	t.Parallel()
-	ca, clientCA := newCA(t, "ca"), newCA(t, "client-ca")
+	ca, clientCA := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
 	f := newFiles(t)
-	f.write(t, ca.issue(t, "server-1", false), clientCA.pem)
+	f.write(t, ca.Server(t, "server-1"), clientCA.PEM)
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := serve(t, w.Config())
-	cert := clientCA.issue(t, "client", true).tlsCert(t)
-	c := client{roots: ca.pool(), cert: &cert}
-	for _, bad := range [][]byte{nil, []byte("# no certificate\n"), clientCA.pem[:50], ca.issue(t, "x", false).key} {
+	cert := clientCA.Client(t, "client").TLS(t)
+	c := client{roots: ca.Pool(), cert: &cert}
+	for _, bad := range [][]byte{nil, []byte("# no certificate\n"), clientCA.PEM[:50], ca.Server(t, "x").Key} {
 		writeFile(t, f.ca, bad)
 		if err := w.Reload(); err == nil {
 			t.Fatalf("a CA file of %q was accepted", bad)
@@ -276,10 +278,10 @@ func TestClientCAFileBroken(t *testing.T) {
 
 func TestNewFails(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "ca")
+	ca := testcerts.NewCA(t, "ca")
 	f := newFiles(t)
-	one, two := ca.issue(t, "server-1", false), ca.issue(t, "server-2", false)
-	f.write(t, pair{cert: one.cert, key: two.key}, []byte("nothing"))
+	one, two := ca.Server(t, "server-1"), ca.Server(t, "server-2")
+	f.write(t, testcerts.Pair{Cert: one.Cert, Key: two.Key}, []byte("nothing"))
 	for _, tc := range []struct {
 		name string
 		opts Options
@@ -304,13 +306,13 @@ func TestNewFails(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	t.Parallel()
-	serverCA, clientCA, otherCA := newCA(t, "server-ca"), newCA(t, "client-ca"), newCA(t, "other-ca")
+	serverCA, clientCA, otherCA := testcerts.NewCA(t, "server-ca"), testcerts.NewCA(t, "client-ca"), testcerts.NewCA(t, "other-ca")
 	f := newFiles(t)
-	f.write(t, serverCA.issue(t, "server", false), clientCA.pem)
-	good := clientCA.issue(t, "client", true).tlsCert(t)
-	foreign := otherCA.issue(t, "intruder", true).tlsCert(t)
-	serverOnly := clientCA.issue(t, "not-a-client", false).tlsCert(t) // no client auth usage
-	roots := serverCA.pool()
+	f.write(t, serverCA.Server(t, "server"), clientCA.PEM)
+	good := clientCA.Client(t, "client").TLS(t)
+	foreign := otherCA.Client(t, "intruder").TLS(t)
+	serverOnly := clientCA.Server(t, "not-a-client").TLS(t) // no client auth usage
+	roots := serverCA.Pool()
 
 	for _, optional := range []bool{false, true} {
 		w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, OptionalClientCert: optional, Logger: quiet()})
@@ -347,23 +349,23 @@ func TestMutualTLS(t *testing.T) {
 // session ticket.
 func TestResumptionAfterCARotation(t *testing.T) {
 	t.Parallel()
-	serverCA, oldCA, newCA_ := newCA(t, "server-ca"), newCA(t, "client-ca-1"), newCA(t, "client-ca-2")
+	serverCA, oldCA, newCA_ := testcerts.NewCA(t, "server-ca"), testcerts.NewCA(t, "client-ca-1"), testcerts.NewCA(t, "client-ca-2")
 	f := newFiles(t)
-	f.write(t, serverCA.issue(t, "server", false), oldCA.pem)
+	f.write(t, serverCA.Server(t, "server"), oldCA.PEM)
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := serve(t, w.Config())
-	cert := oldCA.issue(t, "client", true).tlsCert(t)
-	c := client{roots: serverCA.pool(), cert: &cert, cache: tls.NewLRUClientSessionCache(4)}
+	cert := oldCA.Client(t, "client").TLS(t)
+	c := client{roots: serverCA.Pool(), cert: &cert, cache: tls.NewLRUClientSessionCache(4)}
 	if _, _, resumed, err := c.dial(addr); err != nil || resumed {
 		t.Fatalf("first dial: resumed %v, %v", resumed, err)
 	}
 	if _, _, resumed, err := c.dial(addr); err != nil || !resumed {
 		t.Fatalf("second dial: resumed %v, %v; the test needs resumption to work", resumed, err)
 	}
-	writeFile(t, f.ca, newCA_.pem)
+	writeFile(t, f.ca, newCA_.PEM)
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -374,9 +376,9 @@ func TestResumptionAfterCARotation(t *testing.T) {
 
 func TestMinVersion(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "ca")
+	ca := testcerts.NewCA(t, "ca")
 	f := newFiles(t)
-	f.write(t, ca.issue(t, "server", false), nil)
+	f.write(t, ca.Server(t, "server"), nil)
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -384,19 +386,19 @@ func TestMinVersion(t *testing.T) {
 	cfg := w.Config()
 	cfg.MinVersion = tls.VersionTLS10 // lowered by mistake: still 1.2
 	addr := serve(t, cfg)
-	if _, _, _, err := (client{roots: ca.pool(), max: tls.VersionTLS11}).dial(addr); err == nil {
+	if _, _, _, err := (client{roots: ca.Pool(), max: tls.VersionTLS11}).dial(addr); err == nil {
 		t.Error("a TLS 1.1 client was served")
 	}
-	mustServe(t, client{roots: ca.pool(), max: tls.VersionTLS12}, addr, "server")
+	mustServe(t, client{roots: ca.Pool(), max: tls.VersionTLS12}, addr, "server")
 }
 
 // Run reloads on the file system's events: a Secret volume's swap is
 // served without a call to Reload.
 func TestRunWatchesSecretVolume(t *testing.T) {
 	t.Parallel()
-	ca, clientCA := newCA(t, "ca"), newCA(t, "client-ca")
+	ca, clientCA := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
 	v := newSecretVolume(t)
-	v.update(t, ca.issue(t, "server-1", false), clientCA.pem)
+	v.update(t, ca.Server(t, "server-1"), clientCA.PEM)
 	f := v.files()
 	rl := newReloads()
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Poll: -1, Debounce: time.Millisecond, Logger: quiet(), OnReload: rl.on})
@@ -413,13 +415,13 @@ func TestRunWatchesSecretVolume(t *testing.T) {
 		}
 	}()
 	addr := serve(t, w.Config())
-	cert := clientCA.issue(t, "client", true).tlsCert(t)
-	c := client{roots: ca.pool(), cert: &cert}
+	cert := clientCA.Client(t, "client").TLS(t)
+	c := client{roots: ca.Pool(), cert: &cert}
 	mustServe(t, c, addr, "server-1")
 
 	for _, name := range []string{"server-2", "server-3"} {
 		deadline := time.After(10 * time.Second)
-		v.update(t, ca.issue(t, name, false), clientCA.pem)
+		v.update(t, ca.Server(t, name), clientCA.PEM)
 		for w.Leaf().Subject.CommonName != name {
 			select {
 			case err := <-rl.ch:
@@ -430,7 +432,7 @@ func TestRunWatchesSecretVolume(t *testing.T) {
 				}
 			case <-time.After(500 * time.Millisecond):
 				// Run may not have been watching yet: update again.
-				v.update(t, ca.issue(t, name, false), clientCA.pem)
+				v.update(t, ca.Server(t, name), clientCA.PEM)
 			case <-deadline:
 				t.Fatalf("no reload of %s after 10 s", name)
 			}
@@ -442,9 +444,9 @@ func TestRunWatchesSecretVolume(t *testing.T) {
 // Run reloads files edited in place, and polls when asked to.
 func TestRunPollsAndWatchesInPlace(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "ca")
+	ca := testcerts.NewCA(t, "ca")
 	f := newFiles(t)
-	f.write(t, ca.issue(t, "server-1", false), nil)
+	f.write(t, ca.Server(t, "server-1"), nil)
 	rl := newReloads()
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, Poll: 20 * time.Millisecond, Logger: quiet(), OnReload: rl.on})
 	if err != nil {
@@ -454,7 +456,7 @@ func TestRunPollsAndWatchesInPlace(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	addr := serve(t, w.Config())
-	two := ca.issue(t, "server-2", false)
+	two := ca.Server(t, "server-2")
 	f.write(t, two, nil)
 	select {
 	case <-rl.ch:
@@ -469,5 +471,5 @@ func TestRunPollsAndWatchesInPlace(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no reload after 10 s")
 	}
-	mustServe(t, client{roots: ca.pool()}, addr, "server-2")
+	mustServe(t, client{roots: ca.Pool()}, addr, "server-2")
 }

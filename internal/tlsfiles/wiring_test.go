@@ -15,15 +15,17 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+
+	"github.com/funnelrl/funnel/internal/testcerts"
 )
 
 // net/http serves HTTP/2 over a Watcher's Config once NextProtos says so,
 // and rotated certificates without a restart.
 func TestHTTPServer(t *testing.T) {
 	t.Parallel()
-	ca, clientCA := newCA(t, "ca"), newCA(t, "client-ca")
+	ca, clientCA := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
 	f := newFiles(t)
-	f.write(t, ca.issue(t, "server-1", false), clientCA.pem)
+	f.write(t, ca.Server(t, "server-1"), clientCA.PEM)
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -44,11 +46,11 @@ func TestHTTPServer(t *testing.T) {
 	go srv.ServeTLS(ln, "", "")
 	defer srv.Close()
 
-	cert := clientCA.issue(t, "client", true).tlsCert(t)
+	cert := clientCA.Client(t, "client").TLS(t)
 	get := func(t *testing.T, proto string) (server string) {
 		t.Helper()
 		tr := &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: ca.pool(), ServerName: "localhost", Certificates: []tls.Certificate{cert}},
+			TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", Certificates: []tls.Certificate{cert}},
 			ForceAttemptHTTP2: true,
 		}
 		defer tr.CloseIdleConnections()
@@ -69,7 +71,7 @@ func TestHTTPServer(t *testing.T) {
 	if got := get(t, "HTTP/2.0"); got != "server-1" {
 		t.Fatalf("server %q", got)
 	}
-	f.write(t, ca.issue(t, "server-2", false), nil)
+	f.write(t, ca.Server(t, "server-2"), nil)
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +84,9 @@ func TestHTTPServer(t *testing.T) {
 // "h2" itself), with the client's certificate verified.
 func TestGRPCServer(t *testing.T) {
 	t.Parallel()
-	ca, clientCA := newCA(t, "ca"), newCA(t, "client-ca")
+	ca, clientCA := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
 	f := newFiles(t)
-	f.write(t, ca.issue(t, "server-1", false), clientCA.pem)
+	f.write(t, ca.Server(t, "server-1"), clientCA.PEM)
 	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +101,7 @@ func TestGRPCServer(t *testing.T) {
 	defer gs.Stop()
 
 	check := func(cert *tls.Certificate) (server string, err error) {
-		cfg := &tls.Config{RootCAs: ca.pool(), ServerName: "localhost"}
+		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
 		}
@@ -120,14 +122,14 @@ func TestGRPCServer(t *testing.T) {
 		}
 		return info.State.PeerCertificates[0].Subject.CommonName, nil
 	}
-	cert := clientCA.issue(t, "client", true).tlsCert(t)
+	cert := clientCA.Client(t, "client").TLS(t)
 	if got, err := check(&cert); err != nil || got != "server-1" {
 		t.Fatalf("%q, %v", got, err)
 	}
 	if _, err := check(nil); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	f.write(t, ca.issue(t, "server-2", false), nil)
+	f.write(t, ca.Server(t, "server-2"), nil)
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)
 	}
