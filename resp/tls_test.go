@@ -3,14 +3,9 @@ package resp_test
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -18,11 +13,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/funnelrl/funnel/internal/testcerts"
 	"github.com/funnelrl/funnel/resp"
 )
 
 // testTLS is a server certificate for 127.0.0.1, made for a test, and a
-// pool that trusts it.
+// pool of the CA that signed it.
 type testTLS struct {
 	server *tls.Config
 	roots  *x509.CertPool
@@ -30,34 +26,10 @@ type testTLS struct {
 
 func newTestTLS(t testing.TB) testTLS {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "funnel-test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
+	ca := testcerts.NewCA(t, "funnel-test-ca")
 	return testTLS{
-		server: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}}},
-		roots:  roots,
+		server: &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "funnel-test").TLS(t)}},
+		roots:  ca.Pool(),
 	}
 }
 
