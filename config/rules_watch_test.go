@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/funnelrl/funnel/internal/testlog"
 )
 
 // reloadWithin is the time a change must take to be in force.
@@ -25,24 +26,6 @@ func writeFile(t *testing.T, path, body string) {
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer is a log sink safe for the watcher's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // reloads records OnReload calls.
@@ -68,12 +51,12 @@ func (r *reloads) counts() (int, int) {
 	return r.ok, len(r.errs)
 }
 
-func watch(t *testing.T, path string) (*RulesWatcher, *reloads, *syncBuffer) {
+func watch(t *testing.T, path string) (*RulesWatcher, *reloads, *testlog.Buffer) {
 	t.Helper()
 	rec := &reloads{}
-	logs := &syncBuffer{}
+	log, logs := testlog.New(slog.LevelInfo)
 	w, err := WatchRules(path, WatchOptions{
-		Logger:   slog.New(slog.NewTextHandler(logs, nil)),
+		Logger:   log,
 		OnReload: rec.record,
 	})
 	if err != nil {

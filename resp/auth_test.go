@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/funnelrl/funnel/internal/testlog"
 	"github.com/funnelrl/funnel/resp"
 )
 
@@ -64,11 +65,11 @@ func TestAuthLogsNoPassword(t *testing.T) {
 		{[]string{"AUTH", "alice", "sekret"}, "user=alice", []string{"sekret"}},
 		{[]string{"HELLO", "2", "AUTH", "sekret", "wonder"}, `user=""`, []string{"sekret", "wonder"}},
 	} {
-		var logs syncBuffer
+		log, logs := testlog.New(slog.LevelInfo)
 		ts := startServer(t, resp.Config{
 			Password: "sekret",
 			Users:    map[string]string{"alice": "wonder"},
-			Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+			Logger:   log,
 		})
 		if got := ts.dial(t).do(tc.args...); got != "-"+wrongpass+"\r\n" {
 			t.Fatalf("%q: %q", tc.args, got)
@@ -83,22 +84,4 @@ func TestAuthLogsNoPassword(t *testing.T) {
 			}
 		}
 	}
-}
-
-// syncBuffer is a strings.Builder safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

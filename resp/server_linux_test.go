@@ -1,7 +1,6 @@
 package resp_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/testlog"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/resp"
 )
@@ -65,25 +65,6 @@ func stable(t testing.TB, f func() int64) int64 {
 	return last
 }
 
-// lockedBuffer is a log destination that the server's goroutines write to
-// while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestServerBackPressure has a client pipeline commands with large replies
 // and read none: the server stops running its commands once the socket is
 // full (an event loop keeps at most about a batch of replies waiting), then
@@ -126,10 +107,10 @@ func TestEventLoopOutputLimit(t *testing.T) {
 		t.Skip("event loops only: runs in the suite's event-loop pass")
 	}
 	t.Parallel()
-	var logs lockedBuffer
+	log, logs := testlog.New(slog.LevelInfo)
 	ts := startServerOn(t, smallBufListener(t, 8<<10), resp.Config{
 		EventLoops: 1, MaxOutputBuffer: 64 << 10,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger: log,
 	})
 	bystander := ts.dial(t)
 	bystander.do("PING")

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -23,27 +22,10 @@ import (
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/daemon"
 	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/internal/testlog"
 )
 
 const waitFor = 10 * time.Second
-
-// syncBuffer is a bytes.Buffer safe for the daemon's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // testConfig is the default configuration on a free port of 127.0.0.1.
 func testConfig() config.Config {
@@ -54,10 +36,10 @@ func testConfig() config.Config {
 
 // start builds a daemon of cfg and runs it until the returned stop is
 // called; stop returns Run's error.
-func start(t *testing.T, cfg config.Config) (*daemon.Daemon, *syncBuffer, func() error) {
+func start(t *testing.T, cfg config.Config) (*daemon.Daemon, *testlog.Buffer, func() error) {
 	t.Helper()
-	var logs syncBuffer
-	d, err := daemon.New(cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	log, logs := testlog.New(slog.LevelDebug)
+	d, err := daemon.New(cfg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -81,7 +63,7 @@ func start(t *testing.T, cfg config.Config) (*daemon.Daemon, *syncBuffer, func()
 		return runErr
 	}
 	t.Cleanup(func() { stop() })
-	return d, &logs, stop
+	return d, logs, stop
 }
 
 func TestDaemonServesAndStops(t *testing.T) {

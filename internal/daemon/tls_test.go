@@ -31,6 +31,7 @@ import (
 	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/daemon"
 	"github.com/funnelrl/funnel/internal/testcerts"
+	"github.com/funnelrl/funnel/internal/testlog"
 )
 
 // The credentials of the secured daemons: the default user's password and
@@ -44,7 +45,7 @@ const (
 // reads.
 type secured struct {
 	d    *daemon.Daemon
-	logs *syncBuffer
+	logs *testlog.Buffer
 	dir  string
 	ca   *testcerts.CA // the server certificate's CA
 	// The files of the server's certificate, its key and its CA.
