@@ -124,6 +124,21 @@ func (r *reloads) count() int {
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// newMutualTLS writes the files of a certificate named server-1, signed by
+// ca, and of clientCA, the CA of client certificates, and returns a
+// Watcher of them, the files and both CAs.
+func newMutualTLS(t *testing.T) (w *Watcher, f files, ca, clientCA *testcerts.CA) {
+	t.Helper()
+	ca, clientCA = testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
+	f = newFiles(t)
+	f.write(t, ca.Server(t, "server-1"), clientCA.PEM)
+	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, f, ca, clientCA
+}
+
 func TestRotateInPlace(t *testing.T) {
 	t.Parallel()
 	ca := testcerts.NewCA(t, "ca")
@@ -255,13 +270,7 @@ func TestBrokenFilesKeepTheLastGood(t *testing.T) {
 
 func TestClientCAFileBroken(t *testing.T) {
 	t.Parallel()
-	ca, clientCA := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
-	f := newFiles(t)
-	f.write(t, ca.Server(t, "server-1"), clientCA.PEM)
-	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, f, ca, clientCA := newMutualTLS(t)
 	addr := serve(t, w.Config())
 	cert := clientCA.Client(t, "client").TLS(t)
 	c := client{roots: ca.Pool(), cert: &cert}

@@ -15,21 +15,13 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
-
-	"github.com/funnelrl/funnel/internal/testcerts"
 )
 
 // net/http serves HTTP/2 over a Watcher's Config once NextProtos says so,
 // and rotated certificates without a restart.
 func TestHTTPServer(t *testing.T) {
 	t.Parallel()
-	ca, clientCA := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
-	f := newFiles(t)
-	f.write(t, ca.Server(t, "server-1"), clientCA.PEM)
-	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, f, ca, clientCA := newMutualTLS(t)
 	cfg := w.Config()
 	cfg.NextProtos = []string{"h2", "http/1.1"}
 	srv := &http.Server{
@@ -84,13 +76,7 @@ func TestHTTPServer(t *testing.T) {
 // "h2" itself), with the client's certificate verified.
 func TestGRPCServer(t *testing.T) {
 	t.Parallel()
-	ca, clientCA := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "client-ca")
-	f := newFiles(t)
-	f.write(t, ca.Server(t, "server-1"), clientCA.PEM)
-	w, err := New(Options{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.ca, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, f, ca, clientCA := newMutualTLS(t)
 	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(w.Config())))
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
