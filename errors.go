@@ -32,8 +32,6 @@ var (
 	// ErrUnavailable is wrapped by the errors of a store that cannot be
 	// reached (a network store that is down or too slow).
 	ErrUnavailable = errors.New("funnel: store unavailable")
-	// ErrNotSupported means the store does not run the limiter family.
-	ErrNotSupported = errors.New("funnel: the store does not support this algorithm")
 )
 
 // Class is what an error of a Limiter or a Store means to whoever asked:

@@ -197,7 +197,7 @@ func (l Limit) check() (Checked, error) {
 // OpKind is what an Op does.
 type OpKind uint8
 
-// Operations of Executor.Do.
+// Operations of Store.Do.
 const (
 	// OpTake asks for N units (0 peeks) of Key under Limit; for
 	// Concurrency, N is 1 and Lease names the lease to take.
@@ -216,35 +216,6 @@ type Op struct {
 	N     int64
 	// Lease is the lease id of a Concurrency operation.
 	Lease string
-}
-
-// Executor is implemented by stores that run the whole limiter family
-// (every store of this module does). Limiter methods use it for every
-// algorithm but the plain funnel, which goes through Store.Throttle.
-type Executor interface {
-	Store
-	// Do applies ops at the store's current time and writes their results
-	// into res (len(res) ≥ len(ops)).
-	//
-	// Several OpTake ops are all-or-nothing: if every one is admitted all are
-	// charged; otherwise none is, and each result says whether its op alone
-	// would have been admitted: the refused ones with their RetryAfter, the
-	// others Allowed with their state as it stays, as a peek reports it
-	// (Delay 0). The ops are applied atomically as one: no other decision
-	// sees a partial charge. A refusal still records the ban of a limit with
-	// Ban > 0 (see Limit.Ban for a banned result). An OpRefund is applied
-	// alone (one op per call); its result is Allowed with the state it
-	// leaves, or for a release, Allowed when the lease was held. Keys of one
-	// call must not repeat. A key whose state is empty reads as absent
-	// whatever algorithm left it. A key that holds another algorithm's state is an error that
-	// wraps ErrWrongType, and changes nothing. A store that needs keys of
-	// one call to share something (Redis Cluster: a hash slot) says so with
-	// an error that wraps ErrCrossSlot.
-	Do(ctx context.Context, ops []Op, res []Result) error
-	// Bans lists the keys banned now, with the time their ban ends.
-	Bans(ctx context.Context) ([]Ban, error)
-	// Unban lifts key's ban and reports whether it was banned.
-	Unban(ctx context.Context, key string) (bool, error)
 }
 
 // Ban is one banned key.
@@ -276,16 +247,8 @@ type MultiResult struct {
 	RetryAfter time.Duration
 }
 
-// executor returns the limiter's store as an Executor.
-func (l *Limiter) executor() (Executor, error) {
-	if e, ok := l.store.(Executor); ok {
-		return e, nil
-	}
-	return nil, ErrNotSupported
-}
-
 // oneOp is the buffers of a call of one op: slices passed through the
-// Executor interface escape, so they are pooled rather than allocated per
+// Store interface escape, so they are pooled rather than allocated per
 // call.
 type oneOp struct {
 	ops [1]Op
@@ -294,15 +257,11 @@ type oneOp struct {
 
 var oneOps = sync.Pool{New: func() any { return new(oneOp) }}
 
-// do runs one op through the executor.
+// do runs one op through the store.
 func (l *Limiter) do(ctx context.Context, op Op) (Result, error) {
-	e, err := l.executor()
-	if err != nil {
-		return Result{}, err
-	}
 	b := oneOps.Get().(*oneOp)
 	b.ops[0] = op
-	err = e.Do(ctx, b.ops[:], b.res[:])
+	err := l.store.Do(ctx, b.ops[:], b.res[:])
 	r := b.res[0]
 	*b = oneOp{} // keeps no key or lease alive
 	oneOps.Put(b)
@@ -326,10 +285,6 @@ func checkN(n int64) error {
 // Redis Cluster they must share a {hash tag}. Concurrency limits are not
 // taken here (use Acquire).
 func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, error) {
-	e, err := l.executor()
-	if err != nil {
-		return MultiResult{}, err
-	}
 	ops := make([]Op, len(reqs))
 	var seen map[string]struct{} // for many keys; a few are compared in turn
 	if len(reqs) > 16 {
@@ -361,7 +316,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 		ops[i] = Op{Kind: OpTake, Key: r.Key, Limit: c, N: r.N}
 	}
 	m := MultiResult{Results: make([]Result, len(reqs)), Refused: -1}
-	if err := e.Do(ctx, ops, m.Results); err != nil {
+	if err := l.store.Do(ctx, ops, m.Results); err != nil {
 		if errors.Is(err, gcra.ErrOverflow) {
 			err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
 		}
@@ -479,19 +434,9 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int64) 
 }
 
 // Bans lists the keys banned now.
-func (l *Limiter) Bans(ctx context.Context) ([]Ban, error) {
-	e, err := l.executor()
-	if err != nil {
-		return nil, err
-	}
-	return e.Bans(ctx)
-}
+func (l *Limiter) Bans(ctx context.Context) ([]Ban, error) { return l.store.Bans(ctx) }
 
 // Unban lifts key's ban and reports whether it was banned.
 func (l *Limiter) Unban(ctx context.Context, key string) (bool, error) {
-	e, err := l.executor()
-	if err != nil {
-		return false, err
-	}
-	return e.Unban(ctx, key)
+	return l.store.Unban(ctx, key)
 }

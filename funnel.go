@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/funnelrl/funnel/algo"
 	"github.com/funnelrl/funnel/gcra"
 )
 
@@ -207,22 +208,57 @@ func ResultOf(p gcra.Params, r gcra.Result) Result {
 	}
 }
 
-// Store applies funnel decisions to keys. Implementations must be safe for
-// concurrent use, and apply each decision atomically per key at the store's
-// own current time (one clock for every caller of the store).
+// Store applies decisions to keys: the one contract of every store (the
+// memory store, the Redis store, and wrappers such as metrics'). A store
+// decides every algorithm of the family; how it makes the common case fast
+// (one funnel decision without a ban, lock-free in memory, batched on
+// Redis) is its own affair, behind Do.
+//
+// Implementations must be safe for concurrent use, and apply each call
+// atomically at the store's own current time (one clock for every caller
+// of the store). Keys passed to a store may alias a buffer the caller
+// reuses (a server's read buffer): a store copies a key it keeps, and keeps
+// no key past the call otherwise.
 type Store interface {
-	// Throttle applies a request for quantity units of key under p, at the
-	// store's current time, and returns the result. A refused request changes
-	// nothing. Quantity 0 peeks without charging. Errors from gcra (negative
-	// quantity, overflow) are returned unchanged and change nothing.
-	Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (Result, error)
-	// Reset forgets key, so that its next request finds a full bucket, and
-	// reports whether the key held state. Resetting a key that has no state
-	// is not an error.
+	// Do applies ops at the store's current time and writes their results
+	// into res (len(res) ≥ len(ops)).
+	//
+	// One OpTake is a decision. A negative N is allowed only for the funnel
+	// (GCRA) without a ban, alone in its call: it gives |N| units back, as
+	// redis-cell's CL.THROTTLE does, never past a full bucket (see
+	// gcra.Decide).
+	//
+	// Several OpTake ops are all-or-nothing: if every one is admitted all
+	// are charged; otherwise none is, and each result says whether its op
+	// alone would have been admitted: the refused ones with their
+	// RetryAfter, the others Allowed with their state as it stays, as a
+	// peek reports it (Delay 0). The ops are applied atomically as one: no
+	// other decision sees a partial charge. A refusal still records the ban
+	// of a limit with Ban > 0 (see Limit.Ban for a banned result). An
+	// OpRefund is applied alone (one op per call); its result is Allowed
+	// with the state it leaves, or for a release, Allowed when the lease
+	// was held. Keys of one call must not repeat. A key whose state is
+	// empty reads as absent whatever algorithm left it. A key that holds
+	// another algorithm's state is an error that wraps ErrWrongType, and
+	// changes nothing. A store that needs keys of one call to share
+	// something (Redis Cluster: a hash slot) says so with an error that
+	// wraps ErrCrossSlot.
+	//
+	// A store that cannot decide in time either fails with an error that
+	// wraps ErrUnavailable or answers its configured fallback (a result
+	// with Fallback set).
+	Do(ctx context.Context, ops []Op, res []Result) error
+	// Reset forgets key, so that its next request finds a full bucket (an
+	// empty state of any algorithm), and reports whether the key held
+	// state. Resetting a key that has no state is not an error.
 	Reset(ctx context.Context, key string) (bool, error)
-	// TTL returns the time until key's bucket is full again (its theoretical
-	// arrival time minus now), and false when the key holds no state.
+	// TTL returns the time until key's state is empty (a funnel's bucket
+	// is full again), and false when the key holds no state.
 	TTL(ctx context.Context, key string) (time.Duration, bool, error)
+	// Bans lists the keys banned now, with the time their ban ends.
+	Bans(ctx context.Context) ([]Ban, error)
+	// Unban lifts key's ban and reports whether it was banned.
+	Unban(ctx context.Context, key string) (bool, error)
 }
 
 // Limiter applies limits to keys through a Store. It is safe for concurrent
@@ -242,35 +278,37 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // AllowN asks for n units of key under limit, now. If the result is allowed
 // the units are charged; if not, nothing changes (but a limit with a Ban
 // starts the ban) and RetryAfter says when the same request would pass. n = 0
-// is the same as Peek. A plain funnel goes through Store.Throttle; the other
-// algorithms, and limits with a ban, need a store that implements Executor.
+// is the same as Peek; a negative n is an error (give units back with
+// Refund). Concurrency limits are taken with Acquire.
 //
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	if limit.Algorithm == GCRA && limit.Ban == 0 {
-		p, err := limit.Params()
-		if err != nil {
-			return Result{}, err
-		}
-		if err := checkN(n); err != nil {
-			return Result{}, err
-		}
-		r, err := l.store.Throttle(ctx, key, p, n)
-		if errors.Is(err, gcra.ErrOverflow) {
-			err = fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, err)
-		}
-		return r, err
-	}
 	c, err := limit.check()
 	if err != nil {
 		return Result{}, err
 	}
-	if c.Algorithm == Concurrency {
-		return Result{}, fmt.Errorf("%w %v: take leases with Acquire", ErrInvalidLimit, limit)
-	}
 	if err := checkN(n); err != nil {
 		return Result{}, err
+	}
+	return l.AllowChecked(ctx, key, c, n)
+}
+
+// AllowChecked is AllowN under a limit already checked by Limit.Check, for
+// a caller that checks a limit once and applies it many times (or checks it
+// as it parses it, as the RESP server does), so that it is not checked
+// again on every decision.
+//
+// Unlike AllowN it takes a negative n for the funnel (GCRA) without a ban:
+// |n| units are given back and the answer is a decision, never past a full
+// bucket (redis-cell's refund idiom, CL.THROTTLE key b c p -1). Other limits
+// take no negative n.
+func (l *Limiter) AllowChecked(ctx context.Context, key string, c Checked, n int64) (Result, error) {
+	if c.Algorithm == Concurrency {
+		return Result{}, fmt.Errorf("%w %v: take leases with Acquire", ErrInvalidLimit, c.Limit)
+	}
+	if n < 0 && (c.Algorithm != GCRA || c.Ban != 0) {
+		return Result{}, fmt.Errorf("%w %d: %w (only a funnel without a ban takes units back this way; see Refund)", ErrInvalidQuantity, n, algo.ErrNegative)
 	}
 	r, err := l.do(ctx, Op{Kind: OpTake, Key: key, Limit: c, N: n})
 	if errors.Is(err, gcra.ErrOverflow) {
@@ -285,10 +323,16 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 	return l.AllowN(ctx, key, limit, 0)
 }
 
-// Reset forgets key, giving it a full bucket.
-func (l *Limiter) Reset(ctx context.Context, key string) error {
-	_, err := l.store.Reset(ctx, key)
-	return err
+// Reset forgets key, giving it a full bucket (an empty state of any
+// algorithm), and reports whether it held state.
+func (l *Limiter) Reset(ctx context.Context, key string) (bool, error) {
+	return l.store.Reset(ctx, key)
+}
+
+// TTL returns the time until key's state is empty (a funnel's bucket is
+// full again), and false when the key holds no state.
+func (l *Limiter) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
+	return l.store.TTL(ctx, key)
 }
 
 // Store returns the store the limiter applies its limits through.

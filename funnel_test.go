@@ -86,8 +86,8 @@ func TestLimiterReset(t *testing.T) {
 	if r, _ := lim.Allow(ctx, "k", limit); r.Allowed {
 		t.Fatal("second allowed")
 	}
-	if err := lim.Reset(ctx, "k"); err != nil {
-		t.Fatal(err)
+	if existed, err := lim.Reset(ctx, "k"); err != nil || !existed {
+		t.Fatal(existed, err)
 	}
 	if r, _ := lim.Allow(ctx, "k", limit); !r.Allowed {
 		t.Fatal("refused after reset")
@@ -108,5 +108,37 @@ func TestOverflowIsInvalidQuantity(t *testing.T) {
 	_, err := lim.AllowAll(ctx, []funnel.Request{{Key: "a", Limit: limit, N: math.MaxInt64 / 2}, {Key: "b", Limit: limit, N: 1}})
 	if !errors.Is(err, funnel.ErrInvalidQuantity) {
 		t.Errorf("AllowAll: %v", err)
+	}
+}
+
+// AllowChecked takes redis-cell's refund idiom for a funnel without a ban,
+// and nothing negative for other limits; AllowN takes nothing negative.
+func TestAllowCheckedRefund(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	lim := funnel.New(s)
+	ctx := context.Background()
+	c, err := funnel.PerMinute(30).WithBurst(15).Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		lim.AllowChecked(ctx, "k", c, 1)
+	}
+	if r, err := lim.AllowChecked(ctx, "k", c, -2); err != nil || !r.Allowed || r.Remaining != 15 || r.ResetAfter != 2*time.Second {
+		t.Fatalf("refund of 2: %+v, %v", r, err)
+	}
+	if r, err := lim.AllowChecked(ctx, "k", c, -5); err != nil || !r.Allowed || r.Remaining != 16 || r.ResetAfter != 0 {
+		t.Fatalf("refund past a full bucket: %+v, %v", r, err)
+	}
+	if _, err := lim.AllowN(ctx, "k", funnel.PerMinute(30), -1); !errors.Is(err, funnel.ErrInvalidQuantity) {
+		t.Errorf("AllowN(-1): %v", err)
+	}
+	banned, _ := funnel.Limit{Count: 1, Period: time.Second, Ban: time.Minute}.Check()
+	window, _ := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Second}.Check()
+	for _, c := range []funnel.Checked{banned, window} {
+		if _, err := lim.AllowChecked(ctx, "x", c, -1); !errors.Is(err, funnel.ErrInvalidQuantity) {
+			t.Errorf("%v, -1: %v", c.Limit, err)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/memstore"
 )
 
@@ -60,14 +59,11 @@ func TestWaitCancelledRefunds(t *testing.T) {
 	})
 }
 
-// refundStore is an Executor that answers as its do field says.
+// refundStore is a Store that answers as its do field says.
 type refundStore struct {
 	do func(ctx context.Context, ops []funnel.Op, res []funnel.Result) error
 }
 
-func (f *refundStore) Throttle(context.Context, string, gcra.Params, int64) (funnel.Result, error) {
-	return funnel.Result{}, funnel.ErrNotSupported
-}
 func (f *refundStore) Reset(context.Context, string) (bool, error) { return false, nil }
 func (f *refundStore) TTL(context.Context, string) (time.Duration, bool, error) {
 	return 0, false, nil

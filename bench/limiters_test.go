@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/memstore"
 	sethvargo "github.com/sethvargo/go-limiter"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -74,19 +73,21 @@ var ctx = context.Background()
 // funnelStore calls memstore.Store.Throttle with parameters computed once.
 type funnelStore struct {
 	store *memstore.Store
-	p     gcra.Params
+	lim   *funnel.Limiter
+	c     funnel.Checked
 }
 
 func newFunnelStore(s spec) keyed {
-	p, err := funnel.Per(s.count, s.period).Params()
+	c, err := funnel.Per(s.count, s.period).Check()
 	if err != nil {
 		panic(err)
 	}
-	return &funnelStore{store: memstore.New(memstore.Options{}), p: p}
+	st := memstore.New(memstore.Options{})
+	return &funnelStore{store: st, lim: funnel.New(st), c: c}
 }
 
 func (f *funnelStore) allow(key string) (bool, error) {
-	r, err := f.store.Throttle(ctx, key, f.p, 1)
+	r, err := f.lim.AllowChecked(ctx, key, f.c, 1)
 	return r.Allowed, err
 }
 

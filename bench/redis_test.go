@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
 )
@@ -34,13 +34,13 @@ func newGoRedis(addr string) *redis.Client {
 var redisLimiters = []redisLimiter{
 	{"funnel-redis", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
 		c := newGoRedis(addr)
-		s := redisstore.New(c, redisstore.Options{Prefix: "funnel:"})
-		p, err := gcra.NewParams(throughputSpec.count-1, throughputSpec.count, throughputSpec.period)
+		lim := funnel.New(redisstore.New(c, redisstore.Options{Prefix: "funnel:"}))
+		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
 		if err != nil {
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, key string) (bool, error) {
-			r, err := s.Throttle(ctx, key, p, 1)
+			r, err := lim.AllowChecked(ctx, key, lc, 1)
 			if r.Fallback {
 				return false, errFallback
 			}
@@ -52,13 +52,13 @@ var redisLimiters = []redisLimiter{
 		if err != nil {
 			b.Fatal(err)
 		}
-		s := redisstore.NewRueidis(c, redisstore.Options{Prefix: "funnel:"})
-		p, err := gcra.NewParams(throughputSpec.count-1, throughputSpec.count, throughputSpec.period)
+		lim := funnel.New(redisstore.NewRueidis(c, redisstore.Options{Prefix: "funnel:"}))
+		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
 		if err != nil {
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, key string) (bool, error) {
-			r, err := s.Throttle(ctx, key, p, 1)
+			r, err := lim.AllowChecked(ctx, key, lc, 1)
 			if r.Fallback {
 				return false, errFallback
 			}

@@ -50,9 +50,10 @@ func (e *ParseError) Error() string { return ParseErrorPrefix + e.Arg }
 type Args struct {
 	// Key is the key, as bytes in a string (keys are binary-safe).
 	Key string
-	// Params are the funnel's parameters.
-	Params gcra.Params
-	// Quantity is the number of units asked for (1 when omitted).
+	// Limit is the funnel, checked (its GCRA parameters computed).
+	Limit funnel.Checked
+	// Quantity is the number of units asked for (1 when omitted); a
+	// negative quantity gives units back.
 	Quantity int64
 }
 
@@ -62,46 +63,48 @@ type Args struct {
 // refusals (negative rates or bursts, overflow). A negative quantity is a
 // refund: see gcra.Decide.
 func Parse(args [][]byte) (Args, error) {
-	p, q, err := ParseParams(args)
+	c, q, err := ParseLimit(args)
 	if err != nil {
 		return Args{}, err
 	}
-	return Args{Key: string(args[0]), Params: p, Quantity: q}, nil
+	return Args{Key: string(args[0]), Limit: c, Quantity: q}, nil
 }
 
-// ParseParams is Parse without the key: it checks the same arguments (key
-// included, for the arity) and returns the parameters and the quantity. It
-// allocates nothing, so a server can use the key argument in place.
-func ParseParams(args [][]byte) (gcra.Params, int64, error) {
+// ParseLimit is Parse without the key: it checks the same arguments (key
+// included, for the arity) and returns the checked limit and the quantity.
+// It allocates nothing, so a server can use the key argument in place.
+func ParseLimit(args [][]byte) (funnel.Checked, int64, error) {
 	if len(args) != 4 && len(args) != 5 {
-		return gcra.Params{}, 0, ErrUsage
+		return funnel.Checked{}, 0, ErrUsage
 	}
 	var n [4]int64
 	n[3] = 1
 	for i, a := range args[1:] {
 		v, ok := ParseInt(a)
 		if !ok {
-			return gcra.Params{}, 0, &ParseError{Arg: string(a)}
+			return funnel.Checked{}, 0, &ParseError{Arg: string(a)}
 		}
 		n[i] = v
 	}
 	burst, count, period, quantity := n[0], n[1], n[2], n[3]
 	if count == 0 || period == 0 {
-		return gcra.Params{}, 0, ErrZeroRate
+		return funnel.Checked{}, 0, ErrZeroRate
 	}
 	if period > math.MaxInt64/int64(time.Second) || period < math.MinInt64/int64(time.Second) {
 		// redis-cell computes in i128 here; a period this long
 		// (over 292 years) has no int64 nanosecond form.
 		if burst < 0 || count < 0 || period < 0 {
-			return gcra.Params{}, 0, ErrNegative
+			return funnel.Checked{}, 0, ErrNegative
 		}
-		return gcra.Params{}, 0, ErrOverflow
+		return funnel.Checked{}, 0, ErrOverflow
 	}
-	p, err := gcra.NewParams(burst, count, time.Duration(period)*time.Second)
+	// Limit.Check computes the parameters with gcra.NewParams, whose errors
+	// come in redis-cell's order.
+	c, err := funnel.Limit{Count: count, Period: time.Duration(period) * time.Second, Burst: burst}.Check()
 	if err != nil {
-		return gcra.Params{}, 0, Translate(err)
+		return funnel.Checked{}, 0, Translate(err)
 	}
-	return p, quantity, nil
+	return c, quantity, nil
 }
 
 // Translate maps gcra's errors to this package's; others pass unchanged.

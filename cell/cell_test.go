@@ -27,9 +27,9 @@ func TestParse(t *testing.T) {
 		want Args
 		err  string
 	}{
-		{in: "user123 15 30 60", want: Args{Key: "user123", Quantity: 1, Params: gcra.Params{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 32e9}}},
-		{in: "k +15 030 60 -0", want: Args{Key: "k", Quantity: 0, Params: gcra.Params{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 32e9}}},
-		{in: "k 0 1 1 5", want: Args{Key: "k", Quantity: 5, Params: gcra.Params{Limit: 1, Interval: 1e9, Tolerance: 1e9}}},
+		{in: "user123 15 30 60", want: Args{Key: "user123", Quantity: 1, Limit: funnel.Checked{GCRA: gcra.Params{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 32e9}}}},
+		{in: "k +15 030 60 -0", want: Args{Key: "k", Quantity: 0, Limit: funnel.Checked{GCRA: gcra.Params{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 32e9}}}},
+		{in: "k 0 1 1 5", want: Args{Key: "k", Quantity: 5, Limit: funnel.Checked{GCRA: gcra.Params{Limit: 1, Interval: 1e9, Tolerance: 1e9}}}},
 		{in: "", err: UsageError},
 		{in: "k", err: UsageError},
 		{in: "k 1 2", err: UsageError},
@@ -51,10 +51,10 @@ func TestParse(t *testing.T) {
 		{in: "k 1 -30 60", err: ErrNegative.Error()},
 		{in: "k 1 -30 -60", err: ErrNegative.Error()},
 		// A negative quantity is a refund; intervals down to 1 ns are exact.
-		{in: "k 1 30 60 -1", want: Args{Key: "k", Quantity: -1, Params: gcra.Params{Burst: 1, Limit: 2, Interval: 2e9, Tolerance: 4e9}}},
-		{in: "k 1 30 60 -9223372036854775808", want: Args{Key: "k", Quantity: math.MinInt64, Params: gcra.Params{Burst: 1, Limit: 2, Interval: 2e9, Tolerance: 4e9}}},
-		{in: "k 5 10000000 1", want: Args{Key: "k", Quantity: 1, Params: gcra.Params{Burst: 5, Limit: 6, Interval: 100, Tolerance: 600}}},
-		{in: "k 0 1000000000 1", want: Args{Key: "k", Quantity: 1, Params: gcra.Params{Limit: 1, Interval: 1, Tolerance: 1}}},
+		{in: "k 1 30 60 -1", want: Args{Key: "k", Quantity: -1, Limit: funnel.Checked{GCRA: gcra.Params{Burst: 1, Limit: 2, Interval: 2e9, Tolerance: 4e9}}}},
+		{in: "k 1 30 60 -9223372036854775808", want: Args{Key: "k", Quantity: math.MinInt64, Limit: funnel.Checked{GCRA: gcra.Params{Burst: 1, Limit: 2, Interval: 2e9, Tolerance: 4e9}}}},
+		{in: "k 5 10000000 1", want: Args{Key: "k", Quantity: 1, Limit: funnel.Checked{GCRA: gcra.Params{Burst: 5, Limit: 6, Interval: 100, Tolerance: 600}}}},
+		{in: "k 0 1000000000 1", want: Args{Key: "k", Quantity: 1, Limit: funnel.Checked{GCRA: gcra.Params{Limit: 1, Interval: 1, Tolerance: 1}}}},
 		{in: "k -1 30 60 -1", err: ErrNegative.Error()},
 		{in: "k 9223372036854775807 1 1", err: ErrOverflow.Error()},
 		{in: "k 0 1 9223372036854775807", err: ErrOverflow.Error()},
@@ -68,7 +68,7 @@ func TestParse(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != c.want {
+		if err != nil || got.Key != c.want.Key || got.Quantity != c.want.Quantity || got.Limit.GCRA != c.want.Limit.GCRA || got.Limit.Algorithm != funnel.GCRA {
 			t.Errorf("Parse(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
 		}
 	}
@@ -231,8 +231,8 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got.Key != key || got.Params.Interval < 1 ||
-			got.Params.Limit != got.Params.Burst+1 || got.Params.Tolerance/got.Params.Limit != got.Params.Interval {
+		if p := got.Limit.GCRA; got.Key != key || p.Interval < 1 ||
+			p.Limit != p.Burst+1 || p.Tolerance/p.Limit != p.Interval {
 			t.Fatalf("Parse accepted %q into %+v", in, got)
 		}
 	})

@@ -246,8 +246,6 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 		return http.StatusUnsupportedMediaType, err.Error(), false
 	case errors.Is(err, errInput):
 		return http.StatusUnprocessableEntity, err.Error(), false
-	case errors.Is(err, funnel.ErrNotSupported):
-		return http.StatusNotImplemented, err.Error(), false
 	}
 	switch funnel.ClassOf(err) {
 	case funnel.ClassInvalid, funnel.ClassCrossSlot:
@@ -721,7 +719,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	existed, err := s.lim.Store().Reset(r.Context(), key)
+	existed, err := s.lim.Reset(r.Context(), key)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -782,7 +780,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		err = s.opts.Ready(r.Context())
 	} else {
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.ReadyTimeout)
-		_, _, err = s.lim.Store().TTL(ctx, readyzKey)
+		_, _, err = s.lim.TTL(ctx, readyzKey)
 		cancel()
 	}
 	if err != nil {

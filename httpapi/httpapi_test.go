@@ -531,7 +531,6 @@ func TestStoreErrors(t *testing.T) {
 	}{
 		{fmt.Errorf("memstore: %w", funnel.ErrWrongType), 409, "WRONGTYPE"},
 		{fmt.Errorf("redisstore: %w", funnel.ErrCrossSlot), 422, "CROSSSLOT"},
-		{funnel.ErrNotSupported, 501, "does not support"},
 		{errors.New("redisstore: ERR unexpected reply from 10.1.2.3"), 500, ""},
 	}
 	for _, c := range cases {

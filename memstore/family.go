@@ -16,8 +16,6 @@ import (
 	"github.com/funnelrl/funnel/gcra"
 )
 
-var _ funnel.Executor = (*Store)(nil)
-
 // kind is the kind of state a key holds. The funnel and the leaky bucket
 // share theirs: the TAT, kept in the shard's table. The others are kept in
 // the shard's map of family states.
@@ -106,8 +104,8 @@ func checkOp(op *funnel.Op) (kind, error) {
 	if op.Kind == funnel.OpRefund && k == kindConc {
 		return k, nil // a release needs only the lease's key and id
 	}
-	if op.N < 0 {
-		return 0, algo.ErrNegative
+	if op.N < 0 && !(op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0) {
+		return 0, algo.ErrNegative // only a funnel without a ban takes a refund this way
 	}
 	w := op.Limit.Window
 	switch {
@@ -125,13 +123,13 @@ func checkOp(op *funnel.Op) (kind, error) {
 }
 
 // Do applies ops at the store's current time and writes their results into
-// res, as funnel.Executor says. It never blocks on I/O and ignores ctx.
+// res, as funnel.Store says. It never blocks on I/O and ignores ctx.
 //
 // One op on a funnel or leaky bucket key that the store holds, under a
-// limit without a ban, is decided without a lock, like Throttle. Every
-// other call locks the shards of its keys (each once, in a global order)
-// for the length of the call; see the package documentation for how
-// several keys are charged atomically.
+// limit without a ban, is decided without a lock. Every other call locks
+// the shards of its keys (each once, in a global order) for the length of
+// the call; see the package documentation for how several keys are charged
+// atomically.
 func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
 	if len(res) < len(ops) {
 		return errShortResults
@@ -146,6 +144,11 @@ func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 	op := &ops[0]
 	k, err := checkOp(op)
 	if err != nil {
+		return err
+	}
+	if op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 {
+		// The commonest decision, on its own path.
+		res[0], err = s.throttle(op.Key, op.Limit.GCRA, op.N)
 		return err
 	}
 	h, sh := s.hash(op.Key)

@@ -102,7 +102,7 @@ func TestMaxKeysCountsFamily(t *testing.T) {
 	// Four funnel keys, their TATs 2 s to 5 s ahead...
 	p := params(t, 9, 1, time.Second)
 	for i := range 4 {
-		if _, err := s.Throttle(ctx, fmt.Sprint("g", i), p, int64(i+2)); err != nil {
+		if _, err := storetest.Throttle(ctx, s, fmt.Sprint("g", i), p, int64(i+2)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,7 +122,7 @@ func TestMaxKeysCountsFamily(t *testing.T) {
 		t.Fatal("the window that ends first was not evicted")
 	}
 	// A funnel key arriving next evicts the nearest TAT: g0.
-	if _, err := s.Throttle(ctx, "g-new", p, 1); err != nil {
+	if _, err := storetest.Throttle(ctx, s, "g-new", p, 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.TAT("g0"); ok {
@@ -150,7 +150,7 @@ func TestMaxKeysBoundFamily(t *testing.T) {
 		case 1:
 			do(t, s, takeOp(key, log, 1))
 		default:
-			s.Throttle(context.Background(), key, p, 1)
+			storetest.Throttle(context.Background(), s, key, p, 1)
 		}
 	}
 	if st := s.Stats(); st.Keys > 100 || st.Keys == 0 {
@@ -219,7 +219,7 @@ func TestManyKeysExactWithThrottle(t *testing.T) {
 					var ok bool
 					switch (j + w) % 3 {
 					case 0:
-						r, err := s.Throttle(ctx, "hot", g.GCRA, 1)
+						r, err := storetest.Throttle(ctx, s, "hot", g.GCRA, 1)
 						if err != nil {
 							t.Error(err)
 							return

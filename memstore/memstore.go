@@ -191,12 +191,14 @@ func (s *Store) hash(key string) (uint64, *shard) {
 	return h, &s.shards[h>>s.shift]
 }
 
-// Throttle applies a request for quantity units of key under p at the
-// store's current time. It never blocks on I/O and ignores ctx. The key may
-// alias a buffer the caller reuses: the store copies a key it keeps. A key
-// that holds the state of another algorithm than the funnel's is an error
-// that wraps funnel.ErrWrongType. Throttle does not look for bans.
-func (s *Store) Throttle(_ context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+// throttle decides a request for quantity units (a negative quantity is a
+// refund) of key under the funnel p at the store's current time: Do's path
+// for one funnel op without a ban, the commonest call, lock-free when the
+// key is in the table. The key may alias a buffer the caller reuses: the
+// store copies a key it keeps. A key that holds the state of another
+// algorithm than the funnel's is an error that wraps funnel.ErrWrongType.
+// It does not look for bans.
+func (s *Store) throttle(key string, p gcra.Params, quantity int64) (funnel.Result, error) {
 	now := s.Now()
 	h, sh := s.hash(key)
 	if e := sh.table.Load().find(h, key); e != nil {

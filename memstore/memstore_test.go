@@ -59,12 +59,12 @@ func TestSweepDropsPassedKeys(t *testing.T) {
 		if i%4 == 0 {
 			p = long
 		}
-		if _, err := s.Throttle(ctx, fmt.Sprint("k", i), p, 1); err != nil {
+		if _, err := storetest.Throttle(ctx, s, fmt.Sprint("k", i), p, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A peek on a fresh key stores nothing.
-	if _, err := s.Throttle(ctx, "peek", short, 0); err != nil {
+	if _, err := storetest.Throttle(ctx, s, "peek", short, 0); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats(); st.Keys != 100 {
@@ -91,7 +91,7 @@ func TestSweepDropsPassedKeys(t *testing.T) {
 
 func TestBackgroundSweep(t *testing.T) {
 	s, clock := newStore(t, memstore.Options{SweepInterval: time.Millisecond})
-	if _, err := s.Throttle(context.Background(), "k", params(t, 0, 1, time.Second), 1); err != nil {
+	if _, err := storetest.Throttle(context.Background(), s, "k", params(t, 0, 1, time.Second), 1); err != nil {
 		t.Fatal(err)
 	}
 	// The background sweep keeps a full bucket for one interval, then drops it.
@@ -113,11 +113,11 @@ func TestMaxKeysEvictsNearestTAT(t *testing.T) {
 	p := params(t, 9, 1, time.Second) // tolerance 10 s
 	// key i spends i+1 units: its TAT is now + (i+1) s.
 	for i := 0; i < 8; i++ {
-		if r, err := s.Throttle(ctx, fmt.Sprint("k", i), p, int64(i+1)); err != nil || !r.Allowed {
+		if r, err := storetest.Throttle(ctx, s, fmt.Sprint("k", i), p, int64(i+1)); err != nil || !r.Allowed {
 			t.Fatal(r, err)
 		}
 	}
-	if _, err := s.Throttle(ctx, "new", p, 1); err != nil {
+	if _, err := storetest.Throttle(ctx, s, "new", p, 1); err != nil {
 		t.Fatal(err)
 	}
 	st := s.Stats()
@@ -131,7 +131,7 @@ func TestMaxKeysEvictsNearestTAT(t *testing.T) {
 	// Once some TATs have passed, those keys go first and nothing live is evicted.
 	clock.Add(3 * time.Second) // k1, k2 and "new" are now full buckets
 	for i := 0; i < 2; i++ {
-		if _, err := s.Throttle(ctx, fmt.Sprint("n", i), p, 1); err != nil {
+		if _, err := storetest.Throttle(ctx, s, fmt.Sprint("n", i), p, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestMaxKeysBoundHolds(t *testing.T) {
 		s, _ := newStore(t, memstore.Options{MaxKeys: max, SweepInterval: -1})
 		p := params(t, 0, 1, time.Hour)
 		for i := 0; i < 5*max+100; i++ {
-			if r, err := s.Throttle(context.Background(), fmt.Sprint("k", i), p, 1); err != nil || !r.Allowed {
+			if r, err := storetest.Throttle(context.Background(), s, fmt.Sprint("k", i), p, 1); err != nil || !r.Allowed {
 				t.Fatal(r, err)
 			}
 		}
@@ -175,7 +175,7 @@ func TestMemoryFollowsActiveKeys(t *testing.T) {
 	}
 	before := heap()
 	for i := 0; i < 200000; i++ {
-		if _, err := s.Throttle(ctx, fmt.Sprintf("user:%07d", i), p, 1); err != nil {
+		if _, err := storetest.Throttle(ctx, s, fmt.Sprintf("user:%07d", i), p, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,10 +200,12 @@ func TestZeroAllocsOnExistingKey(t *testing.T) {
 	ctx := context.Background()
 	p := params(t, 1<<20, 1e6, time.Second)
 	key := "user:12345"
-	if _, err := s.Throttle(ctx, key, p, 1); err != nil {
+	if _, err := storetest.Throttle(ctx, s, key, p, 1); err != nil {
 		t.Fatal(err)
 	}
-	if n := testing.AllocsPerRun(1000, func() { s.Throttle(ctx, key, p, 1) }); n != 0 {
+	ops := []funnel.Op{{Kind: funnel.OpTake, Key: key, N: 1, Limit: funnel.Checked{GCRA: p}}}
+	res := make([]funnel.Result, 1)
+	if n := testing.AllocsPerRun(1000, func() { s.Do(ctx, ops, res) }); n != 0 {
 		t.Fatalf("%v allocs per decision on an existing key", n)
 	}
 	lim := funnel.New(s)
@@ -218,7 +220,7 @@ func TestKeyIsCopied(t *testing.T) {
 	s, _ := newStore(t, memstore.Options{SweepInterval: -1})
 	buf := []byte("alpha")
 	p := params(t, 0, 1, time.Hour)
-	if _, err := s.Throttle(context.Background(), string(buf), p, 1); err != nil {
+	if _, err := storetest.Throttle(context.Background(), s, string(buf), p, 1); err != nil {
 		t.Fatal(err)
 	}
 	copy(buf, "bravo")
@@ -242,7 +244,7 @@ func TestConcurrentManyKeys(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 1))
 			for i := 0; i < 20000; i++ {
 				k := r.IntN(64)
-				res, err := s.Throttle(context.Background(), fmt.Sprint("k", k), p, 1)
+				res, err := storetest.Throttle(context.Background(), s, fmt.Sprint("k", k), p, 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -271,8 +273,10 @@ func BenchmarkThrottleOneKey(b *testing.B) {
 	p := params(b, 1<<20, 1e6, time.Second)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
+		ops := []funnel.Op{{Kind: funnel.OpTake, Key: "user:12345", N: 1, Limit: funnel.Checked{GCRA: p}}}
+		res := make([]funnel.Result, 1)
 		for pb.Next() {
-			s.Throttle(ctx, "user:12345", p, 1)
+			s.Do(ctx, ops, res)
 		}
 	})
 }
@@ -287,15 +291,18 @@ func BenchmarkThrottleManyKeys(b *testing.B) {
 	keys := make([]string, 100000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user:%07d", i)
-		s.Throttle(ctx, keys[i], p, 1)
+		storetest.Throttle(ctx, s, keys[i], p, 1)
 	}
 	var seed atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		r := rand.New(rand.NewPCG(seed.Add(1), 7))
+		ops := []funnel.Op{{Kind: funnel.OpTake, N: 1, Limit: funnel.Checked{GCRA: p}}}
+		res := make([]funnel.Result, 1)
 		for pb.Next() {
-			s.Throttle(ctx, keys[r.IntN(len(keys))], p, 1)
+			ops[0].Key = keys[r.IntN(len(keys))]
+			s.Do(ctx, ops, res)
 		}
 	})
 }
@@ -321,7 +328,7 @@ func TestExactWhileTableChanges(t *testing.T) {
 			default:
 			}
 			k := fmt.Sprint("churn", i%3000)
-			s.Throttle(ctx, k, churn, 1)
+			storetest.Throttle(ctx, s, k, churn, 1)
 			switch i % 97 {
 			case 0:
 				s.Sweep()
@@ -337,7 +344,7 @@ func TestExactWhileTableChanges(t *testing.T) {
 			go func() {
 				defer func() { done <- struct{}{} }()
 				for j := 0; j < 200; j++ {
-					if r, err := s.Throttle(ctx, "hot", hot, 1); err != nil {
+					if r, err := storetest.Throttle(ctx, s, "hot", hot, 1); err != nil {
 						t.Error(err)
 						return
 					} else if r.Allowed {
@@ -367,7 +374,7 @@ func TestEvictionUnderContention(t *testing.T) {
 		go func(w int) {
 			defer func() { done <- struct{}{} }()
 			for i := 0; i < 3000; i++ {
-				s.Throttle(context.Background(), fmt.Sprint("k", (i*7+w)%500), p, 1)
+				storetest.Throttle(context.Background(), s, fmt.Sprint("k", (i*7+w)%500), p, 1)
 			}
 		}(w)
 	}

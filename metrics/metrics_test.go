@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/storetest"
@@ -227,74 +226,55 @@ func TestInstrumentStoreConformance(t *testing.T) {
 
 // fakeStore is a store whose answers the test chooses.
 type fakeStore struct {
-	throttle func(key string) (funnel.Result, error)
-	do       func(ops []funnel.Op, res []funnel.Result) error
+	do func(ops []funnel.Op, res []funnel.Result) error
 }
 
-func (f *fakeStore) Throttle(_ context.Context, key string, _ gcra.Params, _ int64) (funnel.Result, error) {
-	return f.throttle(key)
+func (f *fakeStore) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
+	return f.do(ops, res)
 }
 func (f *fakeStore) Reset(context.Context, string) (bool, error) { return false, funnel.ErrUnavailable }
 func (f *fakeStore) TTL(context.Context, string) (time.Duration, bool, error) {
 	return 0, false, nil
 }
-
-type fakeExecutor struct{ fakeStore }
-
-func (f *fakeExecutor) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
-	return f.do(ops, res)
-}
-func (f *fakeExecutor) Bans(context.Context) ([]funnel.Ban, error) { return nil, nil }
-func (f *fakeExecutor) Unban(context.Context, string) (bool, error) {
+func (f *fakeStore) Bans(context.Context) ([]funnel.Ban, error) { return nil, nil }
+func (f *fakeStore) Unban(context.Context, string) (bool, error) {
 	return false, context.Canceled
 }
 
 func TestInstrumentStoreErrors(t *testing.T) {
 	m := metrics.New(metrics.Options{NoRuntimeMetrics: true})
-	fe := &fakeExecutor{fakeStore{
-		throttle: func(key string) (funnel.Result, error) {
-			switch key {
-			case "down":
-				return funnel.Result{}, fmt.Errorf("redisstore: dial: %w", funnel.ErrUnavailable)
-			case "fallback":
-				return funnel.Result{Allowed: true, Fallback: true}, nil
-			case "slow":
-				return funnel.Result{}, context.DeadlineExceeded
-			}
-			return funnel.Result{Allowed: true}, nil
-		},
-	}}
-	fe.do = func(ops []funnel.Op, res []funnel.Result) error {
-		if ops[0].Key == "wrong" {
+	fe := &fakeStore{do: func(ops []funnel.Op, res []funnel.Result) error {
+		switch ops[0].Key {
+		case "down":
+			return fmt.Errorf("redisstore: dial: %w", funnel.ErrUnavailable)
+		case "fallback":
+			res[0] = funnel.Result{Allowed: true, Fallback: true}
+			return nil
+		case "slow":
+			return context.DeadlineExceeded
+		case "wrong":
 			return funnel.ErrWrongType
-		}
-		if ops[0].Key == "slots" {
+		case "slots":
 			return fmt.Errorf("redisstore: %w", funnel.ErrCrossSlot)
 		}
 		res[0] = funnel.Result{Allowed: true}
 		return nil
-	}
+	}}
 	st := metrics.InstrumentStore(fe, m)
-	if _, ok := st.(funnel.Executor); !ok {
-		t.Fatal("the wrapper of an Executor is not an Executor")
-	}
-	if _, ok := metrics.InstrumentStore(&fe.fakeStore, m).(funnel.Executor); ok {
-		t.Fatal("the wrapper of a plain Store is an Executor")
-	}
 	ctx := context.Background()
 	p, _ := funnel.PerSecond(10).Params()
 	for _, k := range []string{"ok", "down", "fallback", "slow", "ok"} {
-		st.Throttle(ctx, k, p, 1)
+		storetest.Throttle(ctx, st, k, p, 1)
 	}
 	st.Reset(ctx, "x")
-	ex := st.(funnel.Executor)
 	c, _ := funnel.Limit{Count: 1, Period: time.Second, Algorithm: funnel.FixedWindow}.Check()
 	for _, k := range []string{"wrong", "slots", "fine"} {
-		ex.Do(ctx, []funnel.Op{{Key: k, Limit: c, N: 1}}, make([]funnel.Result, 1))
+		st.Do(ctx, []funnel.Op{{Key: k, Limit: c, N: 1}}, make([]funnel.Result, 1))
 	}
-	ex.Unban(ctx, "x")
+	st.Unban(ctx, "x")
 
 	s := scrape(t, m)
+	// One funnel decision without a ban is op="throttle", any other Do op="do".
 	want(t, s, `funnel_store_duration_seconds_count{op="throttle"}`, "5")
 	want(t, s, `funnel_store_duration_seconds_count{op="do"}`, "3")
 	// A store's own failure and its fallback are unavailable; the caller's

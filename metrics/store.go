@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/gcra"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -72,18 +71,15 @@ func (m *Metrics) done(op int, start time.Time, err error, fallback bool) {
 
 // InstrumentStore returns a store that passes every call to s and records
 // its latency (store_duration_seconds) and its errors (store_errors_total;
-// a result with Fallback set counts as an unavailable store). If s
-// implements funnel.Executor, so does the returned store; it reports
-// NonBlocking as s does. With a nil m it returns s unchanged.
+// a result with Fallback set counts as an unavailable store). A Do call of
+// one funnel decision without a ban, the commonest call, is labelled
+// op="throttle", other Do calls op="do". The store reports NonBlocking as s
+// does. With a nil m it returns s unchanged.
 func InstrumentStore(s funnel.Store, m *Metrics) funnel.Store {
 	if m == nil {
 		return s
 	}
-	st := &Store{inner: s, m: m}
-	if e, ok := s.(funnel.Executor); ok {
-		return &ExecutorStore{Store: st, inner: e}
-	}
-	return st
+	return &Store{inner: s, m: m}
 }
 
 // Store is a funnel.Store that records the latency and the errors of the
@@ -95,12 +91,20 @@ type Store struct {
 
 var _ funnel.Store = (*Store)(nil)
 
-// Throttle calls the wrapped store's Throttle.
-func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+// Do calls the wrapped store's Do.
+func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
 	start := time.Now()
-	r, err := s.inner.Throttle(ctx, key, p, quantity)
-	s.m.done(opThrottle, start, err, r.Fallback)
-	return r, err
+	err := s.inner.Do(ctx, ops, res)
+	fallback := false
+	if err == nil && len(ops) > 0 && len(res) > 0 {
+		fallback = res[0].Fallback
+	}
+	op := opDo
+	if len(ops) == 1 && ops[0].Kind == funnel.OpTake && ops[0].Limit.Algorithm == funnel.GCRA && ops[0].Limit.Ban == 0 {
+		op = opThrottle
+	}
+	s.m.done(op, start, err, fallback)
+	return err
 }
 
 // Reset calls the wrapped store's Reset.
@@ -119,6 +123,22 @@ func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error
 	return d, ok, err
 }
 
+// Bans calls the wrapped store's Bans.
+func (s *Store) Bans(ctx context.Context) ([]funnel.Ban, error) {
+	start := time.Now()
+	b, err := s.inner.Bans(ctx)
+	s.m.done(opBans, start, err, false)
+	return b, err
+}
+
+// Unban calls the wrapped store's Unban.
+func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
+	start := time.Now()
+	ok, err := s.inner.Unban(ctx, key)
+	s.m.done(opUnban, start, err, false)
+	return ok, err
+}
+
 // NonBlocking reports whether the wrapped store says that its calls never
 // wait (see resp.NonBlockingStore); recording metrics does not wait.
 func (s *Store) NonBlocking() bool {
@@ -128,40 +148,3 @@ func (s *Store) NonBlocking() bool {
 
 // Unwrap returns the wrapped store.
 func (s *Store) Unwrap() funnel.Store { return s.inner }
-
-// ExecutorStore is a Store over a funnel.Executor, and an Executor itself.
-// Build one with InstrumentStore.
-type ExecutorStore struct {
-	*Store
-	inner funnel.Executor
-}
-
-var _ funnel.Executor = (*ExecutorStore)(nil)
-
-// Do calls the wrapped store's Do.
-func (s *ExecutorStore) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
-	start := time.Now()
-	err := s.inner.Do(ctx, ops, res)
-	fallback := false
-	if err == nil && len(ops) > 0 && len(res) > 0 {
-		fallback = res[0].Fallback
-	}
-	s.m.done(opDo, start, err, fallback)
-	return err
-}
-
-// Bans calls the wrapped store's Bans.
-func (s *ExecutorStore) Bans(ctx context.Context) ([]funnel.Ban, error) {
-	start := time.Now()
-	b, err := s.inner.Bans(ctx)
-	s.m.done(opBans, start, err, false)
-	return b, err
-}
-
-// Unban calls the wrapped store's Unban.
-func (s *ExecutorStore) Unban(ctx context.Context, key string) (bool, error) {
-	start := time.Now()
-	ok, err := s.inner.Unban(ctx, key)
-	s.m.done(opUnban, start, err, false)
-	return ok, err
-}

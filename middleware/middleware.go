@@ -395,13 +395,12 @@ func failClosed(w http.ResponseWriter, _ *http.Request, _ http.Handler, _ error)
 }
 
 // setupError reports whether err is a mistake in the middleware's own
-// limit, quantity or keys, or a store that cannot run its limit (a bug to
-// fix, answered 500), rather than a store that cannot decide. The client's
-// request chose none of them.
+// limit, quantity or keys (a bug to fix, answered 500), rather than a store
+// that cannot decide. The client's request chose none of them.
 func setupError(err error) bool {
 	switch funnel.ClassOf(err) {
 	case funnel.ClassInvalid, funnel.ClassWrongType, funnel.ClassCrossSlot:
 		return true
 	}
-	return errors.Is(err, funnel.ErrNotSupported)
+	return false
 }

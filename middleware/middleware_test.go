@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/middleware"
 )
@@ -252,20 +251,23 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// fakeStore answers as the test says; it is an Executor too.
+// fakeStore answers as the test says: throttle for one funnel decision
+// without a ban (when set), do for every other call.
 type fakeStore struct {
 	throttle func(ctx context.Context, key string) (funnel.Result, error)
 	do       func(ctx context.Context, ops []funnel.Op, res []funnel.Result) error
 }
 
-func (f *fakeStore) Throttle(ctx context.Context, key string, _ gcra.Params, _ int64) (funnel.Result, error) {
-	return f.throttle(ctx, key)
-}
 func (f *fakeStore) Reset(context.Context, string) (bool, error) { return false, nil }
 func (f *fakeStore) TTL(context.Context, string) (time.Duration, bool, error) {
 	return 0, false, nil
 }
 func (f *fakeStore) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	if op := ops[0]; f.throttle != nil && len(ops) == 1 && op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 {
+		var err error
+		res[0], err = f.throttle(ctx, op.Key)
+		return err
+	}
 	return f.do(ctx, ops, res)
 }
 func (f *fakeStore) Bans(context.Context) ([]funnel.Ban, error)  { return nil, nil }

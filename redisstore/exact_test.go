@@ -16,6 +16,7 @@ import (
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
+	"github.com/funnelrl/funnel/storetest"
 )
 
 // exactCase is one decision checked against gcra.Decide: the key holds tat
@@ -181,7 +182,7 @@ func TestExactAgainstDecide(t *testing.T) {
 			}
 		}
 		now.Store(tc.now)
-		got, err := st.Throttle(ctx, key, tc.p, tc.quantity)
+		got, err := storetest.Throttle(ctx, st, key, tc.p, tc.quantity)
 		old := tc.tat
 		if old < 0 {
 			old = 0
@@ -256,7 +257,7 @@ func TestArrivalsOneNanosecondApart(t *testing.T) {
 					continue
 				}
 				now.Store(at)
-				got, err := st.Throttle(ctx, key, p, 1)
+				got, err := storetest.Throttle(ctx, st, key, p, 1)
 				newTAT, want, wantErr := gcra.Decide(at, tat, p, 1)
 				if wantErr != nil {
 					// Past 2^63-1 ns (year 2262), with a century per unit.

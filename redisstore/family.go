@@ -26,7 +26,7 @@ import (
 //go:embed family.lua
 var familySource string
 
-var _ funnel.Executor = (*Store)(nil)
+var _ funnel.Store = (*Store)(nil)
 
 // maxOps is the most ops one Do call takes.
 const maxOps = 64
@@ -40,8 +40,10 @@ func opCode(op funnel.Op) (kind, alg string) {
 	return kind, string("glfsoc"[op.Limit.Algorithm])
 }
 
-// Do applies ops at Redis's current time (see funnel.Executor) in one
-// script call. On a Redis Cluster every key of one call must be in one hash
+// Do applies ops at Redis's current time (see funnel.Store) in one script
+// call. One funnel op without a ban, the commonest call, goes through
+// gcra.lua, batched with the decisions waiting at the same moment; the rest
+// through family.lua. On a Redis Cluster every key of one call must be in one hash
 // slot (share a {hash tag}), or the error wraps funnel.ErrCrossSlot. When
 // Redis cannot be reached in time, takes answer the fail-open or fail-closed
 // fallback (Result.Fallback) and refunds fail with an error wrapping
@@ -55,6 +57,14 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	}
 	if len(res) < len(ops) {
 		return fmt.Errorf("redisstore: %d results for %d ops", len(res), len(ops))
+	}
+	if op := &ops[0]; len(ops) == 1 && op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 {
+		if op.Limit.GCRA.Interval <= 0 {
+			return fmt.Errorf("%w %v: parameters not computed by Limit.Check", funnel.ErrInvalidLimit, op.Limit.Limit)
+		}
+		r, err := s.throttle(ctx, op.Key, op.Limit.GCRA, op.N)
+		res[0] = r
+		return err
 	}
 	keys := make([]string, 0, 2*len(ops))
 	args, err := s.args("", 0)
@@ -181,7 +191,7 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 			a = append(a, op.Lease)
 		}
 	default:
-		return nil, fmt.Errorf("%w: %v", funnel.ErrNotSupported, c.Algorithm)
+		return nil, fmt.Errorf("%w: unknown algorithm %v", funnel.ErrInvalidLimit, c.Algorithm)
 	}
 	return a, nil
 }
@@ -361,7 +371,7 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 		}
 		return r, nil
 	}
-	return r, fmt.Errorf("%w: %v", funnel.ErrNotSupported, c.Algorithm)
+	return r, fmt.Errorf("%w: unknown algorithm %v", funnel.ErrInvalidLimit, c.Algorithm)
 }
 
 // fromAlgo converts an algo result.

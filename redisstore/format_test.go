@@ -39,7 +39,7 @@ func TestWritesRedisCellFormat(t *testing.T) {
 	st := redisstore.New(c, redisstore.Options{Prefix: "cell:", Timeout: 10 * time.Second})
 	p := mkParams(t, 15, 30, time.Minute) // redis-cell's README: T = 2 s
 	before := redisTime(t, c)
-	r, err := st.Throttle(ctx, "user123", p, 1)
+	r, err := storetest.Throttle(ctx, st, "user123", p, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestReadsRedisCellKeys(t *testing.T) {
 		if ttl, ok, err := st.TTL(ctx, "handwritten"); err != nil || !ok || ttl != 5*time.Second {
 			t.Fatalf("%q: TTL = %v, %v, %v; want 5s", v, ttl, ok, err)
 		}
-		r, err := st.Throttle(ctx, "handwritten", p, 1)
+		r, err := storetest.Throttle(ctx, st, "handwritten", p, 1)
 		want := funnel.Result{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: 6 * time.Second}
 		if err != nil || r != want {
 			t.Fatalf("%q: %+v, %v; want %+v", v, r, err, want)
@@ -106,7 +106,7 @@ func TestReadsRedisCellKeys(t *testing.T) {
 	}
 	// An old TAT is a full bucket.
 	c.Set(ctx, "old", "123", time.Minute)
-	if r, err := st.Throttle(ctx, "old", p, 0); err != nil || r.Remaining != 10 || r.ResetAfter != 0 {
+	if r, err := storetest.Throttle(ctx, st, "old", p, 0); err != nil || r.Remaining != 10 || r.ResetAfter != 0 {
 		t.Fatalf("old TAT: %+v, %v", r, err)
 	}
 
@@ -116,7 +116,7 @@ func TestReadsRedisCellKeys(t *testing.T) {
 	if err := c.Set(ctx, "cell", strconv.FormatInt(now+5e9, 10), 5*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := real.Throttle(ctx, "cell", p, 1)
+	r, err := storetest.Throttle(ctx, real, "cell", p, 1)
 	if err != nil || !r.Allowed || r.Remaining != 4 || r.ResetAfter > 6*time.Second || r.ResetAfter < 5*time.Second {
 		t.Fatalf("redis-cell key on Redis's clock: %+v, %v; want allowed, 4 remaining, reset just under 6s", r, err)
 	}
@@ -147,7 +147,7 @@ func TestWrongType(t *testing.T) {
 		dump := c.Dump(ctx, key).Val()
 		pttl := c.PTTL(ctx, key).Val()
 		for _, s := range []*redisstore.Store{st, real} {
-			_, err1 := s.Throttle(ctx, key, p, 1)
+			_, err1 := storetest.Throttle(ctx, s, key, p, 1)
 			_, _, err2 := s.TTL(ctx, key)
 			_, err3 := s.Reset(ctx, key)
 			for _, err := range []error{err1, err2, err3} {
@@ -176,11 +176,11 @@ func TestWrongType(t *testing.T) {
 	check("hash", "a hash")
 	c.SAdd(ctx, "set", "1")
 	check("set", "a set")
-	_, err := st.Throttle(ctx, "list", p, 1)
+	_, err := storetest.Throttle(ctx, st, "list", p, 1)
 	t.Logf("a list: %v", err)
-	_, err = st.Throttle(ctx, "bad0", p, 1)
+	_, err = storetest.Throttle(ctx, st, "bad0", p, 1)
 	t.Logf("a non-decimal string: %v", err)
-	_, err = st.Throttle(ctx, "bad11", p, 1)
+	_, err = storetest.Throttle(ctx, st, "bad11", p, 1)
 	t.Logf("2^63: %v", err)
 }
 
@@ -195,17 +195,17 @@ func TestMaxTAT(t *testing.T) {
 	st := redisstore.New(c, redisstore.Options{Now: clock.Now, Timeout: 10 * time.Second})
 	p := mkParams(t, 9, 1, time.Second)
 	c.Set(ctx, "max", "9223372036854775807", time.Hour)
-	r, err := st.Throttle(ctx, "max", p, 1)
+	r, err := storetest.Throttle(ctx, st, "max", p, 1)
 	if err != nil || r.Allowed || r.Remaining != 0 {
 		t.Fatalf("%+v, %v", r, err)
 	}
 	// Even a peek is refused: the TAT is beyond now + tolerance (as gcra.Decide says).
 	_, want, _ := gcra.Decide(storetest.Epoch, 9223372036854775807, p, 0)
-	if r, err := st.Throttle(ctx, "max", p, 0); err != nil || r != funnel.ResultOf(p, want) {
+	if r, err := storetest.Throttle(ctx, st, "max", p, 0); err != nil || r != funnel.ResultOf(p, want) {
 		t.Fatalf("peek: %+v, %v; want %+v", r, err, want)
 	}
 	clock.Set(9223372036854775807 - int64(time.Second) + 1)
-	if _, err := st.Throttle(ctx, "fresh", p, 1); !errors.Is(err, gcra.ErrOverflow) {
+	if _, err := storetest.Throttle(ctx, st, "fresh", p, 1); !errors.Is(err, gcra.ErrOverflow) {
 		t.Fatalf("new TAT past 2^63-1: %v", err)
 	}
 	if n := c.Exists(ctx, "fresh").Val(); n != 0 {

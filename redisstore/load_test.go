@@ -9,6 +9,7 @@ import (
 
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/redisstore"
+	"github.com/funnelrl/funnel/storetest"
 )
 
 // load is 8 goroutines asking s for key under p until halted, as the
@@ -34,7 +35,7 @@ func startLoad(t *testing.T, s *redisstore.Store, key string, p gcra.Params) *lo
 					return
 				default:
 				}
-				r, err := s.Throttle(ctx, key, p, 1)
+				r, err := storetest.Throttle(ctx, s, key, p, 1)
 				switch {
 				case err != nil:
 					if l.errs.Add(1) == 1 {

@@ -14,6 +14,7 @@ import (
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
+	"github.com/funnelrl/funnel/storetest"
 )
 
 // logCounter is a slog.Handler that keeps the records it is given.
@@ -147,7 +148,7 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 	closed, closeClosed := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs)})
 	open, closeOpen := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs), FailOpen: true})
 	for _, s := range []*redisstore.Store{closed, open} {
-		if r, err := s.Throttle(ctx, "k", p, 1); err != nil || r.Fallback {
+		if r, err := storetest.Throttle(ctx, s, "k", p, 1); err != nil || r.Fallback {
 			t.Fatalf("Redis up: %+v, %v", r, err)
 		}
 	}
@@ -157,7 +158,7 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 	start := time.Now()
 	for i := 0; i < 200; i++ {
 		for _, s := range []*redisstore.Store{closed, open} {
-			r, err := s.Throttle(ctx, "k", p, 1)
+			r, err := storetest.Throttle(ctx, s, "k", p, 1)
 			want := funnel.Result{Fallback: true, Allowed: s == open, Limit: p.Limit}
 			if err != nil || r != want {
 				t.Fatalf("Redis down: %+v, %v; want %+v", r, err, want)
@@ -206,7 +207,7 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 	srv.MustStart() // same port, empty
 	for _, s := range []*redisstore.Store{closed, open} {
 		waitFor(t, "decisions resume", 10*time.Second, func() bool {
-			r, err := s.Throttle(ctx, "k", p, 1)
+			r, err := storetest.Throttle(ctx, s, "k", p, 1)
 			return err == nil && !r.Fallback && r.Allowed
 		})
 		if r, err := funnel.New(s).Allow(ctx, "f", window); err != nil || r.Fallback || !r.Allowed {
@@ -228,7 +229,7 @@ func testTimeoutWhenPaused(t *testing.T, oc outageClient) {
 	s, closeS := oc.open(t, srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond, Logger: slog.New(&logCounter{})})
 	patient, closePatient := oc.open(t, srv.Addr, redisstore.Options{Timeout: 10 * time.Second})
 	for _, s := range []*redisstore.Store{s, patient} {
-		if r, err := s.Throttle(ctx, "k", p, 1); err != nil || r.Fallback {
+		if r, err := storetest.Throttle(ctx, s, "k", p, 1); err != nil || r.Fallback {
 			t.Fatalf("Redis up: %+v, %v", r, err)
 		}
 	}
@@ -245,7 +246,7 @@ func testTimeoutWhenPaused(t *testing.T, oc outageClient) {
 			time.Sleep(time.Duration(w) * 50 * time.Millisecond / 32)
 			for i := 0; i < 3; i++ {
 				start := time.Now()
-				r, err := s.Throttle(ctx, "k", p, 1)
+				r, err := storetest.Throttle(ctx, s, "k", p, 1)
 				if d := int64(time.Since(start)); d > slowest.Load() {
 					slowest.Store(d)
 				}
@@ -266,12 +267,12 @@ func testTimeoutWhenPaused(t *testing.T, oc outageClient) {
 	// The caller's own deadline is not an outage: its error is returned.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if r, err := patient.Throttle(short, "k", p, 1); !errors.Is(err, context.DeadlineExceeded) || r.Fallback {
+	if r, err := storetest.Throttle(short, patient, "k", p, 1); !errors.Is(err, context.DeadlineExceeded) || r.Fallback {
 		t.Errorf("caller's deadline: %+v, %v; want context.DeadlineExceeded", r, err)
 	}
 	srv.Resume()
 	waitFor(t, "decisions resume", 10*time.Second, func() bool {
-		r, err := s.Throttle(ctx, "k", p, 0)
+		r, err := storetest.Throttle(ctx, s, "k", p, 0)
 		return err == nil && !r.Fallback
 	})
 	settleClients(t, oc, before, baseline, closeS, closePatient)
@@ -292,7 +293,7 @@ func testRestartUnderLoad(t *testing.T, oc outageClient) {
 	// Every key of the test once, so that a client that sends a key always
 	// on the same connection (rueidis) has them all open.
 	for w := 0; w < 4; w++ {
-		if _, err := s.Throttle(ctx, "user:"+strconv.Itoa(w), p, 1); err != nil {
+		if _, err := storetest.Throttle(ctx, s, "user:"+strconv.Itoa(w), p, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -313,7 +314,7 @@ func testRestartUnderLoad(t *testing.T, oc outageClient) {
 				default:
 				}
 				start := time.Now()
-				r, err := s.Throttle(ctx, key, p, 1)
+				r, err := storetest.Throttle(ctx, s, key, p, 1)
 				if d := int64(time.Since(start)); d > slowest.Load() {
 					slowest.Store(d)
 				}

@@ -25,7 +25,7 @@
 // and on Redis Cluster (each decision has one key; the keys of one batch share
 // a hash slot).
 //
-// When Redis cannot be reached in time, Throttle does not fail: it returns
+// When Redis cannot be reached in time, a decision does not fail: it returns
 // the configured fail-open or fail-closed answer with Result.Fallback set,
 // and logs the failure at most once a second.
 package redisstore
@@ -105,13 +105,12 @@ type Options struct {
 	// contain '{', so that a key's own hash tag still picks its slot.
 	Prefix string
 	// Timeout bounds each operation (DefaultTimeout if 0; no bound of the
-	// store's own if negative): each script call, and the time a decision
-	// waits for a batch to take it, so that a decision falls back after at
-	// most about twice the timeout. It bounds network waits only if the
+	// store's own if negative): a decision falls back once it has waited
+	// that long, its wait for a batch and the batch's script call together. It bounds network waits only if the
 	// client honours context deadlines: clients built by Open do; set
 	// ContextTimeoutEnabled on a go-redis client passed to New.
 	Timeout time.Duration
-	// FailOpen makes Throttle admit requests when Redis cannot be reached
+	// FailOpen makes decisions admit requests when Redis cannot be reached
 	// (fail-open). By default it refuses them (fail-closed).
 	FailOpen bool
 	// Logger receives a warning when Redis cannot be reached, at most once a
@@ -183,19 +182,21 @@ func (s *Store) Close() error {
 	return s.closer.Close()
 }
 
-// Fallbacks returns the number of Throttle calls that returned a fallback
-// answer because Redis could not be reached.
+// Fallbacks returns the number of funnel decisions (one op of Do, a funnel
+// without a ban) that returned a fallback answer because Redis could not be
+// reached.
 func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 
-// Throttle applies a request for quantity units of key under p at Redis's
-// current time (see funnel.Store). If Redis cannot be reached within the
-// timeout, the result has Fallback set, Allowed is the fail-open or
-// fail-closed answer, and the error is nil. A negative quantity is a refund,
-// never past a full bucket (see gcra.Decide). The error is gcra.ErrOverflow
-// for a request that cannot be applied, wraps ErrWrongType
-// for a key that does not hold a TAT, or is the context's error when ctx
-// ended first.
-func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+// throttle decides a request for quantity units of key under the funnel p
+// at Redis's current time through gcra.lua, batched with the decisions
+// waiting at the same moment: Do's path for one funnel op without a ban,
+// the commonest call. If Redis cannot be reached within the timeout, the
+// result has Fallback set, Allowed is the fail-open or fail-closed answer,
+// and the error is nil. A negative quantity is a refund, never past a full
+// bucket (see gcra.Decide). The error is gcra.ErrOverflow for a request
+// that cannot be applied, wraps ErrWrongType for a key that does not hold
+// a TAT, or is the context's error when ctx ended first.
+func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
 	cost, err := gcra.Cost(p, quantity)
 	if err != nil {
 		return funnel.Result{}, err
@@ -393,7 +394,7 @@ func callerDone(ctx context.Context) error {
 // its map of slots again.
 func (s *Store) reload() { s.runner.failed() }
 
-// failed records a failure that Throttle answered with the fallback.
+// failed records a failure that a decision answered with the fallback.
 func (s *Store) failed(err error) {
 	s.reload()
 	s.logFailure(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
+	"github.com/funnelrl/funnel/storetest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -78,7 +79,7 @@ func TestOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if r, err := s.Throttle(ctx, "k", mkParams(t, 0, 1, time.Minute), 1); err != nil || !r.Allowed || r.Fallback {
+	if r, err := storetest.Throttle(ctx, s, "k", mkParams(t, 0, 1, time.Minute), 1); err != nil || !r.Allowed || r.Fallback {
 		t.Fatalf("%+v, %v", r, err)
 	}
 	db3 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})

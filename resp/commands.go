@@ -3,7 +3,6 @@ package resp
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -240,13 +239,13 @@ func cstr(b []byte) []byte {
 func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func cmdThrottle(c *conn, args [][]byte) {
-	p, q, err := cell.ParseParams(args[1:])
+	lim, q, err := cell.ParseLimit(args[1:])
 	if err != nil {
 		c.wr.WriteError(err.Error())
 		return
 	}
 	// The key aliases the read buffer; stores copy a key they keep.
-	res, err := c.s.store.Throttle(context.Background(), str(args[1]), p, q)
+	res, err := c.s.lim.AllowChecked(context.Background(), str(args[1]), lim, q)
 	if err != nil {
 		if e := cell.Translate(err); e != err {
 			c.wr.WriteError(e.Error()) // gcra's own errors, in redis-cell's texts
@@ -255,6 +254,7 @@ func cmdThrottle(c *conn, args [][]byte) {
 		c.replyError(err)
 		return
 	}
+	p := lim.GCRA
 	switch {
 	case res.Fallback:
 		if c.decided(&res) {
@@ -302,10 +302,6 @@ func (c *conn) replyError(err error) {
 		return
 	case funnel.ClassCrossSlot:
 		c.wr.WriteError(funnel.ErrCrossSlot.Error())
-		return
-	}
-	if errors.Is(err, funnel.ErrNotSupported) {
-		c.wr.WriteError("ERR " + strings.TrimPrefix(funnel.ErrNotSupported.Error(), "funnel: "))
 		return
 	}
 	c.s.storeDown.Do(func(held int64) { c.s.log.Error("resp: store failed", "err", err, "held_back", held) })
@@ -647,12 +643,12 @@ func (c *conn) info(now time.Time) string {
 }
 
 func cmdDel(c *conn, args [][]byte) {
-	c.countKeys(args[1:], c.s.store.Reset)
+	c.countKeys(args[1:], c.s.lim.Reset)
 }
 
 func cmdExists(c *conn, args [][]byte) {
 	c.countKeys(args[1:], func(ctx context.Context, key string) (bool, error) {
-		_, ok, err := c.s.store.TTL(ctx, key)
+		_, ok, err := c.s.lim.TTL(ctx, key)
 		return ok, err
 	})
 }
@@ -682,7 +678,7 @@ func cmdTTL(c *conn, args [][]byte) { c.ttl(args[1], time.Second) }
 // (rounded as Redis rounds: to the nearest second for TTL, down to the
 // millisecond for PTTL), or -2 when the key holds no state.
 func (c *conn) ttl(key []byte, unit time.Duration) {
-	d, ok, err := c.s.store.TTL(context.Background(), str(key))
+	d, ok, err := c.s.lim.TTL(context.Background(), str(key))
 	if err != nil {
 		c.replyError(err)
 		return

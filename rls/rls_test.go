@@ -27,7 +27,6 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
-	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/storetest"
@@ -543,14 +542,11 @@ func TestHeaders(t *testing.T) {
 	}
 }
 
-// fakeStore is an Executor whose Do is a function.
+// fakeStore is a Store whose Do is a function.
 type fakeStore struct {
 	do func(ops []funnel.Op, res []funnel.Result) error
 }
 
-func (f *fakeStore) Throttle(context.Context, string, gcra.Params, int64) (funnel.Result, error) {
-	return funnel.Result{}, errors.New("not used")
-}
 func (f *fakeStore) Reset(context.Context, string) (bool, error)              { return false, nil }
 func (f *fakeStore) TTL(context.Context, string) (time.Duration, bool, error) { return 0, false, nil }
 func (f *fakeStore) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {

@@ -20,16 +20,16 @@ func testRefundState(t *testing.T, newStore NewStore) {
 	st := newStore(t, clock.Now)
 	ctx := context.Background()
 	p := mustParams(t, 15, 30, time.Minute) // T = 2 s
-	if r, err := st.Throttle(ctx, "r", p, 3); err != nil || r != allowed(16, 13, 6*s) {
+	if r, err := Throttle(ctx, st, "r", p, 3); err != nil || r != allowed(16, 13, 6*s) {
 		t.Fatalf("charge: %+v, %v", r, err)
 	}
-	if r, err := st.Throttle(ctx, "r", p, -2); err != nil || r != allowed(16, 15, 2*s) {
+	if r, err := Throttle(ctx, st, "r", p, -2); err != nil || r != allowed(16, 15, 2*s) {
 		t.Fatalf("refund of 2: %+v, %v", r, err)
 	}
 	if ttl, ok, err := st.TTL(ctx, "r"); err != nil || !ok || ttl != 2*s {
 		t.Fatalf("TTL after a refund = %v, %v, %v; want 2s, true", ttl, ok, err)
 	}
-	if r, err := st.Throttle(ctx, "r", p, -5); err != nil || r != allowed(16, 16, 0) {
+	if r, err := Throttle(ctx, st, "r", p, -5); err != nil || r != allowed(16, 16, 0) {
 		t.Fatalf("refund past an empty bucket: %+v, %v", r, err)
 	}
 	if ttl, ok, err := st.TTL(ctx, "r"); err != nil || ok || ttl != 0 {
@@ -39,7 +39,7 @@ func testRefundState(t *testing.T, newStore NewStore) {
 		t.Fatalf("Reset after a refund to a full bucket = %v, %v; want false", existed, err)
 	}
 	// On a fresh key: nothing is written.
-	if r, err := st.Throttle(ctx, "fresh", mustParams(t, 5, 2000, 3*s), -1); err != nil || r != allowed(6, 6, 0) {
+	if r, err := Throttle(ctx, st, "fresh", mustParams(t, 5, 2000, 3*s), -1); err != nil || r != allowed(6, 6, 0) {
 		t.Fatalf("refund on a fresh key: %+v, %v", r, err)
 	}
 	if ttl, ok, err := st.TTL(ctx, "fresh"); err != nil || ok || ttl != 0 {
@@ -48,14 +48,14 @@ func testRefundState(t *testing.T, newStore NewStore) {
 	// A key charged under a larger limit stays beyond a smaller limit's
 	// tolerance after a small refund: refused, with the real wait, and
 	// unchanged.
-	if _, err := st.Throttle(ctx, "big", mustParams(t, 99, 1, s), 50); err != nil {
+	if _, err := Throttle(ctx, st, "big", mustParams(t, 99, 1, s), 50); err != nil {
 		t.Fatal(err)
 	}
 	small := mustParams(t, 9, 1, s)
-	if r, err := st.Throttle(ctx, "big", small, -30); err != nil || r != refused(10, 0, 10*s, 50*s) {
+	if r, err := Throttle(ctx, st, "big", small, -30); err != nil || r != refused(10, 0, 10*s, 50*s) {
 		t.Fatalf("refund beyond the tolerance: %+v, %v", r, err)
 	}
-	if r, err := st.Throttle(ctx, "big", small, -45); err != nil || r != allowed(10, 5, 5*s) {
+	if r, err := Throttle(ctx, st, "big", small, -45); err != nil || r != allowed(10, 5, 5*s) {
 		t.Fatalf("refund back within the tolerance: %+v, %v", r, err)
 	}
 }
@@ -118,7 +118,7 @@ func testDifferential(t *testing.T, newStore NewStore) {
 				q %= most + 1
 			}
 			clock.Set(now)
-			got, err := st.Throttle(ctx, key, p, q)
+			got, err := Throttle(ctx, st, key, p, q)
 			if err != nil {
 				t.Fatalf("seed %d, sequence %d %v, step %d (now %d, quantity %d): %v", seed, sq, args, i, now-Epoch, q, err)
 			}

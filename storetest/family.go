@@ -22,7 +22,7 @@ const Day0 int64 = 1_795_392_000_000_000_000
 
 // RunFamily runs the limiter family's cases (every algorithm, refunds,
 // leases, bans, several limits at once, WRONGTYPE, calendar windows) against
-// stores built by newStore, which must implement funnel.Executor. Run calls
+// stores built by newStore, which must implement funnel.Store. Run calls
 // it for such stores.
 //
 // Keys of one call share a {hash tag}, so that the cases also run on Redis
@@ -60,13 +60,13 @@ func RunFamily(t *testing.T, newStore NewStore) {
 }
 
 // newExecutor builds a store whose clock reads Day0.
-func newExecutor(t *testing.T, newStore NewStore) (funnel.Executor, *Clock) {
+func newExecutor(t *testing.T, newStore NewStore) (funnel.Store, *Clock) {
 	t.Helper()
 	clock := NewClock(Day0)
 	st := newStore(t, clock.Now)
-	e, ok := st.(funnel.Executor)
+	e, ok := st.(funnel.Store)
 	if !ok {
-		t.Fatalf("%T does not implement funnel.Executor", st)
+		t.Fatalf("%T does not implement funnel.Store", st)
 	}
 	return e, clock
 }
@@ -113,7 +113,7 @@ func (f fop) op(t *testing.T) funnel.Op {
 }
 
 // do runs the ops as one Do call at Day0+at and returns the results.
-func do(t *testing.T, e funnel.Executor, clock *Clock, at time.Duration, fops ...fop) ([]funnel.Result, error) {
+func do(t *testing.T, e funnel.Store, clock *Clock, at time.Duration, fops ...fop) ([]funnel.Result, error) {
 	t.Helper()
 	clock.Set(Day0 + int64(at))
 	ops := make([]funnel.Op, len(fops))
@@ -126,7 +126,7 @@ func do(t *testing.T, e funnel.Executor, clock *Clock, at time.Duration, fops ..
 }
 
 // expect runs the ops at Day0+at and fails unless the results are want.
-func expect(t *testing.T, e funnel.Executor, clock *Clock, at time.Duration, fops []fop, want ...funnel.Result) {
+func expect(t *testing.T, e funnel.Store, clock *Clock, at time.Duration, fops []fop, want ...funnel.Result) {
 	t.Helper()
 	got, err := do(t, e, clock, at, fops...)
 	if err != nil {
@@ -140,7 +140,7 @@ func expect(t *testing.T, e funnel.Executor, clock *Clock, at time.Duration, fop
 }
 
 // expectErr runs the ops at Day0+at and fails unless the error wraps want.
-func expectErr(t *testing.T, e funnel.Executor, clock *Clock, at time.Duration, fops []fop, want error) {
+func expectErr(t *testing.T, e funnel.Store, clock *Clock, at time.Duration, fops []fop, want error) {
 	t.Helper()
 	if _, err := do(t, e, clock, at, fops...); !errors.Is(err, want) {
 		t.Fatalf("at %v, %s: err = %v, want %v", at, describe(fops), err, want)
@@ -336,7 +336,7 @@ func testSharedTAT(t *testing.T, newStore NewStore) {
 	e, clock := newExecutor(t, newStore)
 	ctx := context.Background()
 	funnel10 := funnel.Limit{Count: 10, Period: time.Second, Burst: 4}
-	if r, err := e.Throttle(ctx, "t", mustParams(t, 4, 10, time.Second), 2); err != nil || r != allowed(5, 3, 200*ms) {
+	if r, err := Throttle(ctx, e, "t", mustParams(t, 4, 10, time.Second), 2); err != nil || r != allowed(5, 3, 200*ms) {
 		t.Fatalf("Throttle: %+v, %v", r, err)
 	}
 	expect(t, e, clock, 0, ops(take("t", funnel10, 1)), allowed(5, 2, 300*ms))
@@ -348,7 +348,7 @@ func testSharedTAT(t *testing.T, newStore NewStore) {
 	withBan := funnel10
 	withBan.Ban = time.Minute
 	expect(t, e, clock, 0, ops(take("t", withBan, 1)), allowed(5, 0, 500*ms))
-	if r, err := e.Throttle(ctx, "t", mustParams(t, 4, 10, time.Second), 1); err != nil || r != refused(5, 0, 100*ms, 500*ms) {
+	if r, err := Throttle(ctx, e, "t", mustParams(t, 4, 10, time.Second), 1); err != nil || r != refused(5, 0, 100*ms, 500*ms) {
 		t.Fatalf("Throttle after Do: %+v, %v", r, err)
 	}
 	expect(t, e, clock, 0, ops(giveBack("t", funnel10, 1)), allowed(5, 1, 400*ms))
@@ -406,7 +406,7 @@ func testFamilyNegative(t *testing.T, newStore NewStore) {
 
 // ttlIs fails unless key's TTL at the clock's time is want (ok false when
 // want is 0).
-func ttlIs(t *testing.T, e funnel.Executor, key string, want time.Duration) {
+func ttlIs(t *testing.T, e funnel.Store, key string, want time.Duration) {
 	t.Helper()
 	got, ok, err := e.TTL(context.Background(), key)
 	if err != nil || ok != (want != 0) || got != want {
@@ -415,7 +415,7 @@ func ttlIs(t *testing.T, e funnel.Executor, key string, want time.Duration) {
 }
 
 // resetIs resets key and fails unless it reports want.
-func resetIs(t *testing.T, e funnel.Executor, key string, want bool) {
+func resetIs(t *testing.T, e funnel.Store, key string, want bool) {
 	t.Helper()
 	if existed, err := e.Reset(context.Background(), key); err != nil || existed != want {
 		t.Fatalf("Reset of %q = %v, %v; want %v", key, existed, err, want)
@@ -458,7 +458,7 @@ func testFamilyTTL(t *testing.T, newStore NewStore) {
 
 // wantBans fails unless the bans listed at Day0+at are want: key → the end
 // of its ban, from Day0.
-func wantBans(t *testing.T, e funnel.Executor, clock *Clock, at time.Duration, want map[string]time.Duration) {
+func wantBans(t *testing.T, e funnel.Store, clock *Clock, at time.Duration, want map[string]time.Duration) {
 	t.Helper()
 	clock.Set(Day0 + int64(at))
 	got, err := e.Bans(context.Background())
@@ -476,7 +476,7 @@ func wantBans(t *testing.T, e funnel.Executor, clock *Clock, at time.Duration, w
 }
 
 // unbanIs unbans key and fails unless it reports want.
-func unbanIs(t *testing.T, e funnel.Executor, key string, want bool) {
+func unbanIs(t *testing.T, e funnel.Store, key string, want bool) {
 	t.Helper()
 	if was, err := e.Unban(context.Background(), key); err != nil || was != want {
 		t.Fatalf("Unban of %q = %v, %v; want %v", key, was, err, want)
@@ -514,7 +514,7 @@ func testBans(t *testing.T, newStore NewStore) {
 	expect(t, e, clock, 20*s, ops(take("bad3", g, 1)), allowed(1, 0, s))
 	expect(t, e, clock, 20*s, ops(take("bad3", g, 1)), banned(1, 5*s, s))
 	expect(t, e, clock, 23*s, ops(take("bad3", g, 1)), banned(1, 2*s, 0))
-	if r, err := e.Throttle(ctx, "bad3", mustParams(t, 0, 1, time.Second), 1); err != nil || r != allowed(1, 0, s) {
+	if r, err := Throttle(ctx, e, "bad3", mustParams(t, 0, 1, time.Second), 1); err != nil || r != allowed(1, 0, s) {
 		t.Fatalf("Throttle of a banned key: %+v, %v", r, err)
 	}
 	g.Ban = 0
@@ -672,7 +672,7 @@ func testWrongType(t *testing.T, newStore NewStore) {
 			expectErr(t, e, clock, 0, ops(take(key, other, 0)), funnel.ErrWrongType)
 			expectErr(t, e, clock, 0, ops(giveOne(key, other)), funnel.ErrWrongType)
 			if j == 0 {
-				if _, err := e.Throttle(ctx, key, mustParams(t, 9, 10, time.Second), 1); !errors.Is(err, funnel.ErrWrongType) {
+				if _, err := Throttle(ctx, e, key, mustParams(t, 9, 10, time.Second), 1); !errors.Is(err, funnel.ErrWrongType) {
 					t.Fatalf("Throttle of %s: err = %v, want %v", key, err, funnel.ErrWrongType)
 				}
 			}
@@ -746,7 +746,7 @@ func testConcurrentMulti(t *testing.T, newStore NewStore) {
 			for range perWorker {
 				n := int64(1 + r.IntN(2))
 				if r.IntN(3) == 0 {
-					res, err := e.Throttle(ctx, keys[3], mustParams(t, 599, 1, time.Hour), n)
+					res, err := Throttle(ctx, e, keys[3], mustParams(t, 599, 1, time.Hour), n)
 					if err != nil {
 						errs <- err
 						return
