@@ -114,7 +114,7 @@ func TestOverflowIsInvalidQuantity(t *testing.T) {
 // AllowChecked takes redis-cell's refund idiom for a funnel without a ban,
 // and nothing negative for other limits; AllowN takes nothing negative.
 func TestAllowCheckedRefund(t *testing.T) {
-	s := memstore.New(memstore.Options{})
+	s := memstore.New(memstore.Options{Now: func() int64 { return 1_795_350_508_971_038_011 }})
 	defer s.Close()
 	lim := funnel.New(s)
 	ctx := context.Background()
