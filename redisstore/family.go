@@ -237,7 +237,7 @@ func decodeFamily(v []int64, ops []funnel.Op, res []funnel.Result) error {
 			}
 			r = banned(r, time.Duration(left))
 		}
-		if !r.Allowed && op.N > 0 {
+		if !r.Allowed {
 			refused = true
 		}
 		res[i] = r

@@ -451,7 +451,7 @@ for i = 1, nops do
     r1, r2, r3 = n, held, wait
     bh = last
   end
-  if take and status ~= 1 and q > 0 then
+  if take and status ~= 1 then
     all = false
   end
   op.status = status
