@@ -336,6 +336,8 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 		}
 		return r, nil
 	case funnel.Concurrency:
+		// last: the latest expiry of the leases held; f[2]: the same
+		// without this lease, which a grant renews
 		n, held, wait, last := f[3], f[4], f[5], f[1]
 		p := c.Window
 		ms := algo.Millis(now)
@@ -351,7 +353,7 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 			if held == 0 {
 				n++
 			}
-			last = max(last, ms+p.Period)
+			last = max(f[2], ms+p.Period)
 		}
 		if n < p.Count {
 			r.Remaining = p.Count - n
