@@ -372,6 +372,15 @@ func fromAlgo(limit int64, r algo.Result) funnel.Result {
 		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Delay: r.Delay}
 }
 
+// clearEmpty deletes key if it holds a state of the limiter family that is
+// empty now, and reports whether the key is now free for a funnel's TAT (it
+// is absent): the path of a funnel's decision that found the key holding
+// something other than a TAT, rare enough to cost a second round trip.
+func (s *Store) clearEmpty(ctx context.Context, key string) bool {
+	left, err := s.keyop(ctx, key, "e")
+	return err == nil && left == 0
+}
+
 // banTags holds, for each hash slot, a short string whose slot it is: a ban
 // key carries the tag of its key's slot, so that a script may read both.
 var banTags = sync.OnceValue(func() *[16384]string {
@@ -530,8 +539,9 @@ var (
 	unbanScript  = newScript(unbanSource)
 )
 
-// keyop resets ("x") or probes ("p") a family key and returns how long
-// until its state is empty (0 when it is empty or absent).
+// keyop resets ("x"), probes ("p") or deletes when empty ("e") a family
+// key and returns how long until its state is empty (0 when it is empty or
+// absent).
 func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error) {
 	args, err := s.args(op, 0)
 	if err != nil {

@@ -1,10 +1,12 @@
 -- Reset and TTL of a key that holds the state of the limiter family beyond
 -- the funnel (see family.lua for the formats): it finds the instant the
--- state is empty, and deletes the key for a reset.
+-- state is empty, and deletes the key for a reset, or for a funnel's
+-- decision that found the key holding such a state (an empty state of any
+-- algorithm reads as absent, as in family.lua).
 --
 -- KEYS[1]  the key
--- ARGV     'p' (probe) or 'x' (reset); now's seconds ('' to read TIME) and
---          nanoseconds
+-- ARGV     'p' (probe), 'x' (reset) or 'e' (delete if empty at now); now's
+--          seconds ('' to read TIME) and nanoseconds
 --
 -- Reply: now's seconds and nanoseconds, then the ms at which the state is
 -- empty (-1 when the key is absent); a key that holds anything else is a
@@ -58,7 +60,8 @@ elseif t == 'zset' then
 elseif t ~= 'none' then
   return redis.error_reply('WRONGTYPE funnel: the key holds a ' .. t)
 end
-if ARGV[1] == 'x' and t ~= 'none' then
+local op = ARGV[1]
+if t ~= 'none' and (op == 'x' or (op == 'e' and empty <= nh * 1000 + (nl - nl % 1000000) / 1000000)) then
   redis.call('DEL', key)
 end
 return { nh, nl, empty }

@@ -192,15 +192,21 @@ func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 // timeout, the result has Fallback set, Allowed is the fail-open or
 // fail-closed answer, and the error is nil. A negative quantity is a refund,
 // never past a full bucket (see gcra.Decide). The error is gcra.ErrOverflow
-// for a request that cannot be applied, wraps ErrWrongType
-// for a key that does not hold a TAT, or is the context's error when ctx
-// ended first.
+// for a request that cannot be applied, wraps ErrWrongType for a key that
+// holds something other than a TAT (a key that holds the state of another
+// algorithm of the family reads as absent once that state is empty, as in
+// Do), or is the context's error when ctx ended first.
 func (s *Store) Throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
 	cost, err := gcra.Cost(p, quantity)
 	if err != nil {
 		return funnel.Result{}, err
 	}
 	status, d, err := s.decide(ctx, key, cost, p.Tolerance)
+	if errors.Is(err, ErrWrongType) && s.clearEmpty(ctx, key) {
+		// The key held another algorithm's state, empty now: it reads as
+		// absent (see funnel.Executor), and is gone.
+		status, d, err = s.decide(ctx, key, cost, p.Tolerance)
+	}
 	if err != nil {
 		if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
 			return funnel.Result{}, err
