@@ -32,7 +32,6 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -50,8 +49,8 @@ import (
 	"github.com/funnelrl/funnel/gcra"
 )
 
-//go:embed gcra.lua
-var gcraSource string
+// gcraSource is gcra.lua with its parts written in (see include).
+var gcraSource = include("gcra.lua")
 
 // gcraScript is run by SHA, and sent whole when Redis answers NOSCRIPT.
 var gcraScript = redis.NewScript(gcraSource)
