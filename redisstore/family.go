@@ -528,10 +528,9 @@ end
 return 0
 `
 
-// keyopsSource resets a family key, or says when its state is empty.
-//
-//go:embed keyops.lua
-var keyopsSource string
+// keyopsSource resets any key of the store, or says when its state is
+// empty (see keyop).
+var keyopsSource = include("keyops.lua")
 
 var (
 	familyScript = newScript(familySource)
@@ -539,9 +538,12 @@ var (
 	unbanScript  = newScript(unbanSource)
 )
 
-// keyop resets ("x"), probes ("p") or deletes when empty ("e") a family
-// key and returns how long until its state is empty (0 when it is empty or
-// absent).
+// keyop resets ("x"), probes ("p") or deletes when empty ("e") any key of
+// the store (a funnel's TAT or the state of another algorithm) and returns
+// how long until its state is empty: the time to the TAT, exact; for the
+// other algorithms, to the millisecond at which it is empty. It is 0 when
+// the state is empty or the key absent. Its errors wrap ErrWrongType,
+// errInternal, or come from the client (Redis is unavailable).
 func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error) {
 	args, err := s.args(op, 0)
 	if err != nil {
@@ -556,13 +558,23 @@ func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if len(v) != 3 || v[0] < 0 || v[1] < 0 || v[1] >= 1e9 || v[0] > math.MaxInt64/int64(time.Second) {
+	if len(v) < 3 || v[0] < 0 || v[1] < 0 || v[1] >= 1e9 || v[0] > math.MaxInt64/int64(time.Second) {
 		return 0, fmt.Errorf("%w: keyops reply %v", errInternal, v)
 	}
-	if v[2] < 0 {
+	now := v[0]*1e9 + v[1]
+	switch {
+	case v[2] == -2 && len(v) == 5:
+		_, tat, err := decodeLimbs(0, v[3], v[4])
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(max(tat-now, 0)), nil
+	case len(v) != 3:
+		return 0, fmt.Errorf("%w: keyops reply %v", errInternal, v)
+	case v[2] < 0:
 		return 0, nil
 	}
-	return untilMS(v[0]*1e9+v[1], v[2]), nil
+	return untilMS(now, v[2]), nil
 }
 
 // banScan reads the bans of one node: a script that scans for pattern

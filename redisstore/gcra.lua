@@ -15,11 +15,12 @@
 --
 -- KEYS     the keys, in the order their requests are decided (one key may
 --          come more than once: each request sees the ones before it)
--- ARGV[1]  the operation: "t" throttle; "g" get, "d" delete (one key only)
+-- ARGV[1]  "t" (throttle; the only operation: keyops.lua reads and
+--          deletes keys for TTL and Reset)
 -- ARGV[2]  "" to take the time from Redis's TIME; tests only: now's seconds,
 -- ARGV[3]  and now's nanoseconds
 -- ARGV[4]  milliseconds added to every expiry (0 except in tests)
--- ARGV[4+i], for the i-th request of a throttle: "" if its cost and
+-- ARGV[4+i], for the i-th request: "" if its cost and
 --          tolerance are those of the request before and its key comes once,
 --          else the number a*256 + l*128 + f, where
 --            a is the index of the four arguments that hold its cost's
@@ -32,9 +33,9 @@
 --            l is 1 on the last request on a key that comes more than once.
 --
 -- For each key, the answer is its status and d = max(TAT - now, 0), the time
--- to a full bucket before the request, in ns. A throttle's status is 1 if
--- allowed (and written), 0 if refused, 2 if allowed but the new TAT would
--- pass 2^63-1 (nothing written); other operations answer 0. The answer is
+-- to a full bucket before the request, in ns. The status is 1 if allowed
+-- (and written), 0 if refused, 2 if allowed but the new TAT would pass
+-- 2^63-1 (nothing written). The answer is
 -- the integer d*4 + status when d < 2^50, else the pair -1-status, then d's
 -- seconds and nanoseconds. A key that holds anything but a decimal TAT within
 -- int64 is left as it is and answers -10 (not a decimal number), -11 (beyond
@@ -65,10 +66,10 @@
 --
 --                          two copies   decide() a    parts written in
 --                          by hand      function      (this script)
---   one key, fresh            50,150    51,751 +3.2%     51,179 +2.1%
---   one key, hot              56,422    57,871 +2.6%     57,446 +1.8%
---   batches, fresh keys       20,257    21,063 +4.0%     20,392 +0.7%
---   batches, one hot key       9,004     9,912 +10%       9,109 +1.2%
+--   one key, fresh            50,150    51,751 +3.2%     50,458 +0.6%
+--   one key, hot              56,422    57,871 +2.6%     56,880 +0.8%
+--   batches, fresh keys       20,257    21,063 +4.0%     20,383 +0.6%
+--   batches, one hot key       9,004     9,912 +10%       9,176 +1.9%
 --
 -- With the reading and the writing in functions too, a decision costs 8% to
 -- 15% more: each local function is a closure made at every call.
@@ -80,7 +81,6 @@ if ARGV[2] == '' then
 else
   nh, nl = ARGV[2] + 0, ARGV[3] + 0
 end
-local op = ARGV[1]
 local nk = #KEYS
 local slack = ARGV[4] + 0
 -- The last value and expiry written, as strings (see store.lua).
@@ -102,18 +102,11 @@ if nk == 1 then
       return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
     end
   end
-  -- A get or a delete decides a request that cannot pass (cost 0 above
-  -- tolerance -1 ns), for d.
-  local ch, cl, vh, vl = 0, 0, -1, 999999999
-  if op == 't' then
-    local a = ARGV[5] / 256
-    ch, cl, vh, vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
-  end
+  local a = ARGV[5] / 256
+  local ch, cl, vh, vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
   --> decide.lua
   if status == 1 then
     --> store.lua
-  elseif op == 'd' and raw then
-    redis.call('DEL', key)
   end
   if dh < 1125899 then
     return (dh * 1000000000 + dl) * 4 + status
@@ -121,10 +114,7 @@ if nk == 1 then
   return { -1 - status, dh, dl }
 end
 
--- A batch: throttles only, the same steps, for each request in turn.
-if op ~= 't' then
-  return redis.error_reply('ERR gcra.lua: operation ' .. op .. ' on several keys')
-end
+-- A batch: the same steps, for each request in turn.
 local keys, argv = KEYS, ARGV
 
 local raws = redis.call('MGET', unpack(keys))

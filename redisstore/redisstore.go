@@ -249,43 +249,32 @@ func appendLimbs(args []string, v int64) []string {
 
 // Reset deletes key and reports whether it held state (a TAT after now, or
 // a live state of another algorithm of the family). A key that holds
-// anything else is left as it is, with an error wrapping ErrWrongType. When Redis cannot be reached the error wraps
-// funnel.ErrUnavailable.
+// anything else is left as it is, with an error wrapping ErrWrongType. When
+// Redis cannot be reached the error wraps funnel.ErrUnavailable.
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
-	d, err := s.run(ctx, key, "d")
-	if errors.Is(err, ErrWrongType) {
-		// a key of the rest of the family, perhaps
-		var left time.Duration
-		left, err = s.keyop(ctx, key, "x")
-		d = int64(left)
-	}
+	left, err := s.keyop(ctx, key, "x")
 	if err != nil {
 		return false, s.unavailable(ctx, err)
 	}
-	return d > 0, nil
+	return left > 0, nil
 }
 
 // TTL returns the time until key's bucket is full again (for the rest of
 // the family: until its state is empty), and false when the key holds no
-// state. When Redis cannot be reached the
-// error wraps funnel.ErrUnavailable.
+// state. When Redis cannot be reached the error wraps
+// funnel.ErrUnavailable.
 func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
-	d, err := s.run(ctx, key, "g")
-	if errors.Is(err, ErrWrongType) {
-		var left time.Duration
-		left, err = s.keyop(ctx, key, "p")
-		d = int64(left)
-	}
+	left, err := s.keyop(ctx, key, "p")
 	if err != nil {
 		return 0, false, s.unavailable(ctx, err)
 	}
-	return time.Duration(d), d > 0, nil
+	return left, left > 0, nil
 }
 
 // checkKey is the key Check reads: one that no decision uses.
 const checkKey = "\x00funnel:check"
 
-// Check reads one key through the store's script, as a decision would, and
+// Check reads one key through a script of the store, as TTL would, and
 // returns the error that prevents it: a Redis that cannot be reached, a
 // wrong password or user, a database that does not exist, a server that
 // refuses scripts. A program calls it at start, to refuse to start with the
@@ -293,11 +282,13 @@ const checkKey = "\x00funnel:check"
 // may take is ctx's, not the store's timeout (a first connection may take
 // longer than a decision). The error wraps funnel.ErrUnavailable.
 func (s *Store) Check(ctx context.Context) error {
-	args, err := s.args("g", 0)
+	args, err := s.args("p", 0)
 	if err != nil {
 		return err
 	}
-	_, err = s.runner.eval(ctx, gcraLua, []string{s.prefix + checkKey}, args)
+	// (A short command: Redis answers a long one from a client that has not
+	// authenticated with a protocol error rather than NOAUTH.)
+	_, err = s.runner.eval(ctx, keyopsScript, []string{s.prefix + checkKey}, args[:3])
 	if err == nil || errors.Is(err, ErrWrongType) {
 		return nil
 	}
@@ -323,30 +314,6 @@ func (s *Store) args(op string, n int) ([]string, error) {
 		args = append(args, "", "")
 	}
 	return append(args, s.slack), nil
-}
-
-// run runs the script's operation op ("g" or "d") on key, with the store's
-// timeout and clock, and returns d = max(TAT - now, 0). Its errors wrap
-// ErrWrongType, errInternal, or come from the client (Redis is unavailable).
-func (s *Store) run(ctx context.Context, key string, op string) (int64, error) {
-	args, err := s.args(op, 0)
-	if err != nil {
-		return 0, err
-	}
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	v, err := s.runner.eval(ctx, gcraLua, []string{s.prefix + key}, args)
-	if err != nil {
-		return 0, err
-	}
-	a, err := decodeAnswers(v, 1)
-	if err != nil {
-		return 0, err
-	}
-	return a[0].d, a[0].err
 }
 
 // decodeLimbs decodes a status and d given on two limbs.

@@ -129,6 +129,7 @@ func TestIncludeWritesPartsIn(t *testing.T) {
 		parts  map[string]int // how many times each part is written in
 	}{
 		{"gcra.lua", map[string]int{"tat.lua": 2, "decide.lua": 2, "store.lua": 2}},
+		{"keyops.lua", map[string]int{"tat.lua": 1}},
 	} {
 		src := include(tc.script)
 		if strings.Contains(src, "\n"+includeMark) || strings.Contains(src, " "+includeMark) {

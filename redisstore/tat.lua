@@ -1,4 +1,4 @@
--- A part of gcra.lua, written into it where a line says
+-- A part of gcra.lua and keyops.lua, written into them where a line says
 -- "--> tat.lua" (see include in scripts.go): it reads the TAT in raw, a
 -- string value in redis-cell's format, into the locals th, tl (seconds and
 -- nanoseconds; the script declares them, 0 and 0) or sets bad (declared
