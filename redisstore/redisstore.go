@@ -1,33 +1,81 @@
-// Package redisstore is a funnel.Store on Redis: the funnel of every key lives
-// in Redis, so that any number of processes share it.
+// Package redisstore is a funnel.Store and funnel.Executor on Redis: the
+// state of every key lives in Redis, so that any number of processes share
+// it. It works on a single Redis, on Sentinel, on Redis Cluster and over a
+// go-redis Ring, through go-redis (New, Open) or rueidis (NewRueidis).
 //
-// Each decision is one round trip: one Lua script (gcra.lua, embedded), run
-// by EVALSHA and loaded again on NOSCRIPT (after a restart, or a failover to
-// a replica that never saw it), reads the key, takes Redis's TIME as the
-// clock, decides, and writes the new state with its expiry, atomically. The
-// script reproduces gcra.Decide exactly: Lua numbers are doubles, exact only
-// to 2^53, so it works on nanoseconds split into two limbs (seconds and
-// nanoseconds); Go computes the cost and the tolerance before the call, and
-// the whole Result after it from the time to a full bucket that the script
-// saw.
+// # Scripts
 //
-// Decisions that wait for Redis at the same time are batched: one script call
-// decides up to 64 of them in order of arrival (on Redis Cluster, those of one
-// hash slot), so that Redis reads the time, runs the script and answers once
-// per batch. A decision that finds none in flight is sent at once, so
-// batching adds no latency to an idle store.
+// Every operation is one round trip: one Lua script, embedded in the
+// package, run by EVALSHA and loaded again on NOSCRIPT (after a restart, or
+// a failover to a replica that never saw it), reads its keys, takes Redis's
+// TIME as the clock, decides, and writes the new state with its expiry,
+// atomically.
 //
-// Keys have redis-cell's format: a string holding the theoretical arrival
-// time (TAT) as a decimal count of nanoseconds since the Unix epoch, expiring
-// when the TAT is reached. A deployment can move from redis-cell's
+//   - gcra.lua makes the funnel's decisions (Throttle): the decision of
+//     gcra.Decide, reproduced bit for bit, for one key or a batch. Lua
+//     numbers are doubles, exact only to 2^53, so it works on nanoseconds
+//     split into two limbs (seconds and nanoseconds); Go computes the cost
+//     and the tolerance before the call, and the whole Result after it from
+//     the time to a full bucket that the script saw. Its one-key path and its
+//     batch loop read a TAT, decide and write by the same text, written once
+//     in tat.lua, decide.lua and store.lua and written into both paths when
+//     the package starts: Redis runs it inline, as a call of a local function
+//     would cost it more per decision (see the script's header).
+//   - family.lua runs the rest of the family (Do): the windows, the sliding
+//     log, the leaky bucket, leases, the funnel with a ban, and several limits
+//     at once, all or nothing. It decides admission and keeps the state by
+//     the rules of package algo; Go computes every number of the results from
+//     the state the script reports.
+//   - keyops.lua serves TTL and Reset for a key of any algorithm, and deletes
+//     the empty state of another algorithm that a funnel's decision finds on
+//     its key (an empty state reads as absent, whatever algorithm left it).
+//   - Two small scripts lift a ban (Unban) and list the bans of one node
+//     (Bans, on every master in turn).
+//
+// # Keys
+//
+// A funnel's key, and a leaky bucket's, has redis-cell's format: a string
+// holding the theoretical arrival time (TAT) as a decimal count of
+// nanoseconds since the Unix epoch, expiring when the TAT is reached (in
+// whole milliseconds, rounded up). A deployment can move from redis-cell's
 // CL.THROTTLE to Funnel, or run both on the same keys during the move,
-// without resetting any limit. The store works on a single Redis, on Sentinel
-// and on Redis Cluster (each decision has one key; the keys of one batch share
-// a hash slot).
+// without resetting any limit. A fixed window is the string
+// "F<start_ms>:<end_ms>:<n>", a sliding window counter
+// "S<start_ms>:<period_ms>:<prev>:<cur>"; a sliding log is a sorted set of
+// one member per admitted unit scored by its millisecond, and a concurrency
+// key a sorted set of lease ids scored by their expiry, each with a marker
+// member that names its kind. A ban is the decimal nanosecond of its end,
+// under "{tag}" + prefix + "ban:" + key, where the tag puts it in the hash
+// slot of its key. Every key expires when its state is empty, and
+// Options.Prefix is prepended to every key. A key that holds anything else
+// is an error that wraps ErrWrongType, and is left as it is.
 //
-// When Redis cannot be reached in time, Throttle does not fail: it returns
-// the configured fail-open or fail-closed answer with Result.Fallback set,
-// and logs the failure at most once a second.
+// # Batches
+//
+// Throttle calls that wait for Redis at the same time are batched: one
+// gcra.lua call decides up to 64 of them in order of arrival (on Redis
+// Cluster, those of one hash slot; over a Ring, each goes alone), so that
+// Redis reads the time, runs the script and answers once per batch, each
+// decision seeing those before it. A decision that finds none in flight is
+// sent at once, so batching adds no latency to an idle store. A Do call is
+// one family.lua call of its own; its keys must share a hash slot on Redis
+// Cluster (a {hash tag}).
+//
+// # When Redis cannot be reached
+//
+// Throttle, Do, TTL and Reset are bounded by Options.Timeout, a decision's
+// wait for a batch included (Unban and Bans by their context only). When
+// Redis cannot be reached in time, Throttle and the takes of Do do not fail: they return the configured fail-open or fail-closed
+// answer with Result.Fallback set, and the failure is logged at most once a
+// second. A refund, TTL, Reset, Unban and Bans return an error that wraps
+// funnel.ErrUnavailable instead. Check, called once at start, reads a key
+// through a script and returns the reason Redis cannot serve (a wrong
+// password, a missing database, no Redis), so that a program can refuse to
+// start rather than answer every decision with the fallback.
+//
+// For tests, Options.Now replaces Redis's clock with an injected one: the
+// scripts take now as an argument, so that the conformance suite runs the
+// same cases, at the same instants, against this store and memstore.
 package redisstore
 
 import (
