@@ -113,9 +113,11 @@ const DefaultTimeout = 100 * time.Millisecond
 const nowSlack = 10 * time.Minute
 
 // ErrWrongType is wrapped by the error of an operation on a key that holds
-// something other than a TAT: a string that is not a decimal number, a number
-// beyond int64 nanoseconds, or a value of another type (a list, a hash…).
-// The key is left as it is. Its text starts with "WRONGTYPE", as Redis's own
+// something other than the state it reads: for a funnel, anything but a TAT
+// (a string that is not a decimal number, a number beyond int64 nanoseconds,
+// a value of another type such as a list or a hash); for the rest of the
+// family, the live state of another algorithm, or anything that is not the
+// state of one. The key is left as it is. Its text starts with "WRONGTYPE", as Redis's own
 // error for a key of the wrong type does.
 //
 // It is also funnel.ErrWrongType: errors.Is reports both.
@@ -172,8 +174,9 @@ type Options struct {
 	Now func() int64
 }
 
-// Store is a funnel.Store on Redis. It is safe for concurrent use. The zero
-// value is not usable: build a Store with New or Open.
+// Store is a funnel.Store and a funnel.Executor on Redis. It is safe for
+// concurrent use. The zero value is not usable: build a Store with New, Open
+// or NewRueidis.
 type Store struct {
 	runner   runner
 	closer   io.Closer // the client, when the store built it
@@ -230,8 +233,9 @@ func (s *Store) Close() error {
 	return s.closer.Close()
 }
 
-// Fallbacks returns the number of Throttle calls that returned a fallback
-// answer because Redis could not be reached.
+// Fallbacks returns the number of decisions (Throttle calls, and the ops of
+// Do calls) that returned a fallback answer because Redis could not be
+// reached.
 func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 
 // Throttle applies a request for quantity units of key under p at Redis's
