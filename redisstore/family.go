@@ -247,7 +247,7 @@ func decodeFamily(v []int64, ops []funnel.Op, res []funnel.Result) error {
 			}
 			r = banned(r, time.Duration(left))
 		}
-		if !r.Allowed && op.N > 0 {
+		if !r.Allowed {
 			refused = true
 		}
 		res[i] = r
@@ -346,6 +346,8 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 		}
 		return r, nil
 	case funnel.Concurrency:
+		// last: the latest expiry of the leases held; f[2]: the same
+		// without this lease, which a grant renews
 		n, held, wait, last := f[3], f[4], f[5], f[1]
 		p := c.Window
 		ms := algo.Millis(now)
@@ -361,7 +363,7 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 			if held == 0 {
 				n++
 			}
-			last = max(last, ms+p.Period)
+			last = max(f[2], ms+p.Period)
 		}
 		if n < p.Count {
 			r.Remaining = p.Count - n
@@ -378,6 +380,15 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 func fromAlgo(limit int64, r algo.Result) funnel.Result {
 	return funnel.Result{Allowed: r.Allowed, Limit: limit, Remaining: r.Remaining,
 		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Delay: r.Delay}
+}
+
+// clearEmpty deletes key if it holds a state of the limiter family that is
+// empty now, and reports whether the key is now free for a funnel's TAT (it
+// is absent): the path of a funnel's decision that found the key holding
+// something other than a TAT, rare enough to cost a second round trip.
+func (s *Store) clearEmpty(ctx context.Context, key string) bool {
+	left, err := s.keyop(ctx, key, "e")
+	return err == nil && left == 0
 }
 
 // banTags holds, for each hash slot, a short string whose slot it is: a ban
@@ -527,10 +538,9 @@ end
 return 0
 `
 
-// keyopsSource resets a family key, or says when its state is empty.
-//
-//go:embed keyops.lua
-var keyopsSource string
+// keyopsSource resets any key of the store, or says when its state is
+// empty (see keyop).
+var keyopsSource = include("keyops.lua")
 
 var (
 	familyScript = newScript(familySource)
@@ -538,8 +548,12 @@ var (
 	unbanScript  = newScript(unbanSource)
 )
 
-// keyop resets ("x") or probes ("p") a family key and returns how long
-// until its state is empty (0 when it is empty or absent).
+// keyop resets ("x"), probes ("p") or deletes when empty ("e") any key of
+// the store (a funnel's TAT or the state of another algorithm) and returns
+// how long until its state is empty: the time to the TAT, exact; for the
+// other algorithms, to the millisecond at which it is empty. It is 0 when
+// the state is empty or the key absent. Its errors wrap ErrWrongType,
+// errInternal, or come from the client (Redis is unavailable).
 func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error) {
 	args, err := s.args(op, 0)
 	if err != nil {
@@ -554,13 +568,23 @@ func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if len(v) != 3 || v[0] < 0 || v[1] < 0 || v[1] >= 1e9 || v[0] > math.MaxInt64/int64(time.Second) {
+	if len(v) < 3 || v[0] < 0 || v[1] < 0 || v[1] >= 1e9 || v[0] > math.MaxInt64/int64(time.Second) {
 		return 0, fmt.Errorf("%w: keyops reply %v", errInternal, v)
 	}
-	if v[2] < 0 {
+	now := v[0]*1e9 + v[1]
+	switch {
+	case v[2] == -2 && len(v) == 5:
+		_, tat, err := decodeLimbs(0, v[3], v[4])
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(max(tat-now, 0)), nil
+	case len(v) != 3:
+		return 0, fmt.Errorf("%w: keyops reply %v", errInternal, v)
+	case v[2] < 0:
 		return 0, nil
 	}
-	return untilMS(v[0]*1e9+v[1], v[2]), nil
+	return untilMS(now, v[2]), nil
 }
 
 // banScan reads the bans of one node: a script that scans for pattern

@@ -15,10 +15,18 @@
 -- "S<start_ms>:<period_ms>:<prev>:<cur>"; a sliding log is a sorted set of
 -- "<ms>:<seq>" members scored by their ms, and a concurrency key a sorted
 -- set of lease ids scored by their expiry in ms, each with a marker member
--- that names its kind, scored below every entry (-period for a log, -1 for
--- leases), so that the state says when it is empty. A ban is the string of
--- its end, in decimal nanoseconds, under a key of its own in the same hash
--- slot. Every key expires when its state would be empty.
+-- that names its kind, scored below every entry (-period for a log, the
+-- period of the limit that wrote it last; -1 for leases), so that the state
+-- says when it is empty. A ban is the string of its end, in decimal
+-- nanoseconds, under a key of its own in the same hash slot. Every key
+-- expires when its state would be empty.
+--
+-- A key's limit may change between calls (a new configuration): the state
+-- is then read as memstore reads it. A state that is empty by the limit
+-- that wrote it reads as absent, whatever the new limit; a sliding log
+-- keeps the entries that the current limit's period no longer counts until
+-- it is written (a longer period counts them again); renewing a lease
+-- under a shorter period can make it expire earlier.
 --
 -- KEYS     per op: the key, then its ban key
 -- ARGV     now's seconds ('' to read TIME) and nanoseconds; milliseconds
@@ -40,7 +48,9 @@
 --          o:   units in the log, ms of the entry to wait for (-1), newest (-1)
 --          c:   leases held, 1 if this lease is held, the expiry to wait for
 --               (-1)
--- (for c, the last expiry replaces the ban's seconds: bans do not apply)
+-- (for c, bans do not apply: the latest expiry of the leases held replaces
+-- the ban's seconds, and the latest of the leases other than this one its
+-- nanoseconds)
 
 local E9 = 1000000000
 local nh, nl
@@ -220,7 +230,7 @@ end
 
 -- Read every key's state, refusing a key that holds another kind of live
 -- state (or anything not ours) before anything is written. A key whose
--- state of another kind is empty at now reads as absent.
+-- state is empty at now reads as absent.
 for i = 1, nops do
   local op = ops[i]
   local want = op.alg
@@ -231,10 +241,12 @@ for i = 1, nops do
   if kind == false then
     return wrongtype(i)
   end
-  if kind and kind ~= want then
-    if not empty then
-      return wrongtype(i)
-    end
+  if kind and kind ~= want and not empty then
+    return wrongtype(i)
+  end
+  if kind and empty then
+    -- An empty state of any kind (the same kind under a limit that has
+    -- changed too) reads as absent, as in memstore.
     op.replace = true
     kind = nil
   end
@@ -384,19 +396,32 @@ for i = 1, nops do
       r3 = cur
     end
   elseif alg == 'o' then
-    local n = 0
+    -- Entries at or before nowms - period no longer count under this
+    -- limit (old of them). They are dropped only when the log is written:
+    -- a peek or a refusal leaves it as it is, as memstore does, so that a
+    -- limit with a longer period still counts them.
+    local n, old = 0, 0
     if op.exists then
-      redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
-      n = redis.call('ZCARD', op.key) - 1
+      old = redis.call('ZCOUNT', op.key, 0, nowms - op.period)
+      n = redis.call('ZCARD', op.key) - 1 - old
     end
-    if not take and n > 0 and q > 0 then
-      -- Refund: drop the q newest entries; the reply is the log it leaves.
+    op.old = old
+    if not take and op.exists then
+      -- Refund: drop the old entries and the q newest ones; the reply is
+      -- the log it leaves, whose marker and expiry follow this limit.
       if n <= q then
         redis.call('DEL', op.key)
         n = 0
       else
-        redis.call('ZREMRANGEBYRANK', op.key, n - q + 1, n)
-        n = n - q
+        if old > 0 then
+          redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
+          old = 0
+        end
+        if q > 0 then
+          redis.call('ZREMRANGEBYRANK', op.key, n - q + 1, n)
+          n = n - q
+        end
+        redis.call('ZADD', op.key, -op.period, MARK.o)
         redis.call('PEXPIRE', op.key, ms(zlast(op.key) + op.period - nowms + slack))
       end
     end
@@ -408,20 +433,35 @@ for i = 1, nops do
     if take and status == 1 and n + q > op.count then
       status = 0
       if q <= op.count then
-        wait = zat(op.key, n + q - op.count)
+        wait = zat(op.key, old + n + q - op.count)
       end
+    elseif not take and n > op.count then
+      -- more entries than a lower count than the one that wrote them
+      wait = zat(op.key, n - op.count)
     end
     r1, r2, r3 = n, wait, newest
   else -- 'c'
-    local n, held, wait, last = 0, 0, -1, -1
+    -- last: the latest expiry of the leases held; others: the same without
+    -- this one, which an acquire renews (perhaps to an earlier expiry, under
+    -- a limit whose period was shortened)
+    local n, held, wait, last, others = 0, 0, -1, -1, -1
     if op.exists then
       redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
       n = redis.call('ZCARD', op.key) - 1
-      if redis.call('ZSCORE', op.key, op.id) then
+      local own = redis.call('ZSCORE', op.key, op.id)
+      if own then
         held = 1
       end
       if n > 0 then
         last = zlast(op.key)
+        others = last
+        if own and own + 0 == last then
+          others = -1
+          local r = redis.call('ZRANGE', op.key, -2, -2, 'WITHSCORES')
+          if r[2] + 0 >= 0 then
+            others = r[2] + 0
+          end
+        end
       end
     end
     op.n = n
@@ -449,9 +489,9 @@ for i = 1, nops do
       end
     end
     r1, r2, r3 = n, held, wait
-    bh = last
+    bh, bl = last, others
   end
-  if take and status ~= 1 and q > 0 then
+  if take and status ~= 1 then
     all = false
   end
   op.status = status
@@ -511,20 +551,25 @@ for i = 1, nops do
         local base = 0
         if op.exists then
           base = redis.call('ZCOUNT', op.key, at, at)
-        else
-          redis.call('ZADD', op.key, -op.period, MARK.o)
+          if op.old > 0 then
+            redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
+          end
         end
-        -- ZADD takes at most 500 members at a time (Lua's C stack).
+        -- ZADD takes at most 500 members at a time (Lua's C stack). The
+        -- first also sets the marker's score to this limit's period (a
+        -- limit may change: the state is empty a period after its newest
+        -- entry, under the limit that wrote it last).
         local j = 0
+        local args = { 'ZADD', op.key, -op.period, MARK.o }
+        local k = 1
         while j < q do
-          local args = { 'ZADD', op.key }
-          local k = 0
           while j < q and k < 500 do
             j, k = j + 1, k + 1
             args[#args + 1] = at
             args[#args + 1] = string.format('%d:%08d', at, base + j)
           end
           redis.call(unpack(args))
+          args, k = { 'ZADD', op.key }, 0
         end
         redis.call('PEXPIRE', op.key, ms(at + op.period - nowms + slack))
       end

@@ -1,14 +1,18 @@
--- Reset and TTL of a key that holds the state of the limiter family beyond
--- the funnel (see family.lua for the formats): it finds the instant the
--- state is empty, and deletes the key for a reset.
+-- Reset and TTL of any key of the store: a funnel's TAT (redis-cell's
+-- format, read by tat.lua) or the state of another algorithm of the family
+-- (see family.lua for the formats). It finds when the state is empty, and
+-- deletes the key for a reset, or for a funnel's decision that found the
+-- key holding another algorithm's state ('e': deleted only if that state is
+-- empty, as family.lua reads an empty state as absent).
 --
 -- KEYS[1]  the key
--- ARGV     'p' (probe) or 'x' (reset); now's seconds ('' to read TIME) and
---          nanoseconds
+-- ARGV     'p' (probe), 'x' (reset) or 'e' (delete if empty at now); now's
+--          seconds ('' to read TIME) and nanoseconds
 --
 -- Reply: now's seconds and nanoseconds, then the ms at which the state is
--- empty (-1 when the key is absent); a key that holds anything else is a
--- WRONGTYPE error.
+-- empty (-1 when the key is absent), or for a TAT -2 and the TAT's seconds
+-- and nanoseconds; a key that holds anything else is a WRONGTYPE error, and
+-- is left as it is.
 
 local nh, nl
 if ARGV[2] == '' then
@@ -19,17 +23,19 @@ else
 end
 local key = KEYS[1]
 local t = redis.call('TYPE', key).ok
-local empty = -1
+local empty, reply = -1, nil
 if t == 'string' then
-  local v = redis.call('GET', key)
-  local s, e, n = string.match(v, '^F(%d+):(%d+):(%d+)$')
-  if s then
+  local raw = redis.call('GET', key)
+  local c = string.sub(raw, 1, 1)
+  local s, e, n, p, prev, cur
+  if c == 'F' then
+    s, e, n = string.match(raw, '^F(%d+):(%d+):(%d+)$')
+  elseif c == 'S' then
+    s, p, prev, cur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
+  end
+  if e then
     empty = e + 0
-  else
-    local s, p, prev, cur = string.match(v, '^S(%d+):(%d+):(%d+):(%d+)$')
-    if not s then
-      return redis.error_reply('WRONGTYPE funnel: the key holds neither a TAT nor a window')
-    end
+  elseif p then
     s, p = s + 0, p + 0
     if cur + 0 > 0 then
       empty = s + 2 * p
@@ -37,6 +43,20 @@ if t == 'string' then
       empty = s + p
     else
       empty = 0
+    end
+  else
+    local th, tl, bad = 0, 0, false
+    --> tat.lua
+    if bad == 1 then
+      return redis.error_reply('WRONGTYPE the value is not a decimal number')
+    elseif bad then
+      return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
+    end
+    reply = { nh, nl, -2, th, tl }
+    -- empty when the TAT is reached, in whole ms rounded up (for 'e')
+    empty = th * 1000 + (tl - tl % 1000000) / 1000000
+    if tl % 1000000 > 0 then
+      empty = empty + 1
     end
   end
 elseif t == 'zset' then
@@ -58,7 +78,8 @@ elseif t == 'zset' then
 elseif t ~= 'none' then
   return redis.error_reply('WRONGTYPE funnel: the key holds a ' .. t)
 end
-if ARGV[1] == 'x' and t ~= 'none' then
+local op = ARGV[1]
+if t ~= 'none' and (op == 'x' or (op == 'e' and empty <= nh * 1000 + (nl - nl % 1000000) / 1000000)) then
   redis.call('DEL', key)
 end
-return { nh, nl, empty }
+return reply or { nh, nl, empty }

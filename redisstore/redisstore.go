@@ -1,38 +1,88 @@
-// Package redisstore is a funnel.Store on Redis: the funnel of every key lives
-// in Redis, so that any number of processes share it.
+// Package redisstore is a funnel.Store and funnel.Executor on Redis: the
+// state of every key lives in Redis, so that any number of processes share
+// it. It works on a single Redis, on Sentinel, on Redis Cluster and over a
+// go-redis Ring, through go-redis (New, Open) or rueidis (NewRueidis).
 //
-// Each decision is one round trip: one Lua script (gcra.lua, embedded), run
-// by EVALSHA and loaded again on NOSCRIPT (after a restart, or a failover to
-// a replica that never saw it), reads the key, takes Redis's TIME as the
-// clock, decides, and writes the new state with its expiry, atomically. The
-// script reproduces gcra.Decide exactly: Lua numbers are doubles, exact only
-// to 2^53, so it works on nanoseconds split into two limbs (seconds and
-// nanoseconds); Go computes the cost and the tolerance before the call, and
-// the whole Result after it from the time to a full bucket that the script
-// saw.
+// # Scripts
 //
-// Decisions that wait for Redis at the same time are batched: one script call
-// decides up to 64 of them in order of arrival (on Redis Cluster, those of one
-// hash slot), so that Redis reads the time, runs the script and answers once
-// per batch. A decision that finds none in flight is sent at once, so
-// batching adds no latency to an idle store.
+// Every operation is one round trip: one Lua script, embedded in the
+// package, run by EVALSHA and loaded again on NOSCRIPT (after a restart, or
+// a failover to a replica that never saw it), reads its keys, takes Redis's
+// TIME as the clock, decides, and writes the new state with its expiry,
+// atomically.
 //
-// Keys have redis-cell's format: a string holding the theoretical arrival
-// time (TAT) as a decimal count of nanoseconds since the Unix epoch, expiring
-// when the TAT is reached. A deployment can move from redis-cell's
+//   - gcra.lua makes the funnel's decisions (one op of Do, a funnel
+//     without a ban): the decision of
+//     gcra.Decide, reproduced bit for bit, for one key or a batch. Lua
+//     numbers are doubles, exact only to 2^53, so it works on nanoseconds
+//     split into two limbs (seconds and nanoseconds); Go computes the cost
+//     and the tolerance before the call, and the whole Result after it from
+//     the time to a full bucket that the script saw. Its one-key path and its
+//     batch loop read a TAT, decide and write by the same text, written once
+//     in tat.lua, decide.lua and store.lua and written into both paths when
+//     the package starts: Redis runs it inline, as a call of a local function
+//     would cost it more per decision (see the script's header).
+//   - family.lua runs the rest of the family (Do): the windows, the sliding
+//     log, the leaky bucket, leases, the funnel with a ban, and several limits
+//     at once, all or nothing. It decides admission and keeps the state by
+//     the rules of package algo; Go computes every number of the results from
+//     the state the script reports.
+//   - keyops.lua serves TTL and Reset for a key of any algorithm, and deletes
+//     the empty state of another algorithm that a funnel's decision finds on
+//     its key (an empty state reads as absent, whatever algorithm left it).
+//   - Two small scripts lift a ban (Unban) and list the bans of one node
+//     (Bans, on every master in turn).
+//
+// # Keys
+//
+// A funnel's key, and a leaky bucket's, has redis-cell's format: a string
+// holding the theoretical arrival time (TAT) as a decimal count of
+// nanoseconds since the Unix epoch, expiring when the TAT is reached (in
+// whole milliseconds, rounded up). A deployment can move from redis-cell's
 // CL.THROTTLE to Funnel, or run both on the same keys during the move,
-// without resetting any limit. The store works on a single Redis, on Sentinel
-// and on Redis Cluster (each decision has one key; the keys of one batch share
-// a hash slot).
+// without resetting any limit. A fixed window is the string
+// "F<start_ms>:<end_ms>:<n>", a sliding window counter
+// "S<start_ms>:<period_ms>:<prev>:<cur>"; a sliding log is a sorted set of
+// one member per admitted unit scored by its millisecond, and a concurrency
+// key a sorted set of lease ids scored by their expiry, each with a marker
+// member that names its kind. A ban is the decimal nanosecond of its end,
+// under "{tag}" + prefix + "ban:" + key, where the tag puts it in the hash
+// slot of its key. Every key expires when its state is empty, and
+// Options.Prefix is prepended to every key. A key that holds anything else
+// is an error that wraps ErrWrongType, and is left as it is.
 //
-// When Redis cannot be reached in time, a decision does not fail: it returns
-// the configured fail-open or fail-closed answer with Result.Fallback set,
-// and logs the failure at most once a second.
+// # Batches
+//
+// Funnel decisions (one op of Do, a funnel without a ban, the commonest
+// call) that wait for Redis at the same time are batched: one
+// gcra.lua call decides up to 64 of them in order of arrival (on Redis
+// Cluster, those of one hash slot; over a Ring, each goes alone), so that
+// Redis reads the time, runs the script and answers once per batch, each
+// decision seeing those before it. A decision that finds none in flight is
+// sent at once, so batching adds no latency to an idle store. Any other Do
+// call is one family.lua call of its own; its keys must share a hash slot
+// on Redis Cluster (a {hash tag}).
+//
+// # When Redis cannot be reached
+//
+// Do, TTL and Reset are bounded by Options.Timeout, a decision's wait for a
+// batch included (Unban and Bans by their context only). When Redis cannot
+// be reached in time, the takes of Do do not fail: they return the
+// configured fail-open or fail-closed
+// answer with Result.Fallback set, and the failure is logged at most once a
+// second. A refund, TTL, Reset, Unban and Bans return an error that wraps
+// funnel.ErrUnavailable instead. Check, called once at start, reads a key
+// through a script and returns the reason Redis cannot serve (a wrong
+// password, a missing database, no Redis), so that a program can refuse to
+// start rather than answer every decision with the fallback.
+//
+// For tests, Options.Now replaces Redis's clock with an injected one: the
+// scripts take now as an argument, so that the conformance suite runs the
+// same cases, at the same instants, against this store and memstore.
 package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -50,8 +100,8 @@ import (
 	"github.com/funnelrl/funnel/gcra"
 )
 
-//go:embed gcra.lua
-var gcraSource string
+// gcraSource is gcra.lua with its parts written in (see include).
+var gcraSource = include("gcra.lua")
 
 // gcraScript is run by SHA, and sent whole when Redis answers NOSCRIPT.
 var gcraScript = redis.NewScript(gcraSource)
@@ -66,9 +116,11 @@ const DefaultTimeout = 100 * time.Millisecond
 const nowSlack = 10 * time.Minute
 
 // ErrWrongType is wrapped by the error of an operation on a key that holds
-// something other than a TAT: a string that is not a decimal number, a number
-// beyond int64 nanoseconds, or a value of another type (a list, a hash…).
-// The key is left as it is. Its text starts with "WRONGTYPE", as Redis's own
+// something other than the state it reads: for a funnel, anything but a TAT
+// (a string that is not a decimal number, a number beyond int64 nanoseconds,
+// a value of another type such as a list or a hash); for the rest of the
+// family, the live state of another algorithm, or anything that is not the
+// state of one. The key is left as it is. Its text starts with "WRONGTYPE", as Redis's own
 // error for a key of the wrong type does.
 //
 // It is also funnel.ErrWrongType: errors.Is reports both.
@@ -124,8 +176,9 @@ type Options struct {
 	Now func() int64
 }
 
-// Store is a funnel.Store on Redis. It is safe for concurrent use. The zero
-// value is not usable: build a Store with New or Open.
+// Store is a funnel.Store and a funnel.Executor on Redis. It is safe for
+// concurrent use. The zero value is not usable: build a Store with New, Open
+// or NewRueidis.
 type Store struct {
 	runner   runner
 	closer   io.Closer // the client, when the store built it
@@ -182,9 +235,8 @@ func (s *Store) Close() error {
 	return s.closer.Close()
 }
 
-// Fallbacks returns the number of funnel decisions (one op of Do, a funnel
-// without a ban) that returned a fallback answer because Redis could not be
-// reached.
+// Fallbacks returns the number of decisions (the ops of Do calls) that
+// returned a fallback answer because Redis could not be reached.
 func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 
 // throttle decides a request for quantity units of key under the funnel p
@@ -194,14 +246,21 @@ func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 // result has Fallback set, Allowed is the fail-open or fail-closed answer,
 // and the error is nil. A negative quantity is a refund, never past a full
 // bucket (see gcra.Decide). The error is gcra.ErrOverflow for a request
-// that cannot be applied, wraps ErrWrongType for a key that does not hold
-// a TAT, or is the context's error when ctx ended first.
+// that cannot be applied, wraps ErrWrongType for a key that holds something
+// other than a TAT (a key that holds the state of another algorithm of the
+// family reads as absent once that state is empty, as in family.lua), or is
+// the context's error when ctx ended first.
 func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
 	cost, err := gcra.Cost(p, quantity)
 	if err != nil {
 		return funnel.Result{}, err
 	}
 	status, d, err := s.decide(ctx, key, cost, p.Tolerance)
+	if errors.Is(err, ErrWrongType) && s.clearEmpty(ctx, key) {
+		// The key held another algorithm's state, empty now: it reads as
+		// absent (see funnel.Executor), and is gone.
+		status, d, err = s.decide(ctx, key, cost, p.Tolerance)
+	}
 	if err != nil {
 		if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
 			return funnel.Result{}, err
@@ -245,43 +304,32 @@ func appendLimbs(args []string, v int64) []string {
 
 // Reset deletes key and reports whether it held state (a TAT after now, or
 // a live state of another algorithm of the family). A key that holds
-// anything else is left as it is, with an error wrapping ErrWrongType. When Redis cannot be reached the error wraps
-// funnel.ErrUnavailable.
+// anything else is left as it is, with an error wrapping ErrWrongType. When
+// Redis cannot be reached the error wraps funnel.ErrUnavailable.
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
-	d, err := s.run(ctx, key, "d")
-	if errors.Is(err, ErrWrongType) {
-		// a key of the rest of the family, perhaps
-		var left time.Duration
-		left, err = s.keyop(ctx, key, "x")
-		d = int64(left)
-	}
+	left, err := s.keyop(ctx, key, "x")
 	if err != nil {
 		return false, s.unavailable(ctx, err)
 	}
-	return d > 0, nil
+	return left > 0, nil
 }
 
 // TTL returns the time until key's bucket is full again (for the rest of
 // the family: until its state is empty), and false when the key holds no
-// state. When Redis cannot be reached the
-// error wraps funnel.ErrUnavailable.
+// state. When Redis cannot be reached the error wraps
+// funnel.ErrUnavailable.
 func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
-	d, err := s.run(ctx, key, "g")
-	if errors.Is(err, ErrWrongType) {
-		var left time.Duration
-		left, err = s.keyop(ctx, key, "p")
-		d = int64(left)
-	}
+	left, err := s.keyop(ctx, key, "p")
 	if err != nil {
 		return 0, false, s.unavailable(ctx, err)
 	}
-	return time.Duration(d), d > 0, nil
+	return left, left > 0, nil
 }
 
 // checkKey is the key Check reads: one that no decision uses.
 const checkKey = "\x00funnel:check"
 
-// Check reads one key through the store's script, as a decision would, and
+// Check reads one key through a script of the store, as TTL would, and
 // returns the error that prevents it: a Redis that cannot be reached, a
 // wrong password or user, a database that does not exist, a server that
 // refuses scripts. A program calls it at start, to refuse to start with the
@@ -289,11 +337,13 @@ const checkKey = "\x00funnel:check"
 // may take is ctx's, not the store's timeout (a first connection may take
 // longer than a decision). The error wraps funnel.ErrUnavailable.
 func (s *Store) Check(ctx context.Context) error {
-	args, err := s.args("g", 0)
+	args, err := s.args("p", 0)
 	if err != nil {
 		return err
 	}
-	_, err = s.runner.eval(ctx, gcraLua, []string{s.prefix + checkKey}, args)
+	// (A short command: Redis answers a long one from a client that has not
+	// authenticated with a protocol error rather than NOAUTH.)
+	_, err = s.runner.eval(ctx, keyopsScript, []string{s.prefix + checkKey}, args[:3])
 	if err == nil || errors.Is(err, ErrWrongType) {
 		return nil
 	}
@@ -319,30 +369,6 @@ func (s *Store) args(op string, n int) ([]string, error) {
 		args = append(args, "", "")
 	}
 	return append(args, s.slack), nil
-}
-
-// run runs the script's operation op ("g" or "d") on key, with the store's
-// timeout and clock, and returns d = max(TAT - now, 0). Its errors wrap
-// ErrWrongType, errInternal, or come from the client (Redis is unavailable).
-func (s *Store) run(ctx context.Context, key string, op string) (int64, error) {
-	args, err := s.args(op, 0)
-	if err != nil {
-		return 0, err
-	}
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	v, err := s.runner.eval(ctx, gcraLua, []string{s.prefix + key}, args)
-	if err != nil {
-		return 0, err
-	}
-	a, err := decodeAnswers(v, 1)
-	if err != nil {
-		return 0, err
-	}
-	return a[0].d, a[0].err
 }
 
 // decodeLimbs decodes a status and d given on two limbs.

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +118,53 @@ func TestKeySlot(t *testing.T) {
 	}
 	if keySlot("{}x") == keySlot("x") || keySlot("a{}{b}") == keySlot("b") {
 		t.Error("an empty hash tag must not count")
+	}
+}
+
+// The scripts are sent with their parts written in, at each place that
+// includes them, indented there, and without their heading comments.
+func TestIncludeWritesPartsIn(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		parts  map[string]int // how many times each part is written in
+	}{
+		{"gcra.lua", map[string]int{"tat.lua": 2, "decide.lua": 2, "store.lua": 2}},
+		{"keyops.lua", map[string]int{"tat.lua": 1}},
+	} {
+		src := include(tc.script)
+		if strings.Contains(src, "\n"+includeMark) || strings.Contains(src, " "+includeMark) {
+			t.Errorf("%s: a line %q is left", tc.script, includeMark)
+		}
+		for part, want := range tc.parts {
+			raw, err := scriptFiles.ReadFile(part)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first line of code of the part, and its longest.
+			var first, longest string
+			for _, l := range strings.Split(string(raw), "\n") {
+				if first == "" && !strings.HasPrefix(l, "--") {
+					first = l
+				}
+				if first != "" && len(l) > len(longest) {
+					longest = l
+				}
+			}
+			if strings.Contains(src, strings.SplitN(string(raw), "\n", 2)[0]) {
+				t.Errorf("%s: the heading comment of %s is written in", tc.script, part)
+			}
+			for _, l := range []string{first, longest} {
+				n := 0
+				l = strings.TrimLeft(l, " ")
+				for _, s := range strings.Split(src, "\n") {
+					if strings.TrimLeft(s, " ") == l && len(s) > len(l) {
+						n++
+					}
+				}
+				if n != want {
+					t.Errorf("%s: the line %q of %s is written in, indented, %d times; want %d", tc.script, l, part, n, want)
+				}
+			}
+		}
 	}
 }

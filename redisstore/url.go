@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -23,30 +24,54 @@ import (
 // redis.ParseClusterURL). The cluster forms take no database number.
 // redis.NewUniversalClient builds the client the options describe: a
 // *redis.Client or, for the cluster forms, a *redis.ClusterClient.
+//
+// redis.UniversalOptions has no field for some of go-redis's options (such
+// as max_concurrent_dials), and UniversalOptions.Simple does not pass on
+// every field it has (such as conn_max_lifetime_jitter): Open does not go
+// through it, and gives its client every option of the URL.
 func ParseURL(s string) (*redis.UniversalOptions, error) {
+	single, cluster, err := parseURL(s)
+	if err != nil {
+		return nil, err
+	}
+	u := &redis.UniversalOptions{}
+	if cluster != nil {
+		copyOptions(u, cluster)
+		u.IsClusterMode = true
+		return u, nil
+	}
+	copyOptions(u, single)
+	u.Addrs = []string{single.Addr}
+	return u, nil
+}
+
+// parseURL parses a store URL (see ParseURL) with go-redis's own parsers,
+// and returns their options as they are: those of a single Redis, or those
+// of a cluster.
+func parseURL(s string) (*redis.Options, *redis.ClusterOptions, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
-		return nil, fmt.Errorf("redisstore: store URL %q: want redis://, rediss://, redis-cluster:// or rediss-cluster://", redact(s))
+		return nil, nil, fmt.Errorf("redisstore: store URL %q: want redis://, rediss://, redis-cluster:// or rediss-cluster://", redact(s))
 	}
 	switch scheme {
 	case "redis", "rediss":
 		o, err := redis.ParseURL(s)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: store URL %q: %w", redact(s), err)
+			return nil, nil, fmt.Errorf("redisstore: store URL %q: %w", redact(s), err)
 		}
-		return universal(o), nil
+		return o, nil, nil
 	case "redis-cluster", "rediss-cluster":
 		u, err := clusterURL(strings.TrimSuffix(scheme, "-cluster"), rest)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: store URL %q: %w", redact(s), err)
+			return nil, nil, fmt.Errorf("redisstore: store URL %q: %w", redact(s), err)
 		}
 		o, err := redis.ParseClusterURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: store URL %q: %w", redact(s), err)
+			return nil, nil, fmt.Errorf("redisstore: store URL %q: %w", redact(s), err)
 		}
-		return universalCluster(o), nil
+		return nil, o, nil
 	}
-	return nil, fmt.Errorf("redisstore: store URL %q: unknown scheme %q (want redis, rediss, redis-cluster or rediss-cluster)", redact(s), scheme)
+	return nil, nil, fmt.Errorf("redisstore: store URL %q: unknown scheme %q (want redis, rediss, redis-cluster or rediss-cluster)", redact(s), scheme)
 }
 
 // clusterURL rewrites the part after "redis-cluster://" as the URL that
@@ -107,106 +132,67 @@ func redact(s string) string {
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
 }
 
-func universal(o *redis.Options) *redis.UniversalOptions {
-	return &redis.UniversalOptions{
-		Addrs:                 []string{o.Addr},
-		ClientName:            o.ClientName,
-		DB:                    o.DB,
-		Protocol:              o.Protocol,
-		Username:              o.Username,
-		Password:              o.Password,
-		MaxRetries:            o.MaxRetries,
-		MinRetryBackoff:       o.MinRetryBackoff,
-		MaxRetryBackoff:       o.MaxRetryBackoff,
-		DialTimeout:           o.DialTimeout,
-		ReadTimeout:           o.ReadTimeout,
-		WriteTimeout:          o.WriteTimeout,
-		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
-		PoolFIFO:              o.PoolFIFO,
-		PoolSize:              o.PoolSize,
-		PoolTimeout:           o.PoolTimeout,
-		MinIdleConns:          o.MinIdleConns,
-		MaxIdleConns:          o.MaxIdleConns,
-		MaxActiveConns:        o.MaxActiveConns,
-		ConnMaxIdleTime:       o.ConnMaxIdleTime,
-		ConnMaxLifetime:       o.ConnMaxLifetime,
-		ConnMaxLifetimeJitter: o.ConnMaxLifetimeJitter,
-		TLSConfig:             o.TLSConfig,
-		DisableIdentity:       o.DisableIdentity,
-		IdentitySuffix:        o.IdentitySuffix,
-		UnstableResp3:         o.UnstableResp3,
-		FailingTimeoutSeconds: o.FailingTimeoutSeconds,
-	}
-}
-
-func universalCluster(o *redis.ClusterOptions) *redis.UniversalOptions {
-	return &redis.UniversalOptions{
-		Addrs:                 o.Addrs,
-		IsClusterMode:         true,
-		ClientName:            o.ClientName,
-		Protocol:              o.Protocol,
-		Username:              o.Username,
-		Password:              o.Password,
-		MaxRetries:            o.MaxRetries,
-		MinRetryBackoff:       o.MinRetryBackoff,
-		MaxRetryBackoff:       o.MaxRetryBackoff,
-		DialTimeout:           o.DialTimeout,
-		ReadTimeout:           o.ReadTimeout,
-		WriteTimeout:          o.WriteTimeout,
-		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
-		PoolFIFO:              o.PoolFIFO,
-		PoolSize:              o.PoolSize,
-		PoolTimeout:           o.PoolTimeout,
-		MinIdleConns:          o.MinIdleConns,
-		MaxIdleConns:          o.MaxIdleConns,
-		MaxActiveConns:        o.MaxActiveConns,
-		ConnMaxIdleTime:       o.ConnMaxIdleTime,
-		ConnMaxLifetime:       o.ConnMaxLifetime,
-		ConnMaxLifetimeJitter: o.ConnMaxLifetimeJitter,
-		TLSConfig:             o.TLSConfig,
-		MaxRedirects:          o.MaxRedirects,
-		ReadOnly:              o.ReadOnly,
-		RouteByLatency:        o.RouteByLatency,
-		RouteRandomly:         o.RouteRandomly,
-		FailingTimeoutSeconds: o.FailingTimeoutSeconds,
+// copyOptions sets every field of dst (a *redis.UniversalOptions) that src
+// (a *redis.Options or *redis.ClusterOptions) has under the same name and
+// type, so that a field that go-redis adds to both is carried without a list
+// here to keep up to date.
+func copyOptions(dst, src any) {
+	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
+	for i := 0; i < d.NumField(); i++ {
+		f := d.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		if v := s.FieldByName(f.Name); v.IsValid() && v.Type() == f.Type {
+			d.Field(i).Set(v)
+		}
 	}
 }
 
 // Open connects a store to the Redis at url (see ParseURL). The client is
-// built so that the store's timeout bounds every network wait
+// built from go-redis's own options for the URL, with every option of its
+// query, and so that the store's timeout bounds every network wait
 // (ContextTimeoutEnabled) and a refused connection fails at once rather than
 // after go-redis's dial retries; the store's Close closes it. Open does not
 // contact Redis: a Redis that is down when the store opens is the same as one
 // that goes down later.
 func Open(url string, opts Options) (*Store, error) {
-	o, err := ParseURL(url)
+	single, cluster, err := parseURL(url)
 	if err != nil {
 		return nil, err
-	}
-	o.ContextTimeoutEnabled = true
-	// go-redis retries a refused connection 3 times with backoffs from 8 ms:
-	// one quick retry (a pooled connection that Redis closed) is enough, the
-	// store's timeout bounds the rest, and an outage must fall back at once.
-	if o.MaxRetries == 0 {
-		o.MaxRetries = 1
-	}
-	if o.MinRetryBackoff == 0 {
-		o.MinRetryBackoff = time.Millisecond
 	}
 	var c interface {
 		Client
 		io.Closer
 	}
-	if o.IsClusterMode {
-		co := o.Cluster()
-		co.DialerRetries, co.DialerRetryTimeout = 1, time.Millisecond
-		c = redis.NewClusterClient(co)
+	if cluster != nil {
+		o := cluster
+		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.MinRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout)
+		c = redis.NewClusterClient(o)
 	} else {
-		so := o.Simple()
-		so.DialerRetries, so.DialerRetryTimeout = 1, time.Millisecond
-		c = redis.NewClient(so)
+		o := single
+		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.MinRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout)
+		c = redis.NewClient(o)
 	}
 	s := New(c, opts)
 	s.closer = c
 	return s, nil
+}
+
+// failFast sets the options that Open sets on top of the URL's, in the
+// fields of the same names of either kind of client options.
+func failFast(contextTimeout *bool, maxRetries *int, minRetryBackoff *time.Duration, dialerRetries *int, dialerRetryTimeout *time.Duration) {
+	*contextTimeout = true
+	// go-redis retries a command 3 times, with backoffs from 8 ms, and a
+	// refused connection 5 times: one quick retry (a pooled connection that
+	// Redis closed) is enough, the store's timeout bounds the rest, and an
+	// outage must fall back at once. A URL's max_retries and
+	// min_retry_backoff win.
+	if *maxRetries == 0 {
+		*maxRetries = 1
+	}
+	if *minRetryBackoff == 0 {
+		*minRetryBackoff = time.Millisecond
+	}
+	*dialerRetries, *dialerRetryTimeout = 1, time.Millisecond
 }

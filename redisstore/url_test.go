@@ -44,9 +44,13 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: addrs %q cluster %v db %d user %q password %q TLS %v", tc.url, o.Addrs, o.IsClusterMode, o.DB, o.Username, o.Password, o.TLSConfig != nil)
 		}
 	}
-	o, _ := redisstore.ParseURL("redis://h/0?dial_timeout=2s&pool_size=7")
-	if o.DialTimeout != 2*time.Second || o.PoolSize != 7 {
+	o, _ := redisstore.ParseURL("redis://h/0?dial_timeout=2s&pool_size=7&conn_max_lifetime=1h&conn_max_lifetime_jitter=1m&pool_fifo=true")
+	if o.DialTimeout != 2*time.Second || o.PoolSize != 7 || o.ConnMaxLifetime != time.Hour || o.ConnMaxLifetimeJitter != time.Minute || !o.PoolFIFO {
 		t.Errorf("query options lost: %+v", o)
+	}
+	o, _ = redisstore.ParseURL("redis-cluster://a:1,b:2?dial_timeout=2s&read_only=true&failing_timeout_seconds=9")
+	if o.DialTimeout != 2*time.Second || !o.ReadOnly || o.FailingTimeoutSeconds != 9 {
+		t.Errorf("cluster query options lost: %+v", o)
 	}
 	for _, bad := range []string{
 		"localhost:6379",

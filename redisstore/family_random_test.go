@@ -1,0 +1,379 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/redisstore"
+	"github.com/funnelrl/funnel/storetest"
+)
+
+// familyLimits are the limits the random sequences draw from: every
+// algorithm of family.lua, each with small counts (so that refusals are
+// frequent) and periods that do and do not divide a second, the leaky
+// bucket's three delay modes, calendar days in a zone off UTC by a
+// non-whole hour, and bans on all but concurrency.
+var familyLimits = []funnel.Limit{
+	{Algorithm: funnel.GCRA, Count: 10, Period: time.Second, Burst: 4},
+	{Algorithm: funnel.GCRA, Count: 2, Period: time.Second},
+	{Algorithm: funnel.GCRA, Count: 3, Period: 700*time.Millisecond + 3, Burst: 1, Ban: 2 * time.Second},
+	{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 4},
+	{Algorithm: funnel.LeakyBucket, Count: 7, Period: time.Second, Burst: 5, Delay: 2},
+	{Algorithm: funnel.LeakyBucket, Count: 4, Period: 900 * time.Millisecond, Burst: 3, Delay: funnel.NoDelay, Ban: 700 * time.Millisecond},
+	{Algorithm: funnel.FixedWindow, Count: 3, Period: time.Second},
+	{Algorithm: funnel.FixedWindow, Count: 5, Period: 250 * time.Millisecond, Ban: 900 * time.Millisecond},
+	{Algorithm: funnel.FixedWindow, Count: 4, Calendar: funnel.Daily, Location: time.FixedZone("UTC+5:30", 5*3600+1800)},
+	{Algorithm: funnel.SlidingWindow, Count: 4, Period: time.Second},
+	{Algorithm: funnel.SlidingWindow, Count: 7, Period: 300 * time.Millisecond, Ban: 2 * time.Second},
+	{Algorithm: funnel.SlidingLog, Count: 3, Period: time.Second},
+	{Algorithm: funnel.SlidingLog, Count: 5, Period: 200 * time.Millisecond, Ban: time.Second},
+	{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second},
+	{Algorithm: funnel.Concurrency, Count: 3, Period: 450 * time.Millisecond},
+}
+
+// familyRun drives one random sequence through two stores on one clock.
+type familyRun struct {
+	t      *testing.T
+	r      *rand.Rand
+	ctx    context.Context
+	clock  *atomic.Int64
+	redis  *redisstore.Store
+	mem    *memstore.Store
+	keys   []string
+	limits []funnel.Checked // the limit of each key
+	where  string           // the seed and sequence, for messages
+	steps  []string         // what was done so far, for messages
+	counts map[string]int   // outcomes, to check that the sequences cover them
+}
+
+// TestFamilyAgainstMemstore runs many random sequences of the limiter
+// family (every algorithm, random quantities, refunds, lease acquires and
+// releases, several limits at once, bans, Throttle on shared funnel keys,
+// Reset, Unban, a key reused under another algorithm) at random instants of
+// an injected clock, through the Redis store's Do (family.lua) and through
+// memstore, which runs package algo's decisions, and checks that every
+// result and every error agree, and that the state agrees after each step:
+// each key's TTL, and the list of bans.
+func TestFamilyAgainstMemstore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.Client()
+	const seed, sequences, steps = 2026, 100, 60
+	counts := map[string]int{}
+	for sq := 0; sq < sequences; sq++ {
+		var clock atomic.Int64
+		clock.Store(storetestDay0 + rand.New(rand.NewPCG(seed, uint64(sq))).Int64N(int64(24*time.Hour)))
+		mem := memstore.New(memstore.Options{Now: clock.Load, SweepInterval: -1})
+		f := &familyRun{
+			t:      t,
+			r:      rand.New(rand.NewPCG(seed, 1000+uint64(sq))),
+			ctx:    context.Background(),
+			clock:  &clock,
+			redis:  redisstore.New(client, redisstore.Options{Now: clock.Load, Prefix: "fam" + strconv.Itoa(sq) + ":", Timeout: 20 * time.Second}),
+			mem:    mem,
+			where:  fmt.Sprintf("seed %d, sequence %d", seed, sq),
+			counts: counts,
+		}
+		for i := range 1 + f.r.IntN(3) {
+			f.keys = append(f.keys, fmt.Sprintf("{s%d}%c", sq, 'a'+i))
+			f.limits = append(f.limits, f.check(familyLimits[f.r.IntN(len(familyLimits))]))
+		}
+		for range steps {
+			f.step()
+		}
+		mem.Close()
+	}
+	t.Logf("seed %d: %v", seed, counts)
+	for _, what := range []string{
+		"allowed gcra", "refused gcra", "allowed leaky_bucket", "refused leaky_bucket",
+		"allowed fixed_window", "refused fixed_window", "allowed sliding_window", "refused sliding_window",
+		"allowed sliding_log", "refused sliding_log", "allowed concurrency", "refused concurrency",
+		"banned", "refund", "release held", "release not held", "all-or-nothing refused", "all-or-nothing allowed",
+		"wrong type", "throttle",
+	} {
+		if counts[what] < 10 {
+			t.Errorf("the sequences do not cover %q well: %d times", what, counts[what])
+		}
+	}
+}
+
+// storetestDay0 is a Monday midnight UTC in 2026, as storetest's Day0.
+const storetestDay0 int64 = 1_795_392_000_000_000_000
+
+func (f *familyRun) check(l funnel.Limit) funnel.Checked {
+	c, err := l.Check()
+	if err != nil {
+		f.t.Fatalf("%v: %v", l, err)
+	}
+	return c
+}
+
+// advance moves the clock: mostly by a fraction of a second, at times to
+// the nanosecond before or at a millisecond or window boundary, or at the
+// end of a ban or a key's state (or a millisecond or a nanosecond before),
+// now and then by hours (past every state, and across calendar days).
+func (f *familyRun) advance() {
+	now := f.clock.Load()
+	switch f.r.IntN(10) {
+	case 0: // stay
+	case 1: // one nanosecond
+		now++
+	case 2: // to a millisecond, or the nanosecond before it
+		now += int64(time.Millisecond) - now%int64(time.Millisecond) - f.r.Int64N(2)
+	case 3: // to a 50 ms boundary (the periods' common steps), give or take a ns
+		step := int64(50 * time.Millisecond)
+		now += step - now%step + f.r.Int64N(3) - 1
+	case 4:
+		// to the end of a ban or of a key's state, or just before it
+		var ends []int64
+		if bans, err := f.mem.Bans(f.ctx); err == nil {
+			for _, b := range bans {
+				ends = append(ends, b.Until.UnixNano())
+			}
+		}
+		for _, key := range f.keys {
+			if ttl, ok, err := f.mem.TTL(f.ctx, key); err == nil && ok {
+				ends = append(ends, now+int64(ttl))
+			}
+		}
+		if len(ends) > 0 {
+			now = ends[f.r.IntN(len(ends))] - []int64{int64(time.Millisecond), 1, 0, 0}[f.r.IntN(4)]
+			break
+		}
+		fallthrough
+	case 5:
+		if f.r.IntN(8) == 0 {
+			now += f.r.Int64N(int64(30 * time.Hour))
+			break
+		}
+		fallthrough
+	default:
+		now += f.r.Int64N(int64(600 * time.Millisecond))
+	}
+	f.clock.Store(now)
+}
+
+// step advances the clock, applies one random operation to both stores and
+// compares what they answer and the state they leave.
+func (f *familyRun) step() {
+	f.advance()
+	i := f.r.IntN(len(f.keys))
+	key, c := f.keys[i], f.limits[i]
+	switch x := f.r.IntN(20); {
+	case x < 9:
+		f.do(f.take(key, c))
+	case x < 13:
+		f.do(f.refund(key, c))
+	case x < 15 && len(f.keys) > 1:
+		// Several limits at once, all or nothing, in a random order.
+		var ops []funnel.Op
+		for _, j := range f.r.Perm(len(f.keys))[:2+f.r.IntN(len(f.keys)-1)] {
+			ops = append(ops, f.take(f.keys[j], f.limits[j]))
+		}
+		f.do(ops...)
+	case x == 15:
+		// The key under another limit: another algorithm's state is an error
+		// while live, and reads as absent once empty.
+		other := f.check(familyLimits[f.r.IntN(len(familyLimits))])
+		if f.r.IntN(2) == 0 {
+			f.limits[i] = other // from now on
+		}
+		f.do(f.take(key, other))
+	case x == 16 && (c.Algorithm == funnel.GCRA || c.Algorithm == funnel.LeakyBucket):
+		q := f.r.Int64N(c.GCRA.Limit+2) - f.r.Int64N(2)*(c.GCRA.Limit+1)
+		f.note("Throttle %q %d", key, q)
+		got, gerr := storetest.Throttle(f.ctx, f.redis, key, c.GCRA, q)
+		want, werr := storetest.Throttle(f.ctx, f.mem, key, c.GCRA, q)
+		f.compare("Throttle", []funnel.Result{got}, gerr, []funnel.Result{want}, werr)
+		f.counts["throttle"]++
+	case x == 17:
+		f.note("Reset %q", key)
+		got, gerr := f.redis.Reset(f.ctx, key)
+		want, werr := f.mem.Reset(f.ctx, key)
+		if got != want || !sameError(gerr, werr) {
+			f.fail("Reset: Redis %v, %v; memstore %v, %v", got, gerr, want, werr)
+		}
+	case x == 18:
+		f.note("Unban %q", key)
+		got, gerr := f.redis.Unban(f.ctx, key)
+		want, werr := f.mem.Unban(f.ctx, key)
+		if got != want || !sameError(gerr, werr) {
+			f.fail("Unban: Redis %v, %v; memstore %v, %v", got, gerr, want, werr)
+		}
+	default:
+		f.do(funnel.Op{Kind: funnel.OpTake, Key: key, Limit: c}) // a peek
+	}
+	f.compareState()
+}
+
+// take returns a take of a random quantity, mostly within the count; for
+// concurrency, an acquire of one of a few lease ids (at times 0 or 2 units).
+func (f *familyRun) take(key string, c funnel.Checked) funnel.Op {
+	op := funnel.Op{Kind: funnel.OpTake, Key: key, Limit: c}
+	if c.Algorithm == funnel.Concurrency {
+		op.N = []int64{1, 1, 1, 1, 1, 0, 2}[f.r.IntN(7)]
+		op.Lease = string(rune('p' + f.r.IntN(4)))
+		return op
+	}
+	count := c.Count
+	if c.Algorithm == funnel.GCRA || c.Algorithm == funnel.LeakyBucket {
+		count = c.GCRA.Limit
+	}
+	op.N = 1
+	if f.r.IntN(3) == 0 {
+		op.N = f.r.Int64N(count + 2)
+	}
+	return op
+}
+
+// refund returns a refund of a random quantity (at times past an empty
+// state); for concurrency, a release, as Limiter.Release sends it or with
+// the whole limit.
+func (f *familyRun) refund(key string, c funnel.Checked) funnel.Op {
+	op := funnel.Op{Kind: funnel.OpRefund, Key: key, Limit: c}
+	if c.Algorithm == funnel.Concurrency {
+		op.Lease = string(rune('p' + f.r.IntN(4)))
+		if f.r.IntN(2) == 0 {
+			op.Limit = funnel.Checked{Limit: funnel.Limit{Algorithm: funnel.Concurrency}}
+		}
+		return op
+	}
+	op.N = f.r.Int64N(c.Count + 3)
+	return op
+}
+
+// do applies ops to both stores and compares the results and errors.
+func (f *familyRun) do(ops ...funnel.Op) {
+	f.note("Do %s", describeOps(ops))
+	got := make([]funnel.Result, len(ops))
+	want := make([]funnel.Result, len(ops))
+	gerr := f.redis.Do(f.ctx, ops, got)
+	werr := f.mem.Do(f.ctx, ops, want)
+	if a := ops[0].Limit.Algorithm; ops[0].Kind == funnel.OpRefund && (a == funnel.GCRA || a == funnel.LeakyBucket) {
+		// funnel.Executor: a refund's result is Allowed. memstore answers a
+		// funnel's refund that leaves the TAT beyond the limit's tolerance
+		// (charged under a larger limit) as a refused peek; the state it
+		// leaves is the same.
+		want[0].Allowed = true
+	}
+	f.compare("Do", got, gerr, want, werr)
+	f.count(ops, want, werr)
+}
+
+func (f *familyRun) compare(what string, got []funnel.Result, gerr error, want []funnel.Result, werr error) {
+	if !sameError(gerr, werr) {
+		f.fail("%s: Redis's error %v, memstore's %v", what, gerr, werr)
+	}
+	if werr != nil {
+		return
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			f.fail("%s: result %d\n Redis    %+v\n memstore %+v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// compareState compares each key's TTL and the bans.
+func (f *familyRun) compareState() {
+	for _, key := range f.keys {
+		got, gok, gerr := f.redis.TTL(f.ctx, key)
+		want, wok, werr := f.mem.TTL(f.ctx, key)
+		if got != want || gok != wok || !sameError(gerr, werr) {
+			f.fail("TTL of %q: Redis %v, %v, %v; memstore %v, %v, %v", key, got, gok, gerr, want, wok, werr)
+		}
+	}
+	got, gerr := f.redis.Bans(f.ctx)
+	want, werr := f.mem.Bans(f.ctx)
+	if gerr != nil || werr != nil {
+		f.fail("Bans: %v, %v", gerr, werr)
+	}
+	if !slices.EqualFunc(got, want, func(a, b funnel.Ban) bool { return a.Key == b.Key && a.Until.Equal(b.Until) }) {
+		f.fail("Bans: Redis %v; memstore %v", got, want)
+	}
+}
+
+// count records the outcomes of a Do call.
+func (f *familyRun) count(ops []funnel.Op, res []funnel.Result, err error) {
+	switch {
+	case errors.Is(err, funnel.ErrWrongType):
+		f.counts["wrong type"]++
+		return
+	case err != nil:
+		return
+	}
+	if len(ops) > 1 {
+		refused := slices.ContainsFunc(res[:len(ops)], func(r funnel.Result) bool { return !r.Allowed })
+		f.counts[map[bool]string{true: "all-or-nothing refused", false: "all-or-nothing allowed"}[refused]]++
+	}
+	for i, op := range ops {
+		r := res[i]
+		switch {
+		case op.Kind == funnel.OpRefund && op.Limit.Algorithm == funnel.Concurrency:
+			f.counts[map[bool]string{true: "release held", false: "release not held"}[r.Allowed]]++
+		case op.Kind == funnel.OpRefund:
+			f.counts["refund"]++
+		case r.Banned:
+			f.counts["banned"]++
+		case op.N > 0:
+			f.counts[map[bool]string{true: "allowed ", false: "refused "}[r.Allowed]+op.Limit.Algorithm.String()]++
+		}
+	}
+}
+
+// sameError reports whether two errors are alike: both nil, or both of the
+// same kind.
+func sameError(a, b error) bool {
+	if (a == nil) != (b == nil) {
+		return false
+	}
+	for _, kind := range []error{funnel.ErrWrongType, funnel.ErrInvalidQuantity, funnel.ErrInvalidLimit, gcra.ErrOverflow, funnel.ErrDuplicateKey} {
+		if errors.Is(a, kind) != errors.Is(b, kind) {
+			return false
+		}
+	}
+	return true
+}
+
+// note records a step, for the message of a failure.
+func (f *familyRun) note(format string, args ...any) {
+	f.steps = append(f.steps, fmt.Sprintf("at %d: ", f.clock.Load()-storetestDay0)+fmt.Sprintf(format, args...))
+}
+
+// fail reports the last steps of the sequence and stops the test.
+func (f *familyRun) fail(format string, args ...any) {
+	f.t.Helper()
+	last := f.steps[max(0, len(f.steps)-8):]
+	f.t.Fatalf("%s, step %d: %s\nlast steps (ns after Day0):\n  %s", f.where, len(f.steps), fmt.Sprintf(format, args...),
+		strings.Join(last, "\n  "))
+}
+
+func describeOps(ops []funnel.Op) string {
+	s := ""
+	for i, op := range ops {
+		if i > 0 {
+			s += "; "
+		}
+		verb := "take"
+		if op.Kind == funnel.OpRefund {
+			verb = "refund"
+		}
+		s += fmt.Sprintf("%s %d of %q under %v", verb, op.N, op.Key, op.Limit.Limit)
+		if op.Lease != "" {
+			s += fmt.Sprintf(" lease %q", op.Lease)
+		}
+	}
+	return s
+}

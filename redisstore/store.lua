@@ -1,0 +1,33 @@
+-- A part of gcra.lua, written into it where a line says "--> store.lua"
+-- (see include in scripts.go): it writes the TAT th, tl, which is xh, xl
+-- (>= 0) ahead of now, to the key named key, which exists if raw. A TAT at
+-- now is the same state as an absent key: the key is deleted. Otherwise it
+-- expires when the TAT is reached, in whole milliseconds rounded up (so that
+-- it never vanishes while its TAT is ahead), plus slack. The value and the
+-- expiry are formatted only when they differ from the last ones written (wh,
+-- wl, wv; wms, wpx: keys decided alike in a batch, such as fresh keys under
+-- one limit, get the same; nil before the first), and given to SET as
+-- strings (Redis would format a number with %.17g, which costs more).
+if xh == 0 and xl == 0 then
+  if raw then
+    redis.call('DEL', key)
+  end
+else
+  local sub = xl % 1000000
+  local ms = xh * 1000 + (xl - sub) / 1000000 + slack
+  if sub > 0 then
+    ms = ms + 1
+  end
+  if th ~= wh or tl ~= wl then
+    wh, wl = th, tl
+    if th > 0 then
+      wv = string.format('%d%09d', th, tl)
+    else
+      wv = string.format('%d', tl)
+    end
+  end
+  if ms ~= wms then
+    wms, wpx = ms, string.format('%d', ms)
+  end
+  redis.call('SET', key, wv, 'PX', wpx)
+end
