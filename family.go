@@ -139,9 +139,25 @@ type Checked struct {
 func (l Limit) Check() (Checked, error) { return l.check() }
 
 func (l Limit) check() (Checked, error) {
-	c := Checked{Limit: l}
-	bad := func(err error) (Checked, error) {
-		return Checked{}, fmt.Errorf("%w %v: %w", ErrInvalidLimit, l, err)
+	var c Checked
+	if err := l.checkInto(&c); err != nil {
+		return Checked{}, err
+	}
+	return c, nil
+}
+
+// checkInto is check writing into *c (left undefined on error), so that a
+// decision checks its limit in place, in the op it sends to the store.
+func (l Limit) checkInto(c *Checked) error {
+	*c = Checked{Limit: l}
+	if l.Algorithm == GCRA && l.Ban == 0 && l.Delay == 0 && l.Calendar == NoCalendar && l.Location == nil {
+		// The plain funnel, the commonest limit, checked on every decision.
+		var err error
+		c.GCRA, err = l.gcraParams()
+		return err
+	}
+	bad := func(err error) error {
+		return fmt.Errorf("%w %v: %w", ErrInvalidLimit, l, err)
 	}
 	if l.Ban < 0 {
 		return bad(algo.ErrNegative)
@@ -162,7 +178,7 @@ func (l Limit) check() (Checked, error) {
 			return bad(algo.ErrNegative)
 		}
 		c.GCRA, err = l.gcraParams()
-		return c, err
+		return err
 	case FixedWindow:
 		if l.Calendar > Monthly {
 			return bad(fmt.Errorf("unknown calendar %d", l.Calendar))
@@ -191,7 +207,7 @@ func (l Limit) check() (Checked, error) {
 	if err != nil {
 		return bad(err)
 	}
-	return c, nil
+	return nil
 }
 
 // OpKind is what an Op does.
@@ -259,11 +275,19 @@ var oneOps = sync.Pool{New: func() any { return new(oneOp) }}
 
 // do runs one op through the store.
 func (l *Limiter) do(ctx context.Context, op Op) (Result, error) {
+	return l.do1(ctx, op.Kind, op.Key, &op.Limit, op.N, op.Lease)
+}
+
+// do1 is do with the op's fields, its limit by pointer: the op is written
+// once, into the pooled buffer, on the path of every decision.
+func (l *Limiter) do1(ctx context.Context, kind OpKind, key string, c *Checked, n int64, lease string) (Result, error) {
 	b := oneOps.Get().(*oneOp)
-	b.ops[0] = op
+	op := &b.ops[0]
+	op.Kind, op.Key, op.Limit, op.N, op.Lease = kind, key, *c, n, lease
 	err := l.store.Do(ctx, b.ops[:], b.res[:])
 	r := b.res[0]
-	*b = oneOp{} // keeps no key or lease alive
+	// Keep no key, lease or time zone alive.
+	op.Key, op.Lease, op.Limit.Location = "", "", nil
 	oneOps.Put(b)
 	if err != nil {
 		return Result{}, err

@@ -284,14 +284,13 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	c, err := limit.check()
-	if err != nil {
-		return Result{}, err
-	}
 	if err := checkN(n); err != nil {
+		if err := limit.Validate(); err != nil {
+			return Result{}, err // the limit's error first, as ever
+		}
 		return Result{}, err
 	}
-	return l.AllowChecked(ctx, key, c, n)
+	return l.take(ctx, key, &limit, nil, n)
 }
 
 // AllowChecked is AllowN under a limit already checked by Limit.Check, for
@@ -304,17 +303,42 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 // bucket (redis-cell's refund idiom, CL.THROTTLE key b c p -1). Other limits
 // take no negative n.
 func (l *Limiter) AllowChecked(ctx context.Context, key string, c Checked, n int64) (Result, error) {
-	if c.Algorithm == Concurrency {
-		return Result{}, fmt.Errorf("%w %v: take leases with Acquire", ErrInvalidLimit, c.Limit)
+	return l.take(ctx, key, nil, &c, n)
+}
+
+// take applies one OpTake of n units of key, under limit (checked here) or
+// c (checked already), with the op written once, in place, in the pooled
+// buffer that goes to the store: the path of every decision.
+func (l *Limiter) take(ctx context.Context, key string, limit *Limit, c *Checked, n int64) (Result, error) {
+	b := oneOps.Get().(*oneOp)
+	op := &b.ops[0]
+	var err error
+	if c != nil {
+		op.Limit = *c
+	} else {
+		err = limit.checkInto(&op.Limit)
 	}
-	if n < 0 && (c.Algorithm != GCRA || c.Ban != 0) {
-		return Result{}, fmt.Errorf("%w %d: %w (only a funnel without a ban takes units back this way; see Refund)", ErrInvalidQuantity, n, algo.ErrNegative)
+	switch {
+	case err != nil:
+	case op.Limit.Algorithm == Concurrency:
+		err = fmt.Errorf("%w %v: take leases with Acquire", ErrInvalidLimit, op.Limit.Limit)
+	case n < 0 && (op.Limit.Algorithm != GCRA || op.Limit.Ban != 0):
+		err = fmt.Errorf("%w %d: %w (only a funnel without a ban takes units back this way; see Refund)", ErrInvalidQuantity, n, algo.ErrNegative)
+	default:
+		op.Kind, op.Key, op.N, op.Lease = OpTake, key, n, ""
+		err = l.store.Do(ctx, b.ops[:], b.res[:])
 	}
-	r, err := l.do(ctx, Op{Kind: OpTake, Key: key, Limit: c, N: n})
-	if errors.Is(err, gcra.ErrOverflow) {
-		err = fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, err)
+	r := b.res[0]
+	b.res[0] = Result{}
+	op.Key, op.Limit.Location = "", nil // keep no key or time zone alive
+	oneOps.Put(b)
+	if err != nil {
+		if errors.Is(err, gcra.ErrOverflow) {
+			err = fmt.Errorf("%w %d: %w", ErrInvalidQuantity, n, err)
+		}
+		return Result{}, err
 	}
-	return r, err
+	return r, nil
 }
 
 // Peek reports the state of key under limit without charging anything:
