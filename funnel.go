@@ -296,14 +296,27 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 // AllowChecked is AllowN under a limit already checked by Limit.Check, for
 // a caller that checks a limit once and applies it many times (or checks it
 // as it parses it, as the RESP server does), so that it is not checked
-// again on every decision.
+// again on every decision. c is read, not kept.
 //
 // Unlike AllowN it takes a negative n for the funnel (GCRA) without a ban:
 // |n| units are given back and the answer is a decision, never past a full
 // bucket (redis-cell's refund idiom, CL.THROTTLE key b c p -1). Other limits
 // take no negative n.
-func (l *Limiter) AllowChecked(ctx context.Context, key string, c Checked, n int64) (Result, error) {
-	return l.take(ctx, key, nil, &c, n)
+func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (Result, error) {
+	return l.take(ctx, key, nil, c, n)
+}
+
+// Do applies ops through the store as Store.Do says, for a caller that
+// keeps its own op and result buffers (a server that decides for many
+// requests, one after the other, on one connection): what AllowChecked
+// does, with nothing to allocate or pool. The ops' limits must come from
+// Limit.Check. A cost that overflows is ErrInvalidQuantity.
+func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
+	err := l.store.Do(ctx, ops, res)
+	if err != nil && errors.Is(err, gcra.ErrOverflow) {
+		err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
+	}
+	return err
 }
 
 // take applies one OpTake of n units of key, under limit (checked here) or

@@ -123,12 +123,12 @@ func TestAllowCheckedRefund(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		lim.AllowChecked(ctx, "k", c, 1)
+		lim.AllowChecked(ctx, "k", &c, 1)
 	}
-	if r, err := lim.AllowChecked(ctx, "k", c, -2); err != nil || !r.Allowed || r.Remaining != 15 || r.ResetAfter != 2*time.Second {
+	if r, err := lim.AllowChecked(ctx, "k", &c, -2); err != nil || !r.Allowed || r.Remaining != 15 || r.ResetAfter != 2*time.Second {
 		t.Fatalf("refund of 2: %+v, %v", r, err)
 	}
-	if r, err := lim.AllowChecked(ctx, "k", c, -5); err != nil || !r.Allowed || r.Remaining != 16 || r.ResetAfter != 0 {
+	if r, err := lim.AllowChecked(ctx, "k", &c, -5); err != nil || !r.Allowed || r.Remaining != 16 || r.ResetAfter != 0 {
 		t.Fatalf("refund past a full bucket: %+v, %v", r, err)
 	}
 	if _, err := lim.AllowN(ctx, "k", funnel.PerMinute(30), -1); !errors.Is(err, funnel.ErrInvalidQuantity) {
@@ -137,7 +137,7 @@ func TestAllowCheckedRefund(t *testing.T) {
 	banned, _ := funnel.Limit{Count: 1, Period: time.Second, Ban: time.Minute}.Check()
 	window, _ := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Second}.Check()
 	for _, c := range []funnel.Checked{banned, window} {
-		if _, err := lim.AllowChecked(ctx, "x", c, -1); !errors.Is(err, funnel.ErrInvalidQuantity) {
+		if _, err := lim.AllowChecked(ctx, "x", &c, -1); !errors.Is(err, funnel.ErrInvalidQuantity) {
 			t.Errorf("%v, -1: %v", c.Limit, err)
 		}
 	}

@@ -87,7 +87,7 @@ func newFunnelStore(s spec) keyed {
 }
 
 func (f *funnelStore) allow(key string) (bool, error) {
-	r, err := f.lim.AllowChecked(ctx, key, f.c, 1)
+	r, err := f.lim.AllowChecked(ctx, key, &f.c, 1)
 	return r.Allowed, err
 }
 

@@ -40,7 +40,7 @@ var redisLimiters = []redisLimiter{
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, key string) (bool, error) {
-			r, err := lim.AllowChecked(ctx, key, lc, 1)
+			r, err := lim.AllowChecked(ctx, key, &lc, 1)
 			if r.Fallback {
 				return false, errFallback
 			}
@@ -58,7 +58,7 @@ var redisLimiters = []redisLimiter{
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, key string) (bool, error) {
-			r, err := lim.AllowChecked(ctx, key, lc, 1)
+			r, err := lim.AllowChecked(ctx, key, &lc, 1)
 			if r.Fallback {
 				return false, errFallback
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
 	"github.com/funnelrl/funnel/gcra"
 )
 
@@ -74,37 +75,51 @@ func Parse(args [][]byte) (Args, error) {
 // included, for the arity) and returns the checked limit and the quantity.
 // It allocates nothing, so a server can use the key argument in place.
 func ParseLimit(args [][]byte) (funnel.Checked, int64, error) {
+	var c funnel.Checked
+	q, err := ParseLimitInto(args, &c)
+	if err != nil {
+		return funnel.Checked{}, 0, err
+	}
+	return c, q, nil
+}
+
+// ParseLimitInto is ParseLimit writing the limit into *c (left undefined
+// on error), for a server that writes it straight into the op it sends.
+func ParseLimitInto(args [][]byte, c *funnel.Checked) (int64, error) {
 	if len(args) != 4 && len(args) != 5 {
-		return funnel.Checked{}, 0, ErrUsage
+		return 0, ErrUsage
 	}
 	var n [4]int64
 	n[3] = 1
 	for i, a := range args[1:] {
 		v, ok := ParseInt(a)
 		if !ok {
-			return funnel.Checked{}, 0, &ParseError{Arg: string(a)}
+			return 0, &ParseError{Arg: string(a)}
 		}
 		n[i] = v
 	}
 	burst, count, period, quantity := n[0], n[1], n[2], n[3]
 	if count == 0 || period == 0 {
-		return funnel.Checked{}, 0, ErrZeroRate
+		return 0, ErrZeroRate
 	}
 	if period > math.MaxInt64/int64(time.Second) || period < math.MinInt64/int64(time.Second) {
 		// redis-cell computes in i128 here; a period this long
 		// (over 292 years) has no int64 nanosecond form.
 		if burst < 0 || count < 0 || period < 0 {
-			return funnel.Checked{}, 0, ErrNegative
+			return 0, ErrNegative
 		}
-		return funnel.Checked{}, 0, ErrOverflow
+		return 0, ErrOverflow
 	}
-	// Limit.Check computes the parameters with gcra.NewParams, whose errors
-	// come in redis-cell's order.
-	c, err := funnel.Limit{Count: count, Period: time.Duration(period) * time.Second, Burst: burst}.Check()
+	// A plain funnel: gcra.NewParams is the whole of Limit.Check, and its
+	// errors come in redis-cell's order.
+	c.Limit = funnel.Limit{Count: count, Period: time.Duration(period) * time.Second, Burst: burst}
+	c.Window = algo.WindowParams{}
+	p, err := gcra.NewParams(burst, count, c.Period)
 	if err != nil {
-		return funnel.Checked{}, 0, Translate(err)
+		return 0, Translate(err)
 	}
-	return c, quantity, nil
+	c.GCRA = p
+	return quantity, nil
 }
 
 // Translate maps gcra's errors to this package's; others pass unchanged.

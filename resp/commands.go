@@ -239,13 +239,17 @@ func cstr(b []byte) []byte {
 func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func cmdThrottle(c *conn, args [][]byte) {
-	lim, q, err := cell.ParseLimit(args[1:])
+	op := &c.op[0]
+	q, err := cell.ParseLimitInto(args[1:], &op.Limit)
 	if err != nil {
 		c.wr.WriteError(err.Error())
 		return
 	}
-	// The key aliases the read buffer; stores copy a key they keep.
-	res, err := c.s.lim.AllowChecked(context.Background(), str(args[1]), lim, q)
+	// The key aliases the read buffer: stores copy a key they keep, and the
+	// op lets it go after the call.
+	op.Kind, op.Key, op.N = funnel.OpTake, str(args[1]), q
+	err = c.s.lim.Do(context.Background(), c.op[:], c.res[:])
+	op.Key = ""
 	if err != nil {
 		if e := cell.Translate(err); e != err {
 			c.wr.WriteError(e.Error()) // gcra's own errors, in redis-cell's texts
@@ -254,7 +258,8 @@ func cmdThrottle(c *conn, args [][]byte) {
 		c.replyError(err)
 		return
 	}
-	p := lim.GCRA
+	res := c.res[0]
+	p := op.Limit.GCRA
 	switch {
 	case res.Fallback:
 		if c.decided(&res) {
