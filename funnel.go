@@ -342,7 +342,6 @@ func (l *Limiter) take(ctx context.Context, key string, limit *Limit, c *Checked
 		err = l.store.Do(ctx, b.ops[:], b.res[:])
 	}
 	r := b.res[0]
-	b.res[0] = Result{}
 	op.Key, op.Limit.Location = "", nil // keep no key or time zone alive
 	oneOps.Put(b)
 	if err != nil {

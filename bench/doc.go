@@ -22,8 +22,8 @@
 //
 // and cmd/benchtable turns that output into markdown tables.
 //
-// The limiters are Funnel's memstore (through Store.Throttle with
-// precomputed parameters, and through Limiter.Allow), sethvargo/go-limiter's
+// The limiters are Funnel's memstore (through Limiter.AllowChecked with a
+// limit checked once, and through Limiter.Allow), sethvargo/go-limiter's
 // memorystore, throttled's GCRA limiter over its memstore, ulule/limiter's
 // memory store, and golang.org/x/time/rate: a single *rate.Limiter for the
 // hot key (a reference that keeps no per-key state), and a naive

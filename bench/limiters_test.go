@@ -70,7 +70,7 @@ var kinds = []limiterKind{
 
 var ctx = context.Background()
 
-// funnelStore calls memstore.Store.Throttle with parameters computed once.
+// funnelStore calls Limiter.AllowChecked on a memstore, with the limit checked once.
 type funnelStore struct {
 	store *memstore.Store
 	lim   *funnel.Limiter

@@ -131,6 +131,12 @@ func checkOp(op *funnel.Op) (kind, error) {
 // the call; see the package documentation for how several keys are charged
 // atomically.
 func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
+	if len(ops) == 1 && len(res) > 0 {
+		if op := &ops[0]; op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 && op.Limit.GCRA.Interval > 0 {
+			// The commonest decision, first and on its own path.
+			return s.throttle(op.Key, op.Limit.GCRA, op.N, &res[0])
+		}
+	}
 	if len(res) < len(ops) {
 		return errShortResults
 	}
@@ -144,11 +150,6 @@ func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 	op := &ops[0]
 	k, err := checkOp(op)
 	if err != nil {
-		return err
-	}
-	if op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 {
-		// The commonest decision, on its own path.
-		res[0], err = s.throttle(op.Key, op.Limit.GCRA, op.N)
 		return err
 	}
 	h, sh := s.hash(op.Key)

@@ -1,6 +1,6 @@
 // Package memstore is Funnel's in-memory store: sharded, exact under
 // contention, and free of allocations when deciding for a key it already
-// holds. It runs the whole limiter family (funnel.Executor).
+// holds. It runs the whole limiter family (funnel.Store).
 //
 // Per funnel key (GCRA, and the leaky bucket, which shares its state) it
 // keeps one int64, the theoretical arrival time, in one small allocation
@@ -92,7 +92,7 @@ type Options struct {
 // evictionSample is how many keys a full shard looks at to choose a victim.
 const evictionSample = 8
 
-// Store is an in-memory funnel.Store and funnel.Executor. It is safe for concurrent use. Build
+// Store is an in-memory funnel.Store. It is safe for concurrent use. Build
 // one with New and stop its sweep with Close.
 type Store struct {
 	shards []shard
@@ -192,13 +192,14 @@ func (s *Store) hash(key string) (uint64, *shard) {
 }
 
 // throttle decides a request for quantity units (a negative quantity is a
-// refund) of key under the funnel p at the store's current time: Do's path
+// refund) of key under the funnel p at the store's current time, and writes
+// the result into *res: Do's path
 // for one funnel op without a ban, the commonest call, lock-free when the
 // key is in the table. The key may alias a buffer the caller reuses: the
 // store copies a key it keeps. A key that holds the state of another
 // algorithm than the funnel's is an error that wraps funnel.ErrWrongType.
 // It does not look for bans.
-func (s *Store) throttle(key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+func (s *Store) throttle(key string, p gcra.Params, quantity int64, res *funnel.Result) error {
 	now := s.Now()
 	h, sh := s.hash(key)
 	if e := sh.table.Load().find(h, key); e != nil {
@@ -210,14 +211,18 @@ func (s *Store) throttle(key string, p gcra.Params, quantity int64) (funnel.Resu
 			}
 			newTAT, r, err := gcra.Decide(now, tat, p, quantity)
 			if err != nil {
-				return funnel.Result{}, err
+				*res = funnel.Result{}
+				return err
 			}
 			if !r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT) {
-				return funnel.ResultOf(p, r), nil
+				*res = funnel.ResultOf(p, r)
+				return nil
 			}
 		}
 	}
-	return s.throttleLocked(sh, h, key, now, p, quantity)
+	var err error
+	*res, err = s.throttleLocked(sh, h, key, now, p, quantity)
+	return err
 }
 
 // decideOn applies the decision to entry e. It reports false, having

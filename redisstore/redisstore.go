@@ -1,4 +1,4 @@
-// Package redisstore is a funnel.Store and funnel.Executor on Redis: the
+// Package redisstore is a funnel.Store on Redis: the
 // state of every key lives in Redis, so that any number of processes share
 // it. It works on a single Redis, on Sentinel, on Redis Cluster and over a
 // go-redis Ring, through go-redis (New, Open) or rueidis (NewRueidis).
@@ -176,7 +176,7 @@ type Options struct {
 	Now func() int64
 }
 
-// Store is a funnel.Store and a funnel.Executor on Redis. It is safe for
+// Store is a funnel.Store on Redis. It is safe for
 // concurrent use. The zero value is not usable: build a Store with New, Open
 // or NewRueidis.
 type Store struct {
@@ -258,7 +258,7 @@ func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantit
 	status, d, err := s.decide(ctx, key, cost, p.Tolerance)
 	if errors.Is(err, ErrWrongType) && s.clearEmpty(ctx, key) {
 		// The key held another algorithm's state, empty now: it reads as
-		// absent (see funnel.Executor), and is gone.
+		// absent (see funnel.Store), and is gone.
 		status, d, err = s.decide(ctx, key, cost, p.Tolerance)
 	}
 	if err != nil {

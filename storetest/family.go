@@ -59,7 +59,7 @@ func RunFamily(t *testing.T, newStore NewStore) {
 	}
 }
 
-// newExecutor builds a store whose clock reads Day0.
+// newExecutor builds a store whose clock reads Day0, for the family's cases.
 func newExecutor(t *testing.T, newStore NewStore) (funnel.Store, *Clock) {
 	t.Helper()
 	clock := NewClock(Day0)

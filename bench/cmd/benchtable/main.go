@@ -128,7 +128,7 @@ func splitName(name string) id {
 // known are the limiters of the bench module with their column titles, in
 // column order. Others follow, in the order first seen.
 var known = []struct{ name, label string }{
-	{"funnel-memstore", "Funnel Store.Throttle"},
+	{"funnel-memstore", "Funnel AllowChecked"},
 	{"funnel-limiter", "Funnel Limiter.Allow"},
 	{"sethvargo", "sethvargo/go-limiter"},
 	{"throttled", "throttled GCRA"},

@@ -54,7 +54,7 @@ func TestRender(t *testing.T) {
 	render(&out, r, cpu)
 	got := out.String()
 	for _, want := range []string{
-		"| scenario | cpu | Funnel Store.Throttle | sethvargo/go-limiter | throttled GCRA | ulule/limiter | x/time/rate single (ref) | Funnel Store.Throttle ÷ fastest other keyed |",
+		"| scenario | cpu | Funnel AllowChecked | sethvargo/go-limiter | throttled GCRA | ulule/limiter | x/time/rate single (ref) | Funnel AllowChecked ÷ fastest other keyed |",
 		// hot, cpu 1: 50 vs sethvargo's 100; x/time/rate (10) is not counted.
 		"| hot | 1 | 50.0 (0; 0 B) | 100.0 (0; 0 B) | — | — | 10.0 (0; 0 B) | 0.50× (vs sethvargo/go-limiter) |",
 		// hot, cpu 2: sethvargo (40) beats throttled (228.5), whose errors are flagged.
@@ -62,7 +62,7 @@ func TestRender(t *testing.T) {
 		"‡ throttled GCRA, hot, cpu 2: 1.86% of requests returned an error.",
 		// keys100k: the median of three runs is 700.
 		"| keys100k | 1 | 700.0 (0; 0 B) | — | — | 1200 (2; 32 B) | — | 0.58× (vs ulule/limiter) |",
-		"| Funnel Store.Throttle | 1 | 80.16 | 12 | 68.2 | no | 2.01 | 824.9 |",
+		"| Funnel AllowChecked | 1 | 80.16 | 12 | 68.2 | no | 2.01 | 824.9 |",
 		"| ulule/limiter | 1 | 193.6 | 12 | 181.6 | no | 6.36 | 1228 |",
 	} {
 		if !strings.Contains(got, want) {
