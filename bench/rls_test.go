@@ -15,9 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
+	"github.com/funnelrl/funnel/rules"
 )
 
 // BenchmarkRLS sends the same ShouldRateLimit requests (10,000 distinct
@@ -28,7 +28,7 @@ import (
 // decisions/s is the service's cost.
 func BenchmarkRLS(b *testing.B) {
 	b.Run("funnel-memstore", func(b *testing.B) {
-		r, err := config.ParseRules(strings.NewReader(rlsRules), "bench.yaml", config.RulesOptions{})
+		r, err := rules.Parse(strings.NewReader(rlsRules), "bench.yaml", rules.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -81,9 +81,9 @@ type Config struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
 	// Rules names a rules file, or a directory of them, in envoyproxy/
-	// ratelimit's format (see Rules), for Envoy's rate-limit service; they
-	// are reloaded when they change. Empty means no rules: every descriptor
-	// is allowed.
+	// ratelimit's format (see package rules), for Envoy's rate-limit
+	// service; they are reloaded when they change. Empty means no rules:
+	// every descriptor is allowed.
 	Rules string `yaml:"rules"`
 	// RulesMergeDomains lets several rules files define one domain (envoy's
 	// MERGE_DOMAIN_CONFIG).

@@ -11,9 +11,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
+	"github.com/funnelrl/funnel/rules"
 )
 
 // The side-by-side benchmark of the service over gRPC against a no-op gRPC
@@ -45,7 +45,7 @@ func benchRequests() []*rlsv3.RateLimitRequest {
 // BenchmarkDecide calls ShouldRateLimit directly, without gRPC: the cost
 // of the decision that the service adds to a round trip.
 func BenchmarkDecide(b *testing.B) {
-	r, err := config.ParseRules(strings.NewReader(benchRules), "bench.yaml", config.RulesOptions{})
+	r, err := rules.Parse(strings.NewReader(benchRules), "bench.yaml", rules.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

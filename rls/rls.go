@@ -1,7 +1,7 @@
 // Package rls serves Envoy's rate-limit service,
 // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over gRPC,
 // with rules in envoyproxy/ratelimit's configuration format (package
-// config) and decisions taken by a funnel.Limiter.
+// rules) and decisions taken by a funnel.Limiter.
 //
 // A request's descriptors are matched to rules as envoyproxy/ratelimit
 // matches them, and decided together: either every limit that is enforced
@@ -44,28 +44,28 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/lograte"
+	"github.com/funnelrl/funnel/rules"
 )
 
 // ServiceName is the gRPC name of the rate-limit service, as the health
 // service reports it.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
-// RulesSource gives the rules in force. *config.RulesWatcher is one; Static
+// RulesSource gives the rules in force. *rules.Watcher is one; Static
 // makes one of fixed rules.
 type RulesSource interface {
 	// Rules returns the rules in force (nil: no rules, every domain
 	// unknown).
-	Rules() *config.Rules
+	Rules() *rules.Set
 }
 
 // Static returns a RulesSource that always gives r.
-func Static(r *config.Rules) RulesSource { return static{r} }
+func Static(r *rules.Set) RulesSource { return static{r} }
 
-type static struct{ r *config.Rules }
+type static struct{ r *rules.Set }
 
-func (s static) Rules() *config.Rules { return s.r }
+func (s static) Rules() *rules.Set { return s.r }
 
 // Headers names the X-RateLimit-* headers that envoyproxy/ratelimit can add
 // to responses (RESPONSE_HEADERS_ENABLED): the limit, the remaining count
@@ -109,7 +109,7 @@ type Options struct {
 	// means time.Now.
 	Now func() time.Time
 	// Observe, when set, is called once per decided descriptor with the
-	// rule's metric name (config.Match.Metric) and the result or error,
+	// rule's metric name (rules.Match.Metric) and the result or error,
 	// for metrics by rule.
 	Observe func(rule string, r funnel.Result, err error)
 	// StopTimeout bounds the graceful stop in Serve; 0 means 5 seconds.
@@ -129,8 +129,8 @@ type Server struct {
 	warnDown, warnSetup, warnBug *lograte.Sometimes
 }
 
-// New returns a server that decides with lim under the rules of rules.
-func New(lim *funnel.Limiter, rules RulesSource, opts Options) *Server {
+// New returns a server that decides with lim under the rules of src.
+func New(lim *funnel.Limiter, src RulesSource, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -140,7 +140,7 @@ func New(lim *funnel.Limiter, rules RulesSource, opts Options) *Server {
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 5 * time.Second
 	}
-	s := &Server{lim: lim, rules: rules, opts: opts, log: opts.Logger, health: health.NewServer(),
+	s := &Server{lim: lim, rules: src, opts: opts, log: opts.Logger, health: health.NewServer(),
 		warnDown: lograte.New(time.Second), warnSetup: lograte.New(time.Second), warnBug: lograte.New(time.Second)}
 	s.SetServing(true)
 	return s
@@ -260,7 +260,7 @@ func (s *Server) statusOf(err error) error {
 
 // item is one descriptor of a request.
 type item struct {
-	rule      *config.Rule
+	rule      *rules.Rule
 	key       string
 	metric    string
 	hits      int64
@@ -312,9 +312,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if len(descs) == 0 {
 		return nil, badRequest("at least one descriptor is required")
 	}
-	rules := s.rules.Rules()
+	set := s.rules.Rules()
 	domain := req.Domain
-	known := rules.HasDomain(domain)
+	known := set.HasDomain(domain)
 	hits := int64(req.GetHitsAddend())
 	if hits == 0 {
 		hits = 1
@@ -327,7 +327,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	} else {
 		items = make([]item, len(descs))
 	}
-	var entryBuf [8]config.Entry
+	var entryBuf [8]rules.Entry
 	var replacing map[string]bool
 	for i, d := range descs {
 		it := &items[i]
@@ -347,18 +347,18 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		if n := len(d.GetEntries()); n <= len(entryBuf) {
 			entries = entryBuf[:n]
 		} else {
-			entries = make([]config.Entry, n)
+			entries = make([]rules.Entry, n)
 		}
 		for j, e := range d.GetEntries() {
-			entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
+			entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		if o := d.GetLimit(); o != nil {
 			r, err := overrideRule(domain, o)
 			if err != nil {
 				return nil, badRequest("descriptor " + strconv.Itoa(i) + ": " + err.Error())
 			}
-			it.rule, it.key, it.metric = r, config.KeyFor(domain, entries), r.FullKey
-		} else if m, ok := rules.Match(domain, entries); ok {
+			it.rule, it.key, it.metric = r, rules.KeyFor(domain, entries), r.FullKey
+		} else if m, ok := set.Match(domain, entries); ok {
 			it.rule, it.key, it.metric = m.Rule, m.Key, m.Metric
 		} else {
 			continue
@@ -609,21 +609,21 @@ func (s *Server) observe(rule string, r funnel.Result, err error) {
 
 // overrideRule builds the rule of a limit sent with a descriptor (envoy's
 // limit override): a fixed window, never in shadow mode.
-func overrideRule(domain string, o *ratelimit.RateLimitDescriptor_RateLimitOverride) (*config.Rule, error) {
-	var u config.Unit
+func overrideRule(domain string, o *ratelimit.RateLimitDescriptor_RateLimitOverride) (*rules.Rule, error) {
+	var u rules.Unit
 	switch o.GetUnit() {
 	case typev3.RateLimitUnit_SECOND:
-		u = config.UnitSecond
+		u = rules.UnitSecond
 	case typev3.RateLimitUnit_MINUTE:
-		u = config.UnitMinute
+		u = rules.UnitMinute
 	case typev3.RateLimitUnit_HOUR:
-		u = config.UnitHour
+		u = rules.UnitHour
 	case typev3.RateLimitUnit_DAY:
-		u = config.UnitDay
+		u = rules.UnitDay
 	case typev3.RateLimitUnit_MONTH:
-		u = config.UnitMonth
+		u = rules.UnitMonth
 	case typev3.RateLimitUnit_YEAR:
-		u = config.UnitYear
+		u = rules.UnitYear
 	default:
 		return nil, errors.New("the limit override has no valid unit")
 	}
@@ -631,7 +631,7 @@ func overrideRule(domain string, o *ratelimit.RateLimitDescriptor_RateLimitOverr
 	if m := o.GetUnitMultiplier(); m != nil && m.Value > 0 {
 		mult = m.Value
 	}
-	r := &config.Rule{
+	r := &rules.Rule{
 		Domain:          domain,
 		FullKey:         domain + ".override",
 		RequestsPerUnit: o.GetRequestsPerUnit(),
@@ -649,20 +649,20 @@ func overrideRule(domain string, o *ratelimit.RateLimitDescriptor_RateLimitOverr
 
 // units maps the rules' units to the protocol's.
 var units = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
-	config.UnitUnknown: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
-	config.UnitSecond:  rlsv3.RateLimitResponse_RateLimit_SECOND,
-	config.UnitMinute:  rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	config.UnitHour:    rlsv3.RateLimitResponse_RateLimit_HOUR,
-	config.UnitDay:     rlsv3.RateLimitResponse_RateLimit_DAY,
-	config.UnitWeek:    rlsv3.RateLimitResponse_RateLimit_WEEK,
-	config.UnitMonth:   rlsv3.RateLimitResponse_RateLimit_MONTH,
-	config.UnitYear:    rlsv3.RateLimitResponse_RateLimit_YEAR,
+	rules.UnitUnknown: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
+	rules.UnitSecond:  rlsv3.RateLimitResponse_RateLimit_SECOND,
+	rules.UnitMinute:  rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	rules.UnitHour:    rlsv3.RateLimitResponse_RateLimit_HOUR,
+	rules.UnitDay:     rlsv3.RateLimitResponse_RateLimit_DAY,
+	rules.UnitWeek:    rlsv3.RateLimitResponse_RateLimit_WEEK,
+	rules.UnitMonth:   rlsv3.RateLimitResponse_RateLimit_MONTH,
+	rules.UnitYear:    rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 // currentLimit reports a rule as the protocol's RateLimit: its name,
 // requests_per_unit, unit and, when the period is several units,
 // unit_multiplier.
-func currentLimit(r *config.Rule) *rlsv3.RateLimitResponse_RateLimit {
+func currentLimit(r *rules.Rule) *rlsv3.RateLimitResponse_RateLimit {
 	l := &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit}
 	if int(r.Unit) < len(units) {
 		l.Unit = units[r.Unit]
@@ -683,7 +683,7 @@ func windowReset(l funnel.Limit, now time.Time) time.Duration {
 // unitReset is the time from now to the end of the rule's reported
 // period, aligned to the Unix epoch, as envoy computes it for a rule that
 // refuses everything.
-func unitReset(r *config.Rule, now time.Time) time.Duration {
+func unitReset(r *rules.Rule, now time.Time) time.Duration {
 	p := r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
 	if p <= 0 {
 		return 0

@@ -26,9 +26,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
+	"github.com/funnelrl/funnel/rules"
 	"github.com/funnelrl/funnel/storetest"
 )
 
@@ -86,7 +86,7 @@ func start(t testing.TB, store funnel.Store, rules rls.RulesSource, opts rls.Opt
 
 func loadRules(t testing.TB, path string) rls.RulesSource {
 	t.Helper()
-	r, err := config.LoadRules(path, config.RulesOptions{})
+	r, err := rules.Load(path, rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func loadRules(t testing.TB, path string) rls.RulesSource {
 }
 
 func envoyExamples(t *testing.T) *env {
-	return start(t, nil, loadRules(t, "../config/testdata/rules_envoy"), rls.Options{})
+	return start(t, nil, loadRules(t, "../rules/testdata/envoy"), rls.Options{})
 }
 
 // desc builds a descriptor from key, value pairs.
@@ -210,7 +210,7 @@ func TestEnvoyExample4(t *testing.T) {
 	if codesOf(r) != "OK OK" || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 300 {
 		t.Fatalf("%v", r)
 	}
-	e4 := start(t, nil, loadRules(t, "../config/testdata/rules_envoy_example4"), rls.Options{})
+	e4 := start(t, nil, loadRules(t, "../rules/testdata/envoy_example4"), rls.Options{})
 	r = e4.ask(t, "example4", desc("key", "value", "subkey", "subvalue"))
 	if codesOf(r) != "OK OK" || r.Statuses[0].CurrentLimit != nil {
 		t.Fatalf("the two-entry request matched the one-level rule: %v", r)
@@ -272,7 +272,7 @@ func TestEnvoyExample7(t *testing.T) {
 func TestEnvoyExample8(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
-	e := start(t, nil, loadRules(t, "../config/testdata/rules_envoy"), rls.Options{Observe: func(rule string, _ funnel.Result, err error) {
+	e := start(t, nil, loadRules(t, "../rules/testdata/envoy"), rls.Options{Observe: func(rule string, _ funnel.Result, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[rule]++
@@ -371,7 +371,7 @@ descriptors:
 
 func extEnv(t *testing.T, opts rls.Options) *env {
 	t.Helper()
-	r, err := config.ParseRules(strings.NewReader(extRules), "ext.yaml", config.RulesOptions{})
+	r, err := rules.Parse(strings.NewReader(extRules), "ext.yaml", rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +578,7 @@ func TestStoreFailures(t *testing.T) {
 		{"other", func([]funnel.Op, []funnel.Result) error { return errors.New("secret detail") }, codes.Internal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := start(t, &fakeStore{do: c.do}, loadRules(t, "../config/testdata/rules_envoy"), rls.Options{})
+			e := start(t, &fakeStore{do: c.do}, loadRules(t, "../rules/testdata/envoy"), rls.Options{})
 			r, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 				Domain: "mongo_cps", Descriptors: []*ratelimit.RateLimitDescriptor{desc("database", "users")}})
 			if status.Code(err) != c.want {
@@ -640,7 +640,7 @@ func TestHotReload(t *testing.T) {
 		}
 	}
 	write(1)
-	w, err := config.WatchRules(path, config.WatchOptions{Logger: slog.New(slog.DiscardHandler)})
+	w, err := rules.Watch(path, rules.WatchOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -690,7 +690,7 @@ func TestClientInputBounds(t *testing.T) {
 		}
 		return nil
 	}}
-	r, err := config.ParseRules(strings.NewReader("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"), "d.yaml", config.RulesOptions{})
+	r, err := rules.Parse(strings.NewReader("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"), "d.yaml", rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/rules"
 )
 
 // Daemon is a Funnel server: a store and the protocol listeners in front of
@@ -36,8 +37,8 @@ type Daemon struct {
 	sec     security // credentials and TLS of every listener
 	respLn  net.Listener
 	respSrv *resp.Server
-	edges   []edge               // HTTP, gRPC
-	watcher *config.RulesWatcher // the rules, when a file names them
+	edges   []edge         // HTTP, gRPC
+	watcher *rules.Watcher // the rules, when a file names them
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS

@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/httpapi"
 	"github.com/funnelrl/funnel/internal/auth"
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/rls"
+	"github.com/funnelrl/funnel/rules"
 )
 
 // edge is a listener in front of the limiter besides RESP: the HTTP API or
@@ -55,20 +55,20 @@ func (d *Daemon) openEdges() error {
 func (d *Daemon) openGRPC() error {
 	var src rls.RulesSource
 	if d.cfg.Rules != "" {
-		w, err := config.WatchRules(d.cfg.Rules, config.WatchOptions{
-			RulesOptions: config.RulesOptions{MergeDomains: d.cfg.RulesMergeDomains},
-			Logger:       d.log,
-			OnReload:     func(_ *config.Rules, err error) { d.metrics.RulesReloaded(err) },
+		w, err := rules.Watch(d.cfg.Rules, rules.WatchOptions{
+			Options:  rules.Options{MergeDomains: d.cfg.RulesMergeDomains},
+			Logger:   d.log,
+			OnReload: func(_ *rules.Set, err error) { d.metrics.RulesReloaded(err) },
 		})
 		if err != nil {
-			return fmt.Errorf("daemon: rules: %w", err)
+			return fmt.Errorf("daemon: %w", err)
 		}
 		d.metrics.RulesReloaded(nil)
 		d.watcher = w
 		src = w
 	} else {
 		d.log.Info("no rules (--rules): the rate-limit service allows every descriptor")
-		src = rls.Static(&config.Rules{})
+		src = rls.Static(&rules.Set{})
 	}
 	ln, err := net.Listen("tcp", d.cfg.GRPC)
 	if err != nil {

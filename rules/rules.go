@@ -1,4 +1,4 @@
-package config
+package rules
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// MaxRulesFileSize bounds each rules file.
-const MaxRulesFileSize = 4 << 20
+// MaxFileSize bounds each rules file.
+const MaxFileSize = 4 << 20
 
 // Unit is the time unit of a rule, as the rate-limit protocol reports it.
 type Unit uint8
@@ -74,7 +74,7 @@ type Rule struct {
 	// Domain is the domain the rule belongs to.
 	Domain string
 	// FullKey is the rule's place in the tree as envoy names it in its
-	// statistics: "domain.key_value.subkey". It is unique in a Rules.
+	// statistics: "domain.key_value.subkey". It is unique in a Set.
 	FullKey string
 	// Name is rate_limit.name, used by replaces.
 	Name string
@@ -134,12 +134,12 @@ type Match struct {
 	Metric string
 }
 
-// Rules is a set of rate-limit rules by domain, loaded from one file or a
-// directory of files. It is immutable once loaded and safe for concurrent
-// use. A nil *Rules has no domains.
+// Set is the rate-limit rules of one or more domains, loaded from one file
+// or a directory of files. It is immutable once loaded and safe for concurrent
+// use. A nil *Set has no domains.
 //
-// Rules are written in envoyproxy/ratelimit's configuration format, so that
-// an existing file loads unchanged and answers as envoy's service does:
+// The rules are written in envoyproxy/ratelimit's configuration format, so
+// that an existing file loads unchanged and answers as envoy's service does:
 //
 //	domain: messaging
 //	descriptors:
@@ -178,7 +178,7 @@ type Match struct {
 //
 // Not supported: quota_mode, a recent addition to envoy's service for AI
 // gateways, is refused as an unknown field rather than silently ignored.
-type Rules struct {
+type Set struct {
 	domains map[string]*node
 	rules   []*Rule
 	files   []string
@@ -203,7 +203,7 @@ type node struct {
 func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.keyOnly) == 0 && len(n.wildcards) == 0 }
 
 // Domains returns the domains the rules define, sorted.
-func (r *Rules) Domains() []string {
+func (r *Set) Domains() []string {
 	if r == nil {
 		return nil
 	}
@@ -216,7 +216,7 @@ func (r *Rules) Domains() []string {
 }
 
 // HasDomain reports whether the rules define domain.
-func (r *Rules) HasDomain(domain string) bool {
+func (r *Set) HasDomain(domain string) bool {
 	if r == nil {
 		return false
 	}
@@ -225,7 +225,7 @@ func (r *Rules) HasDomain(domain string) bool {
 }
 
 // All returns every rule, in file order.
-func (r *Rules) All() []*Rule {
+func (r *Set) All() []*Rule {
 	if r == nil {
 		return nil
 	}
@@ -233,7 +233,7 @@ func (r *Rules) All() []*Rule {
 }
 
 // Files returns the files the rules were read from.
-func (r *Rules) Files() []string {
+func (r *Set) Files() []string {
 	if r == nil {
 		return nil
 	}
@@ -247,7 +247,7 @@ func (r *Rules) Files() []string {
 // then the key alone. The rule applies only if it sits at the level of the
 // descriptor's last entry. It reports false when nothing matches (the
 // request is not limited by this descriptor).
-func (r *Rules) Match(domain string, entries []Entry) (Match, bool) {
+func (r *Set) Match(domain string, entries []Entry) (Match, bool) {
 	if r == nil || len(entries) == 0 {
 		return Match{}, false
 	}
@@ -371,18 +371,21 @@ func metricKey(domain string, entries []Entry, nodes []*node, shared uint64, det
 	return b.String()
 }
 
-// RulesOptions adjust how rules are loaded.
-type RulesOptions struct {
+// Options adjust how rules are loaded.
+type Options struct {
 	// MergeDomains lets several files define the same domain, their
 	// descriptors merged (envoy's MERGE_DOMAIN_CONFIG); by default a
 	// domain defined twice is an error.
 	MergeDomains bool
 }
 
-// RuleError is one problem in a rules file: where it is, the path of the
+// ErrInvalid is wrapped by every error that a rules file is not valid.
+var ErrInvalid = errors.New("rules: invalid")
+
+// Error is one problem in a rules file: where it is, the path of the
 // field in the file ("descriptors[1].rate_limit.unit") and what is wrong.
 // It wraps ErrInvalid.
-type RuleError struct {
+type Error struct {
 	// File is the file's name as it was loaded.
 	File string
 	// Line and Column locate the problem, from 1; 0 when it concerns the
@@ -395,9 +398,9 @@ type RuleError struct {
 }
 
 // Error formats the problem as file:line:column: field: message.
-func (e *RuleError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString("config: ")
+	b.WriteString("rules: ")
 	b.WriteString(e.File)
 	if e.Line > 0 {
 		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Column)
@@ -412,29 +415,29 @@ func (e *RuleError) Error() string {
 }
 
 // Unwrap returns ErrInvalid.
-func (e *RuleError) Unwrap() error { return ErrInvalid }
+func (e *Error) Unwrap() error { return ErrInvalid }
 
 // maxErrors bounds the problems reported for one load.
 const maxErrors = 20
 
-// ParseRules reads one rules file (one domain) from r; name is the file's
-// name in errors. The error, if any, joins one *RuleError per problem.
-func ParseRules(r io.Reader, name string, opts RulesOptions) (*Rules, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxRulesFileSize+1))
+// Parse reads one rules file (one domain) from r; name is the file's
+// name in errors. The error, if any, joins one *Error per problem.
+func Parse(r io.Reader, name string, opts Options) (*Set, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("config: reading %s: %w", name, err)
+		return nil, fmt.Errorf("rules: reading %s: %w", name, err)
 	}
 	b := newBuilder(opts)
 	b.file(name, data)
 	return b.finish()
 }
 
-// LoadRules reads the rules at path: a file, or a directory whose *.yaml
+// Load reads the rules at path: a file, or a directory whose *.yaml
 // and *.yml files (not those whose names start with a dot, and not
 // subdirectories) each define a domain, as envoy loads its runtime
 // directory. Symbolic links are followed, so a Kubernetes ConfigMap volume
 // loads as it is mounted.
-func LoadRules(path string, opts RulesOptions) (*Rules, error) {
+func Load(path string, opts Options) (*Set, error) {
 	files, err := ruleFiles(path)
 	if err != nil {
 		return nil, err
@@ -454,14 +457,14 @@ func LoadRules(path string, opts RulesOptions) (*Rules, error) {
 func ruleFiles(path string) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("rules: %w", err)
 	}
 	if !fi.IsDir() {
 		return []string{path}, nil
 	}
 	ents, err := os.ReadDir(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("rules: %w", err)
 	}
 	var files []string
 	for _, e := range ents {
@@ -481,31 +484,31 @@ func ruleFiles(path string) ([]string, error) {
 func readRulesFile(name string) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("rules: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxRulesFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("config: reading %s: %w", name, err)
+		return nil, fmt.Errorf("rules: reading %s: %w", name, err)
 	}
 	return data, nil
 }
 
-// builder accumulates files into Rules and their problems.
+// builder accumulates files into a Set and their problems.
 type builder struct {
-	opts  RulesOptions
-	rules *Rules
+	opts  Options
+	rules *Set
 	errs  []error
 	name  string            // current file
 	where map[string]string // the file of each domain
 	count int               // descriptors read, against maxDescriptors
 }
 
-func newBuilder(opts RulesOptions) *builder {
-	return &builder{opts: opts, rules: &Rules{domains: map[string]*node{}}, where: map[string]string{}}
+func newBuilder(opts Options) *builder {
+	return &builder{opts: opts, rules: &Set{domains: map[string]*node{}}, where: map[string]string{}}
 }
 
-func (b *builder) finish() (*Rules, error) {
+func (b *builder) finish() (*Set, error) {
 	if len(b.errs) > 0 {
 		return nil, errors.Join(b.errs...)
 	}
@@ -515,12 +518,12 @@ func (b *builder) finish() (*Rules, error) {
 // fail records a problem at n (nil: the whole file).
 func (b *builder) fail(n *yaml.Node, field, format string, a ...any) {
 	if len(b.errs) == maxErrors {
-		b.errs = append(b.errs, &RuleError{File: b.name, Msg: "too many errors"})
+		b.errs = append(b.errs, &Error{File: b.name, Msg: "too many errors"})
 	}
 	if len(b.errs) > maxErrors {
 		return
 	}
-	e := &RuleError{File: b.name, Field: field, Msg: fmt.Sprintf(format, a...)}
+	e := &Error{File: b.name, Field: field, Msg: fmt.Sprintf(format, a...)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
 	}
@@ -531,8 +534,8 @@ func (b *builder) fail(n *yaml.Node, field, format string, a ...any) {
 func (b *builder) file(name string, data []byte) {
 	b.name = name
 	b.rules.files = append(b.rules.files, name)
-	if len(data) > MaxRulesFileSize {
-		b.fail(nil, "", "larger than %d bytes", MaxRulesFileSize)
+	if len(data) > MaxFileSize {
+		b.fail(nil, "", "larger than %d bytes", MaxFileSize)
 		return
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -583,7 +586,7 @@ func (b *builder) file(name string, data []byte) {
 // the message ("yaml: line 3: ...").
 func (b *builder) yamlError(err error) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	e := &RuleError{File: b.name, Msg: msg}
+	e := &Error{File: b.name, Msg: msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if i := strings.IndexByte(rest, ':'); i > 0 {
 			if l, err := strconv.Atoi(rest[:i]); err == nil {

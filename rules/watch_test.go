@@ -1,4 +1,4 @@
-package config
+package rules
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ type reloads struct {
 	errs []error
 }
 
-func (r *reloads) record(_ *Rules, err error) {
+func (r *reloads) record(_ *Set, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -51,11 +51,11 @@ func (r *reloads) counts() (int, int) {
 	return r.ok, len(r.errs)
 }
 
-func watch(t *testing.T, path string) (*RulesWatcher, *reloads, *testlog.Buffer) {
+func watch(t *testing.T, path string) (*Watcher, *reloads, *testlog.Buffer) {
 	t.Helper()
 	rec := &reloads{}
 	log, logs := testlog.New(slog.LevelInfo)
-	w, err := WatchRules(path, WatchOptions{
+	w, err := Watch(path, WatchOptions{
 		Logger:   log,
 		OnReload: rec.record,
 	})
@@ -67,7 +67,7 @@ func watch(t *testing.T, path string) (*RulesWatcher, *reloads, *testlog.Buffer)
 }
 
 // count returns the count of domain's rule for key k, or -1.
-func count(w *RulesWatcher, domain string) int64 {
+func count(w *Watcher, domain string) int64 {
 	m, ok := w.Rules().Match(domain, []Entry{{"k", "v"}})
 	if !ok {
 		return -1
@@ -248,10 +248,10 @@ func TestWatchRulesFirstLoadFails(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rules.yaml")
 	writeFile(t, path, "domain: d\nbogus: 1\n")
-	if _, err := WatchRules(path, WatchOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Watch(path, WatchOptions{}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("%v", err)
 	}
-	if _, err := WatchRules(filepath.Join(dir, "missing.yaml"), WatchOptions{}); err == nil {
+	if _, err := Watch(filepath.Join(dir, "missing.yaml"), WatchOptions{}); err == nil {
 		t.Fatal("a missing file is watched")
 	}
 }
@@ -260,7 +260,7 @@ func TestWatchPoll(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rules.yaml")
 	writeFile(t, path, rulesYAML("d", 1))
-	w, err := WatchRules(path, WatchOptions{Poll: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	w, err := Watch(path, WatchOptions{Poll: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

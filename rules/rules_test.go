@@ -1,4 +1,4 @@
-package config
+package rules
 
 import (
 	"errors"
@@ -11,9 +11,9 @@ import (
 	"github.com/funnelrl/funnel"
 )
 
-func loadEnvoyExamples(t *testing.T) *Rules {
+func loadEnvoyExamples(t *testing.T) *Set {
 	t.Helper()
-	r, err := LoadRules("testdata/rules_envoy", RulesOptions{})
+	r, err := Load("testdata/envoy", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestEnvoyExampleRuleFields(t *testing.T) {
 	if m.Rule.RequestsPerUnit != 10 || m.Rule.Unit != UnitSecond || m.Rule.UnitMultiplier != 1 {
 		t.Errorf("reported as %d per %d %v", m.Rule.RequestsPerUnit, m.Rule.UnitMultiplier, m.Rule.Unit)
 	}
-	if m.Rule.File != filepath.Join("testdata", "rules_envoy", "example7.yaml") || m.Rule.Line != 15 {
+	if m.Rule.File != filepath.Join("testdata", "envoy", "example7.yaml") || m.Rule.Line != 15 {
 		t.Errorf("written at %s:%d", m.Rule.File, m.Rule.Line)
 	}
 	if n := len(r.All()); n != 21 {
@@ -169,7 +169,7 @@ func TestEnvoyExampleRuleFields(t *testing.T) {
 }
 
 func TestEnvoyExample4TooDeep(t *testing.T) {
-	r, err := LoadRules("testdata/rules_envoy_example4", RulesOptions{})
+	r, err := Load("testdata/envoy_example4", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,12 +181,12 @@ func TestEnvoyExample4TooDeep(t *testing.T) {
 	}
 }
 
-func parse(t *testing.T, in string) (*Rules, error) {
+func parse(t *testing.T, in string) (*Set, error) {
 	t.Helper()
-	return ParseRules(strings.NewReader(in), "rules.yaml", RulesOptions{})
+	return Parse(strings.NewReader(in), "rules.yaml", Options{})
 }
 
-func mustParse(t *testing.T, in string) *Rules {
+func mustParse(t *testing.T, in string) *Set {
 	t.Helper()
 	r, err := parse(t, in)
 	if err != nil {
@@ -410,14 +410,14 @@ func TestRuleErrors(t *testing.T) {
 	} {
 		_, err := parse(t, c.in)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("ParseRules(%q) = %v,\nwant an error containing %q", c.in, err, c.want)
+			t.Errorf("Parse(%q) = %v,\nwant an error containing %q", c.in, err, c.want)
 		}
 	}
 }
 
 func TestRuleErrorsAreAllReported(t *testing.T) {
 	_, err := parse(t, "domain: d\nx: 1\ny: 2\ndescriptors:\n  - key: a\n    z: 3\n")
-	var re *RuleError
+	var re *Error
 	if !errors.As(err, &re) || re.Line != 2 || re.Field != "x" {
 		t.Fatalf("%v", err)
 	}
@@ -441,7 +441,7 @@ func TestLoadRulesDirectory(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r, err := LoadRules(dir, RulesOptions{})
+	r, err := Load(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,18 +450,18 @@ func TestLoadRulesDirectory(t *testing.T) {
 	}
 
 	// A single file loads alone.
-	r, err = LoadRules(filepath.Join(dir, "a.yaml"), RulesOptions{})
+	r, err = Load(filepath.Join(dir, "a.yaml"), Options{})
 	if err != nil || strings.Join(r.Domains(), ",") != "a" {
 		t.Fatalf("%v %v", r.Domains(), err)
 	}
 
 	// A domain in two files is refused, unless merged.
 	write("c.yaml", "domain: a\ndescriptors:\n  - key: j\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
-	_, err = LoadRules(dir, RulesOptions{})
+	_, err = Load(dir, Options{})
 	if want := filepath.Join(dir, "c.yaml") + `:1:9: domain: domain "a" is already defined in ` + filepath.Join(dir, "a.yaml"); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("%v, want %s", err, want)
 	}
-	r, err = LoadRules(dir, RulesOptions{MergeDomains: true})
+	r, err = Load(dir, Options{MergeDomains: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,25 +471,25 @@ func TestLoadRulesDirectory(t *testing.T) {
 		}
 	}
 	write("d.yaml", "domain: a\ndescriptors:\n  - key: j\n")
-	if _, err = LoadRules(dir, RulesOptions{MergeDomains: true}); err == nil || !strings.Contains(err.Error(), "descriptor j is already defined") {
+	if _, err = Load(dir, Options{MergeDomains: true}); err == nil || !strings.Contains(err.Error(), "descriptor j is already defined") {
 		t.Fatalf("%v", err)
 	}
 
-	if _, err := LoadRules(filepath.Join(dir, "missing"), RulesOptions{}); err == nil {
+	if _, err := Load(filepath.Join(dir, "missing"), Options{}); err == nil {
 		t.Fatal("a missing path loads")
 	}
 }
 
 func TestNilRules(t *testing.T) {
-	var r *Rules
+	var r *Set
 	if _, ok := r.Match("d", entries("a", "b")); ok || r.HasDomain("d") || r.Domains() != nil || r.All() != nil {
-		t.Fatal("a nil Rules matches")
+		t.Fatal("a nil Set matches")
 	}
 }
 
-func FuzzParseRules(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, p := range []string{"example.yaml", "example2.yaml", "example7.yaml"} {
-		data, err := os.ReadFile(filepath.Join("testdata", "rules_envoy", p))
+		data, err := os.ReadFile(filepath.Join("testdata", "envoy", p))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -498,7 +498,7 @@ func FuzzParseRules(f *testing.F) {
 	f.Add("domain: d\ndescriptors:\n  - key: a\n    value: b*\n    share_threshold: true\n    rate_limit: {algorithm: gcra, period: 1s, requests_per_unit: 5, burst: 2, ban: 1m}\n")
 	f.Add("domain: d\ndescriptors: &a\n  - key: a\n    descriptors: *a\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		r, err := ParseRules(strings.NewReader(in), "fuzz.yaml", RulesOptions{})
+		r, err := Parse(strings.NewReader(in), "fuzz.yaml", Options{})
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)

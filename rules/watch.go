@@ -1,4 +1,4 @@
-package config
+package rules
 
 import (
 	"crypto/sha256"
@@ -14,10 +14,10 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// WatchOptions configure a RulesWatcher. The zero value is a good default.
+// WatchOptions configure a Watcher. The zero value is a good default.
 type WatchOptions struct {
-	// RulesOptions apply to every load.
-	RulesOptions
+	// Options apply to every load.
+	Options
 	// Logger receives a line for each reload and each refused file; nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -27,7 +27,7 @@ type WatchOptions struct {
 	// last good rules stay in force). It is called from the watcher's
 	// goroutine (or Reload's caller) and must not block for long; it is
 	// where a metric of reload successes and failures is counted.
-	OnReload func(*Rules, error)
+	OnReload func(*Set, error)
 	// Debounce is how long the watcher waits after the first change of a
 	// burst before it reloads, so that a file being written or a
 	// ConfigMap being swapped is read once, whole; 0 means 50 ms.
@@ -38,17 +38,17 @@ type WatchOptions struct {
 	Poll time.Duration
 }
 
-// RulesWatcher keeps the rules at a path (a file or a directory, as
-// LoadRules reads it) loaded, and reloads them when the files change: an
+// Watcher keeps the rules at a path (a file or a directory, as
+// Load reads it) loaded, and reloads them when the files change: an
 // edit in place, a file replaced by a rename, or a Kubernetes ConfigMap
 // update (the ..data symbolic link replaced atomically). A new set of files
 // that does not load is refused and logged, and the last good rules stay in
 // force. It is safe for concurrent use.
-type RulesWatcher struct {
+type Watcher struct {
 	path string
 	opts WatchOptions
 	log  *slog.Logger
-	cur  atomic.Pointer[Rules]
+	cur  atomic.Pointer[Set]
 
 	fs     *fsnotify.Watcher
 	done   chan struct{}
@@ -61,13 +61,13 @@ type RulesWatcher struct {
 	watched map[string]bool
 }
 
-// WatchRules loads the rules at path and watches them until Close. It
+// Watch loads the rules at path and watches them until Close. It
 // fails if the first load fails.
-func WatchRules(path string, opts WatchOptions) (*RulesWatcher, error) {
+func Watch(path string, opts WatchOptions) (*Watcher, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 50 * time.Millisecond
 	}
-	w := &RulesWatcher{
+	w := &Watcher{
 		path:    path,
 		opts:    opts,
 		log:     opts.Logger,
@@ -80,7 +80,7 @@ func WatchRules(path string, opts WatchOptions) (*RulesWatcher, error) {
 	}
 	fs, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("config: watching %s: %w", path, err)
+		return nil, fmt.Errorf("rules: watching %s: %w", path, err)
 	}
 	w.fs = fs
 	w.mu.Lock()
@@ -100,18 +100,18 @@ func WatchRules(path string, opts WatchOptions) (*RulesWatcher, error) {
 }
 
 // Rules returns the rules in force. It never returns nil.
-func (w *RulesWatcher) Rules() *Rules { return w.cur.Load() }
+func (w *Watcher) Rules() *Set { return w.cur.Load() }
 
 // Reload rereads the files now, as a change would, and reports whether
 // the rules they hold were refused. Unchanged files are not reloaded.
-func (w *RulesWatcher) Reload() error {
+func (w *Watcher) Reload() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.reload()
 }
 
 // Close stops watching. The rules in force stay readable.
-func (w *RulesWatcher) Close() error {
+func (w *Watcher) Close() error {
 	var err error
 	w.close.Do(func() {
 		close(w.done)
@@ -122,7 +122,7 @@ func (w *RulesWatcher) Close() error {
 }
 
 // run reloads after each burst of changes, and at each poll.
-func (w *RulesWatcher) run() {
+func (w *Watcher) run() {
 	defer close(w.exited)
 	var poll <-chan time.Time
 	if w.opts.Poll > 0 {
@@ -167,7 +167,7 @@ func (w *RulesWatcher) run() {
 // and reports why they were refused. Files that are those last read are
 // not loaded again, and a refusal is logged once, not at every event.
 // w.mu is held.
-func (w *RulesWatcher) reload() error {
+func (w *Watcher) reload() error {
 	r, files, digest, err := w.load()
 	w.sync(files)
 	if errors.Is(err, errUnchanged) || err != nil && digest == w.digest {
@@ -190,12 +190,12 @@ func (w *RulesWatcher) reload() error {
 }
 
 // errUnchanged reports that the files are those last loaded.
-var errUnchanged = errors.New("config: rules unchanged")
+var errUnchanged = errors.New("rules: rules unchanged")
 
 // load reads the files and, unless their names and contents are those
 // last read (errUnchanged), builds the rules. It returns the files it read,
 // to be watched, and their digest.
-func (w *RulesWatcher) load() (*Rules, []string, [sha256.Size]byte, error) {
+func (w *Watcher) load() (*Set, []string, [sha256.Size]byte, error) {
 	var digest [sha256.Size]byte
 	files, err := ruleFiles(w.path)
 	if err != nil {
@@ -214,7 +214,7 @@ func (w *RulesWatcher) load() (*Rules, []string, [sha256.Size]byte, error) {
 	if digest == w.digest && w.cur.Load() != nil {
 		return nil, files, digest, errUnchanged
 	}
-	b := newBuilder(w.opts.RulesOptions)
+	b := newBuilder(w.opts.Options)
 	for i, f := range files {
 		b.file(f, datas[i])
 	}
@@ -228,7 +228,7 @@ func (w *RulesWatcher) load() (*Rules, []string, [sha256.Size]byte, error) {
 // swapped and files come and go), and the directory each file resolves to
 // (where it is edited in place). Directories no longer needed are
 // forgotten. w.mu is held.
-func (w *RulesWatcher) sync(files []string) {
+func (w *Watcher) sync(files []string) {
 	want := map[string]bool{filepath.Dir(w.path): true}
 	if fi, err := os.Stat(w.path); err == nil && fi.IsDir() {
 		want[w.path] = true
