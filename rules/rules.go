@@ -899,37 +899,12 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 	r := &Rule{Domain: domain, FullKey: fullKey}
 	r.Name = b.str(f["name"], join(path, "name"))
 	r.Unlimited = b.boolean(f["unlimited"], join(path, "unlimited"))
-	if rep := deref(f["replaces"]); !isNull(rep) {
-		if rep.Kind != yaml.SequenceNode {
-			b.fail(rep, join(path, "replaces"), "want a list of {name: ...}, not %s", kindOf(rep))
-		} else {
-			for i, it := range rep.Content {
-				p := fmt.Sprintf("%s.replaces[%d]", path, i)
-				rf := b.mapping(it, p, "name")
-				if rf == nil {
-					continue
-				}
-				name := b.str(rf["name"], join(p, "name"))
-				switch {
-				case name == "":
-					b.fail(orNode(rf["name"], it), join(p, "name"), "a replaced rule needs a name")
-				case name == r.Name:
-					b.fail(rf["name"], join(p, "name"), "a rule cannot replace itself")
-				default:
-					r.Replaces = append(r.Replaces, name)
-				}
-			}
-		}
-	}
+	b.replaces(r, f["replaces"], path)
 	if rpu, ok := b.integer(f["requests_per_unit"], join(path, "requests_per_unit"), math.MaxUint32); ok {
 		r.RequestsPerUnit = uint32(rpu)
 	}
 	if r.Unlimited {
-		for _, k := range []string{"unit", "period", "calendar", "time_zone", "algorithm", "burst", "delay", "ban"} {
-			if !isNull(f[k]) {
-				b.fail(f[k], join(path, k), "an unlimited rule takes no %s", k)
-			}
-		}
+		b.unlimitedTakesNoLimit(f, path)
 		if len(b.errs) > before {
 			return nil
 		}
@@ -940,14 +915,76 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 	// edge builds a limit; here only the window's forms (unit, period or
 	// calendar) and the rule's own checks are read.
 	spec := funnel.Spec{Algorithm: "fixed_window", Count: int64(r.RequestsPerUnit)} // before unitOf rescales it
-	if an := f["algorithm"]; !isNull(an) {
-		spec.Algorithm = b.str(an, join(path, "algorithm"))
-		if a, err := funnel.ParseAlgorithm(spec.Algorithm); err == nil && a == funnel.Concurrency {
-			b.fail(an, join(path, "algorithm"), "concurrency limits need a release, which the rate-limit protocol cannot send")
+	b.algorithm(&spec, f["algorithm"], path)
+	b.window(r, &spec, n, f, path)
+	b.limitOptions(&spec, f, path)
+	if len(b.errs) > before {
+		return nil
+	}
+	if !b.limit(r, spec, n, f, path) {
+		return nil
+	}
+	return r
+}
+
+// replaces reads rate_limit.replaces, a list of {name: ...}, into
+// r.Replaces.
+func (b *builder) replaces(r *Rule, n *yaml.Node, path string) {
+	rep := deref(n)
+	if isNull(rep) {
+		return
+	}
+	if rep.Kind != yaml.SequenceNode {
+		b.fail(rep, join(path, "replaces"), "want a list of {name: ...}, not %s", kindOf(rep))
+		return
+	}
+	for i, it := range rep.Content {
+		p := fmt.Sprintf("%s.replaces[%d]", path, i)
+		rf := b.mapping(it, p, "name")
+		if rf == nil {
+			continue
+		}
+		name := b.str(rf["name"], join(p, "name"))
+		switch {
+		case name == "":
+			b.fail(orNode(rf["name"], it), join(p, "name"), "a replaced rule needs a name")
+		case name == r.Name:
+			b.fail(rf["name"], join(p, "name"), "a rule cannot replace itself")
+		default:
+			r.Replaces = append(r.Replaces, name)
 		}
 	}
+}
 
-	// The window: exactly one of unit, period and calendar.
+// limitFields are the fields of rate_limit that an unlimited rule does not
+// take.
+var limitFields = []string{"unit", "period", "calendar", "time_zone", "algorithm", "burst", "delay", "ban"}
+
+// unlimitedTakesNoLimit reports each field of a limit that an unlimited
+// rule sets.
+func (b *builder) unlimitedTakesNoLimit(f map[string]*yaml.Node, path string) {
+	for _, k := range limitFields {
+		if !isNull(f[k]) {
+			b.fail(f[k], join(path, k), "an unlimited rule takes no %s", k)
+		}
+	}
+}
+
+// algorithm reads rate_limit.algorithm into spec; a concurrency limit is
+// refused.
+func (b *builder) algorithm(spec *funnel.Spec, n *yaml.Node, path string) {
+	if isNull(n) {
+		return
+	}
+	spec.Algorithm = b.str(n, join(path, "algorithm"))
+	if a, err := funnel.ParseAlgorithm(spec.Algorithm); err == nil && a == funnel.Concurrency {
+		b.fail(n, join(path, "algorithm"), "concurrency limits need a release, which the rate-limit protocol cannot send")
+	}
+}
+
+// window reads the window, exactly one of unit, period and calendar, into
+// spec, and how it is reported into r.
+func (b *builder) window(r *Rule, spec *funnel.Spec, n *yaml.Node, f map[string]*yaml.Node, path string) {
 	un, pn, cn := f["unit"], f["period"], f["calendar"]
 	set := 0
 	for _, x := range []*yaml.Node{un, pn, cn} {
@@ -977,6 +1014,11 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 		spec.Calendar = b.str(cn, join(path, "calendar"))
 		r.UnitMultiplier = 1
 	}
+}
+
+// limitOptions reads the limit's other fields into spec: time_zone, burst,
+// delay (a number, or nodelay) and ban.
+func (b *builder) limitOptions(spec *funnel.Spec, f map[string]*yaml.Node, path string) {
 	if tz := f["time_zone"]; !isNull(tz) {
 		spec.TimeZone = b.str(tz, join(path, "time_zone"))
 	}
@@ -999,11 +1041,13 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 			spec.Ban = d
 		}
 	}
-	if len(b.errs) > before {
-		return nil
-	}
-	// A rule of 0 requests per unit refuses everything and keeps no limit;
-	// its fields are checked all the same.
+}
+
+// limit builds spec's limit into r, reporting a calendar window's unit, and
+// reports the spec's error at the field it names. A rule of 0 requests per
+// unit refuses everything and keeps no limit; its fields are checked all
+// the same.
+func (b *builder) limit(r *Rule, spec funnel.Spec, n *yaml.Node, f map[string]*yaml.Node, path string) bool {
 	count := spec.Count
 	spec.Count = max(count, 1)
 	lim, err := spec.Limit()
@@ -1020,7 +1064,7 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 			err = se.Reason
 		}
 		b.fail(at, field, "%s", strings.TrimPrefix(err.Error(), "funnel: "))
-		return nil
+		return false
 	}
 	switch lim.Calendar {
 	case funnel.Daily:
@@ -1033,7 +1077,7 @@ func (b *builder) rateLimit(n *yaml.Node, path, domain, fullKey string) *Rule {
 	if count > 0 {
 		r.Limit = lim
 	}
-	return r
+	return true
 }
 
 // unitOf picks how a period is reported: the largest unit that divides it,
