@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // MaxFileSize bounds each rules file.
