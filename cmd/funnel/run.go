@@ -44,55 +44,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // serve runs `funnel serve`. ready, when not nil, receives the daemon once
 // it listens (for tests).
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(*daemon.Daemon)) int {
-	def := config.Default()
-	fs := flag.NewFlagSet("funnel serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var f config.Config
-	configFile := fs.String("config", "", "YAML configuration `file`; flags given on the command line override it")
-	fs.StringVar(&f.RESP, "resp", def.RESP, "Redis-protocol listen `address`")
-	fs.StringVar(&f.HTTP, "http", def.HTTP, "HTTP/JSON API listen `address` (empty: off)")
-	fs.StringVar(&f.GRPC, "grpc", def.GRPC, "Envoy rate-limit service (gRPC) listen `address` (empty: off)")
-	fs.StringVar(&f.Rules, "rules", def.Rules, "rules `file` or directory (envoyproxy/ratelimit's format), reloaded when it changes")
-	fs.BoolVar(&f.RulesMergeDomains, "rules-merge-domains", def.RulesMergeDomains, "let several rules files define one domain")
-	fs.BoolVar(&f.ShadowMode, "shadow-mode", def.ShadowMode, "the rate-limit service answers OK where it would answer OVER_LIMIT")
-	fs.BoolVar(&f.RLSHeaders, "rls-headers", def.RLSHeaders, "add envoy's X-RateLimit-* headers to the rate-limit service's answers")
-	fs.StringVar(&f.Store, "store", def.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
-	fs.IntVar(&f.MaxKeys, "max-keys", def.MaxKeys, "bound on the memory store's keys (0: none)")
-	fs.DurationVar(&f.StoreTimeout, "store-timeout", def.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
-	fs.BoolVar(&f.FailOpen, "fail-open", def.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
-	fs.StringVar(&f.RESPFailClosed, "resp-fail-closed", def.RESPFailClosed, "RESP `reply` to a request refused because the store could not decide: error (-TRYAGAIN) or refuse (the command's refusal, retry after 1s)")
-	fs.StringVar(&f.KeyPrefix, "key-prefix", def.KeyPrefix, "`prefix` of every key the Redis store writes")
-	fs.StringVar(&f.RequirePass, "requirepass", def.RequirePass, "`password` of the default user, required on every listener: RESP AUTH, HTTP \"Authorization: Bearer\", gRPC \"authorization\" metadata (better in the config file, which ps does not show)")
-	fs.StringVar(&f.UsersFile, "users-file", def.UsersFile, "`file` of users, one \"name password\" per line, for every listener: RESP AUTH name password, HTTP and gRPC Basic")
-	fs.BoolVar(&f.MetricsOpen, "metrics-open", def.MetricsOpen, "serve /metrics without credentials (/healthz, /readyz and gRPC health always are)")
-	fs.StringVar(&f.TLSCert, "tls-cert", def.TLSCert, "PEM certificate `file` (and intermediates): RESP, HTTP and gRPC speak TLS only; reloaded when it changes")
-	fs.StringVar(&f.TLSKey, "tls-key", def.TLSKey, "PEM private key `file` of --tls-cert")
-	fs.StringVar(&f.TLSCA, "tls-ca", def.TLSCA, "PEM `file` of client CAs: every listener requires a client certificate signed by one (mutual TLS)")
-	fs.IntVar(&f.MaxClients, "max-clients", def.MaxClients, "bound on connected RESP clients (0: 10000)")
-	fs.DurationVar(&f.IdleTimeout, "idle-timeout", def.IdleTimeout, "close RESP clients idle this long (0: never)")
-	fs.IntVar(&f.EventLoops, "event-loops", def.EventLoops, "RESP serving: 0 auto (epoll loops on Linux for the memory store), n loops, -1 a goroutine per connection")
-	fs.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "bound on a graceful shutdown")
-	fs.StringVar(&f.LogLevel, "log-level", def.LogLevel, "`level`: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	cfg, err := serveConfig(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
 		return 2
+	case err == nil:
+		err = cfg.Validate()
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "funnel serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	cfg := def
-	if *configFile != "" {
-		var err error
-		if cfg, err = config.Load(*configFile, def); err != nil {
-			fmt.Fprintln(stderr, "funnel serve:", err)
-			return 1
-		}
-	}
-	fs.Visit(func(fl *flag.Flag) { override(&cfg, f, fl.Name) })
-	if err := cfg.Validate(); err != nil {
+	if err != nil {
 		fmt.Fprintln(stderr, "funnel serve:", err)
 		return 1
 	}
@@ -114,56 +75,76 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	return 0
 }
 
-// override copies the field of flag name from the flags f into cfg.
-func override(cfg *config.Config, f config.Config, name string) {
-	switch name {
-	case "resp":
-		cfg.RESP = f.RESP
-	case "http":
-		cfg.HTTP = f.HTTP
-	case "grpc":
-		cfg.GRPC = f.GRPC
-	case "rules":
-		cfg.Rules = f.Rules
-	case "rules-merge-domains":
-		cfg.RulesMergeDomains = f.RulesMergeDomains
-	case "shadow-mode":
-		cfg.ShadowMode = f.ShadowMode
-	case "rls-headers":
-		cfg.RLSHeaders = f.RLSHeaders
-	case "store":
-		cfg.Store = f.Store
-	case "max-keys":
-		cfg.MaxKeys = f.MaxKeys
-	case "store-timeout":
-		cfg.StoreTimeout = f.StoreTimeout
-	case "fail-open":
-		cfg.FailOpen = f.FailOpen
-	case "resp-fail-closed":
-		cfg.RESPFailClosed = f.RESPFailClosed
-	case "key-prefix":
-		cfg.KeyPrefix = f.KeyPrefix
-	case "requirepass":
-		cfg.RequirePass = f.RequirePass
-	case "users-file":
-		cfg.UsersFile = f.UsersFile
-	case "metrics-open":
-		cfg.MetricsOpen = f.MetricsOpen
-	case "tls-cert":
-		cfg.TLSCert = f.TLSCert
-	case "tls-key":
-		cfg.TLSKey = f.TLSKey
-	case "tls-ca":
-		cfg.TLSCA = f.TLSCA
-	case "max-clients":
-		cfg.MaxClients = f.MaxClients
-	case "idle-timeout":
-		cfg.IdleTimeout = f.IdleTimeout
-	case "event-loops":
-		cfg.EventLoops = f.EventLoops
-	case "shutdown-timeout":
-		cfg.ShutdownTimeout = f.ShutdownTimeout
-	case "log-level":
-		cfg.LogLevel = f.LogLevel
+// errUsage reports arguments that serve does not take; the message is
+// already written.
+var errUsage = errors.New("funnel serve: usage")
+
+// serveConfig reads serve's configuration from its arguments: the defaults,
+// over them the --config file, and over that the flags given on the command
+// line, even those given their default value. The arguments are parsed
+// twice: first to find the file (and to answer --help with the defaults),
+// then with every flag bound to its field of the loaded configuration, so
+// that a flag not given leaves the file's value in place. The error is
+// flag.ErrHelp, errUsage, or why the file could not be read.
+func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
+	cfg := config.Default()
+	fs := flag.NewFlagSet("funnel serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := serveFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, errUsage
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "funnel serve: unexpected argument %q\n", fs.Arg(0))
+		return cfg, errUsage
+	}
+	if *file == "" {
+		return cfg, nil
+	}
+	cfg, err := config.Load(*file, config.Default())
+	if err != nil {
+		return cfg, err
+	}
+	fs = flag.NewFlagSet("funnel serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	serveFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil { // parsed once already: cannot fail
+		return cfg, errUsage
+	}
+	return cfg, nil
+}
+
+// serveFlags defines serve's flags on fs, each bound to its field of c with
+// c's value as its default, so that defining them leaves c as it is. It
+// returns where the --config flag's value goes.
+func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
+	file := fs.String("config", "", "YAML configuration `file`; flags given on the command line override it")
+	fs.StringVar(&c.RESP, "resp", c.RESP, "Redis-protocol listen `address`")
+	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP/JSON API listen `address` (empty: off)")
+	fs.StringVar(&c.GRPC, "grpc", c.GRPC, "Envoy rate-limit service (gRPC) listen `address` (empty: off)")
+	fs.StringVar(&c.Rules, "rules", c.Rules, "rules `file` or directory (envoyproxy/ratelimit's format), reloaded when it changes")
+	fs.BoolVar(&c.RulesMergeDomains, "rules-merge-domains", c.RulesMergeDomains, "let several rules files define one domain")
+	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "the rate-limit service answers OK where it would answer OVER_LIMIT")
+	fs.BoolVar(&c.RLSHeaders, "rls-headers", c.RLSHeaders, "add envoy's X-RateLimit-* headers to the rate-limit service's answers")
+	fs.StringVar(&c.Store, "store", c.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
+	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "bound on the memory store's keys (0: none)")
+	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
+	fs.BoolVar(&c.FailOpen, "fail-open", c.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
+	fs.StringVar(&c.RESPFailClosed, "resp-fail-closed", c.RESPFailClosed, "RESP `reply` to a request refused because the store could not decide: error (-TRYAGAIN) or refuse (the command's refusal, retry after 1s)")
+	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "`prefix` of every key the Redis store writes")
+	fs.StringVar(&c.RequirePass, "requirepass", c.RequirePass, "`password` of the default user, required on every listener: RESP AUTH, HTTP \"Authorization: Bearer\", gRPC \"authorization\" metadata (better in the config file, which ps does not show)")
+	fs.StringVar(&c.UsersFile, "users-file", c.UsersFile, "`file` of users, one \"name password\" per line, for every listener: RESP AUTH name password, HTTP and gRPC Basic")
+	fs.BoolVar(&c.MetricsOpen, "metrics-open", c.MetricsOpen, "serve /metrics without credentials (/healthz, /readyz and gRPC health always are)")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate `file` (and intermediates): RESP, HTTP and gRPC speak TLS only; reloaded when it changes")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key `file` of --tls-cert")
+	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "PEM `file` of client CAs: every listener requires a client certificate signed by one (mutual TLS)")
+	fs.IntVar(&c.MaxClients, "max-clients", c.MaxClients, "bound on connected RESP clients (0: 10000)")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close RESP clients idle this long (0: never)")
+	fs.IntVar(&c.EventLoops, "event-loops", c.EventLoops, "RESP serving: 0 auto (epoll loops on Linux for the memory store), n loops, -1 a goroutine per connection")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on a graceful shutdown")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "`level`: debug, info, warn or error")
+	return file
 }

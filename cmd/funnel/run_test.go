@@ -3,10 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/version"
 )
 
@@ -76,5 +83,126 @@ func TestServeStopsOnCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+}
+
+// The configuration comes from the defaults, then the file, then the flags
+// given on the command line, whatever their value: a flag given its
+// default value still overrides the file.
+func TestServeConfigPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "funnel.yaml")
+	yaml := `resp: 127.0.0.1:7000
+http: 127.0.0.1:7001
+log_level: warn
+fail_open: true
+metrics_open: true
+max_keys: 100
+max_clients: 50
+shutdown_timeout: 30s
+idle_timeout: 1m
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{
+		"--resp", "127.0.0.1:6380", // the default value, over the file's
+		"--log-level", "debug",
+		"--fail-open=false", // the default value, over the file's
+		"--shadow-mode",
+		"--max-keys", "0", // the default value, over the file's
+		"--event-loops", "-1",
+		"--shutdown-timeout", "10s", // the default value, over the file's
+		"--store-timeout", "250ms",
+		"--config", file, // after flags, as anywhere
+	}
+	got, err := serveConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Default()
+	// From the file alone.
+	want.HTTP = "127.0.0.1:7001"
+	want.MetricsOpen = true
+	want.MaxClients = 50
+	want.IdleTimeout = time.Minute
+	// From the command line, over the file or the default.
+	want.RESP = "127.0.0.1:6380"
+	want.LogLevel = "debug"
+	want.FailOpen = false
+	want.ShadowMode = true
+	want.MaxKeys = 0
+	want.EventLoops = -1
+	want.ShutdownTimeout = 10 * time.Second
+	want.StoreTimeout = 250 * time.Millisecond
+	if got != want {
+		t.Errorf("config\n got %+v\nwant %+v", got, want)
+	}
+
+	// Without a file, the flags go over the defaults.
+	got, err = serveConfig([]string{"--http", "", "--rls-headers", "--max-clients", "9", "--idle-timeout", "5s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = config.Default()
+	want.HTTP, want.RLSHeaders, want.MaxClients, want.IdleTimeout = "", true, 9, 5*time.Second
+	if got != want {
+		t.Errorf("config without a file\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// Every field of the configuration has a flag, and every flag but --config
+// sets a field of its own, over the file as over the defaults.
+func TestServeFlagsCoverConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("funnel serve", flag.ContinueOnError)
+	var scratch config.Config
+	serveFlags(fs, &scratch)
+	def := reflect.ValueOf(config.Default())
+	set := map[string]string{} // field name -> flag name
+	fs.VisitAll(func(fl *flag.Flag) {
+		if fl.Name == "config" {
+			return
+		}
+		var v string
+		switch d := fl.Value.(flag.Getter).Get().(type) {
+		case string:
+			v = d + "x"
+		case bool:
+			v = strconv.FormatBool(!d)
+		case int:
+			v = strconv.Itoa(d + 7)
+		case time.Duration:
+			v = (d + 7*time.Second).String()
+		default:
+			t.Fatalf("--%s: a flag of type %T", fl.Name, d)
+		}
+		for _, args := range [][]string{{"--" + fl.Name + "=" + v}, {"--config", file, "--" + fl.Name + "=" + v}} {
+			cfg, err := serveConfig(args, io.Discard)
+			if err != nil {
+				t.Fatalf("%q: %v", args, err)
+			}
+			got := reflect.ValueOf(cfg)
+			var changed []string
+			for i := range got.NumField() {
+				if got.Field(i).Interface() != def.Field(i).Interface() {
+					changed = append(changed, got.Type().Field(i).Name)
+				}
+			}
+			if len(changed) != 1 {
+				t.Fatalf("%q changes the fields %v, want one", args, changed)
+			}
+			if prev, dup := set[changed[0]]; dup && prev != fl.Name {
+				t.Fatalf("--%s and --%s both set %s", prev, fl.Name, changed[0])
+			}
+			set[changed[0]] = fl.Name
+		}
+	})
+	for i := range def.NumField() {
+		if name := def.Type().Field(i).Name; set[name] == "" {
+			t.Errorf("config field %s has no flag", name)
+		}
 	}
 }
