@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Funnel's tests need when the machine lacks it: Go on PATH,
-# and redis-server / redis-cli (Debian's packages), as root or through sudo.
+# and redis-server / redis-cli / curl (Debian's packages), as root or through
+# sudo. Under CI (CI=true) a test that misses one of them fails.
 set -euo pipefail
 
 if ! command -v go >/dev/null 2>&1; then
@@ -11,6 +12,7 @@ fi
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then
