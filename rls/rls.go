@@ -321,7 +321,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 
 	var itemBuf [4]item // most requests have few descriptors
-	items := itemBuf[:0]
+	var items []item
 	if len(descs) <= len(itemBuf) {
 		items = itemBuf[:len(descs)]
 	} else {
@@ -343,7 +343,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		if !known {
 			continue // an unknown domain is not limited, as in envoy
 		}
-		entries := entryBuf[:0]
+		var entries []config.Entry
 		if n := len(d.GetEntries()); n <= len(entryBuf) {
 			entries = entryBuf[:n]
 		} else {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Funnel's tests need when the machine lacks it: Go on PATH,
+# staticcheck (with go install),
 # and redis-server / redis-cli / curl (Debian's packages), as root or through
 # sudo. Under CI (CI=true) a test that misses one of them fails.
 set -euo pipefail
@@ -7,6 +8,14 @@ set -euo pipefail
 if ! command -v go >/dev/null 2>&1; then
   echo "deps: go is not on PATH; install Go 1.26 or newer" >&2
   exit 1
+fi
+
+# staticcheck, pinned: `make test` runs it before the tests.
+STATICCHECK_VERSION=v0.8.2
+gobin="$(go env GOPATH)/bin"
+if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; then
+  echo "deps: installing staticcheck ${STATICCHECK_VERSION}"
+  GOBIN="$gobin" go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
 fi
 
 missing=()
