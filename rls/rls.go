@@ -20,8 +20,6 @@ package rls
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +43,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/lograte"
 )
 
@@ -290,20 +289,6 @@ func addHits(a, b int64) int64 {
 	return a + b
 }
 
-// MaxKeyLen is the longest store key a descriptor is charged to as it is;
-// a longer one (its values are the client's) is replaced by "sha256:" and
-// its hash in hex, so that a client cannot fill the store with large keys.
-const MaxKeyLen = 256
-
-// boundKey returns k, or its hash when k is longer than MaxKeyLen.
-func boundKey(k string) string {
-	if len(k) <= MaxKeyLen {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
 func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, badRequest("the domain is required")
@@ -398,14 +383,14 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			continue
 		}
 		if it.negative {
-			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+boundKey(it.key), it.rule.Limit, it.hits); err != nil {
+			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+httplimit.BoundKey(it.key), it.rule.Limit, it.hits); err != nil {
 				s.observe(it.metric, funnel.Result{}, err)
 				return nil, err
 			}
 			it.res = funnel.Result{Allowed: true}
 			continue
 		}
-		key := s.opts.KeyPrefix + boundKey(it.key)
+		key := s.opts.KeyPrefix + httplimit.BoundKey(it.key)
 		if j := findKey(ops, byKey, key); j >= 0 {
 			// Two descriptors on one key: one charge of both quantities
 			// (at most math.MaxInt64, which no limit admits: many
