@@ -3,12 +3,16 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test vet fmt-check deps fuzz bench chaos
-test: deps fmt-check vet
+.PHONY: test vet staticcheck fmt-check deps fuzz bench chaos
+test: deps fmt-check vet staticcheck
 	$(GO) test -race -count=1 ./...
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck is installed by scripts/deps.sh into $(go env GOPATH)/bin.
+staticcheck:
+	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"testing"
 	"time"
 )
@@ -108,15 +107,6 @@ func TestCheckSlidingAndLog(t *testing.T) {
 	}
 }
 
-func mustWindow(t testing.TB, count int64, period time.Duration) WindowParams {
-	t.Helper()
-	p, err := NewWindowParams(count, period)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // A clock drives the arrivals of the property and fuzz tests. Each byte
 // chooses the next instant: at the same instant, 1 ns later, on either side
 // of the next millisecond boundary, on either side of the next edge that
@@ -216,8 +206,4 @@ func (e *events) dropNewest(q, from int64) {
 		*e = (*e)[:len(*e)-1]
 		q--
 	}
-}
-
-func (e events) sorted() bool {
-	return sort.SliceIsSorted(e, func(i, j int) bool { return e[i] < e[j] })
 }

@@ -120,7 +120,7 @@ func TestSlidingWorstCase(t *testing.T) {
 		if _, r, _ := SlidingDecide(now, st, p, rest+1); r.Allowed {
 			t.Errorf("%+v: %d admitted in the next window's last ms, want %d", p, rest+1, rest)
 		}
-		st, r, _ = SlidingDecide(now, st, p, rest)
+		_, r, _ = SlidingDecide(now, st, p, rest)
 		if !r.Allowed {
 			t.Errorf("%+v: %d refused in the next window's last ms", p, rest)
 		}

@@ -4,6 +4,8 @@
 // of the wire format live in one place.
 package cell
 
+//lint:file-ignore ST1005 the error texts are redis-cell's replies, capital letters included.
+
 import (
 	"errors"
 	"math"

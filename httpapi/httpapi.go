@@ -22,7 +22,7 @@
 // by a redirect to another key.
 //
 // Decisions carry the RateLimit-Policy and RateLimit header fields of
-// draft-ietf-httpapi-ratelimit-headers (see middleware.SetHeaders), and
+// draft-ietf-httpapi-ratelimit-headers (see httplimit.SetHeaders), and
 // Retry-After on a 429. Errors are problem details (RFC 9457,
 // application/problem+json).
 //
@@ -65,8 +65,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/lograte"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // FailMode is what a decision endpoint answers when the store cannot be
@@ -189,7 +189,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case 0:
 		// The mux always answers a request it does not route; should it
 		// not, the answer is an error, not an empty 200.
-		middleware.Problem{Status: http.StatusInternalServerError}.Write(w)
+		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
 	case http.StatusNotFound, http.StatusMethodNotAllowed:
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
@@ -198,7 +198,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rec.status == http.StatusMethodNotAllowed {
 			detail = r.Method + " is not allowed on " + r.URL.Path
 		}
-		middleware.Problem{Status: rec.status, Detail: detail}.Write(w)
+		httplimit.Problem{Status: rec.status, Detail: detail}.Write(w)
 	default:
 		for k, v := range rec.header {
 			w.Header()[k] = v
@@ -284,7 +284,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case status == http.StatusInternalServerError:
 		s.log.Error("httpapi", "path", r.URL.Path, "err", err)
 	}
-	middleware.Problem{Status: status, Title: title, Detail: detail}.Write(w)
+	httplimit.Problem{Status: status, Title: title, Detail: detail}.Write(w)
 }
 
 // warnDown logs that the store is unavailable, at most once a second, so
@@ -370,7 +370,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		middleware.Problem{Status: http.StatusInternalServerError}.Write(w)
+		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
 		return
 	}
 	body = append(body, '\n')
@@ -398,7 +398,7 @@ func checkName(name, def string) (string, error) {
 	if name == "" {
 		return def, nil
 	}
-	if err := middleware.CheckPolicyName(name); err != nil {
+	if err := httplimit.CheckPolicyName(name); err != nil {
 		return "", inputf("name: %v", err)
 	}
 	return name, nil
@@ -448,8 +448,8 @@ const fallbackRetry = time.Second
 // decided answers a decision: the header fields, and 200 if allowed, 429 if
 // refused, or, if refused by a fail-closed fallback only, 503 with
 // Retry-After (see closedFallback).
-func decided(w http.ResponseWriter, allowed, fallback bool, policies []middleware.Policy, body any) {
-	middleware.SetHeaders(w.Header(), policies...)
+func decided(w http.ResponseWriter, allowed, fallback bool, policies []httplimit.Policy, body any) {
+	httplimit.SetHeaders(w.Header(), policies...)
 	status := http.StatusOK
 	switch {
 	case allowed:
@@ -466,7 +466,7 @@ func decided(w http.ResponseWriter, allowed, fallback bool, policies []middlewar
 // not look like a refusal by the limit (429), and the client may retry
 // soon.
 func closedFallback(h http.Header) int {
-	h.Set(middleware.HeaderRetryAfter, strconv.FormatInt(middleware.Seconds(fallbackRetry), 10))
+	h.Set(httplimit.HeaderRetryAfter, strconv.FormatInt(httplimit.Seconds(fallbackRetry), 10))
 	return http.StatusServiceUnavailable
 }
 
@@ -491,7 +491,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		s.throttleAll(w, r, req.Limits)
 		return
 	}
-	name, err := checkName(req.Name, middleware.DefaultName)
+	name, err := checkName(req.Name, httplimit.DefaultName)
 	if err == nil {
 		err = s.checkKey(req.Key)
 	}
@@ -514,7 +514,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.observe(res, nil)
-	decided(w, res.Allowed, res.Fallback, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
+	decided(w, res.Allowed, res.Fallback, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
 }
 
 // throttleAll serves POST /v1/throttle with several limits.
@@ -524,7 +524,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 		return
 	}
 	reqs := make([]funnel.Request, len(entries))
-	policies := make([]middleware.Policy, len(entries))
+	policies := make([]httplimit.Policy, len(entries))
 	for i, e := range entries {
 		name, err := checkName(e.Name, "limit"+strconv.Itoa(i))
 		if err == nil {
@@ -542,7 +542,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 			return
 		}
 		reqs[i] = funnel.Request{Key: e.Key, Limit: limit, N: quantity(e.Quantity)}
-		policies[i] = middleware.Policy{Name: name, Limit: limit}
+		policies[i] = httplimit.Policy{Name: name, Limit: limit}
 	}
 	m, err := s.lim.AllowAll(r.Context(), reqs)
 	if err != nil {
@@ -588,7 +588,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	name, err := checkName(req.Name, middleware.DefaultName)
+	name, err := checkName(req.Name, httplimit.DefaultName)
 	if err == nil {
 		err = s.checkKey(req.Key)
 	}
@@ -625,7 +625,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	s.observe(res, nil)
 	d := decision(res)
 	d.Lease = lease.ID
-	decided(w, res.Allowed, res.Fallback, []middleware.Policy{{Name: name, Limit: limit, Result: res}}, d)
+	decided(w, res.Allowed, res.Fallback, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, d)
 }
 
 // release serves POST /v1/release.
@@ -680,7 +680,7 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	q := r.URL.Query()
-	name, err := checkName(q.Get("name"), middleware.DefaultName)
+	name, err := checkName(q.Get("name"), httplimit.DefaultName)
 	if err == nil {
 		err = s.checkKey(key)
 	}
@@ -704,7 +704,7 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	middleware.SetHeaders(w.Header(), middleware.Policy{Name: name, Limit: limit, Result: res})
+	httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: name, Limit: limit, Result: res})
 	status := http.StatusOK
 	if res.Fallback && !res.Allowed {
 		status = closedFallback(w.Header())
@@ -787,7 +787,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() == nil {
 			s.log.Warn("httpapi: not ready", "err", err)
 		}
-		middleware.Problem{Status: http.StatusServiceUnavailable, Detail: "the store is unavailable"}.Write(w)
+		httplimit.Problem{Status: http.StatusServiceUnavailable, Detail: "the store is unavailable"}.Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

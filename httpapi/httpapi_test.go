@@ -19,8 +19,8 @@ import (
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/httpapi"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/memstore"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // start is the fake clock's first instant.
@@ -67,7 +67,7 @@ type reply struct {
 	status  int
 	header  http.Header
 	body    string
-	problem *middleware.Problem
+	problem *httplimit.Problem
 }
 
 // do sends a request with a real client; body is JSON.
@@ -98,7 +98,7 @@ func (a *api) do(t *testing.T, method, path, body string, headers ...string) rep
 	}
 	r := reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 	if resp.Header.Get("Content-Type") == "application/problem+json" {
-		r.problem = new(middleware.Problem)
+		r.problem = new(httplimit.Problem)
 		dec := json.NewDecoder(strings.NewReader(r.body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(r.problem); err != nil {

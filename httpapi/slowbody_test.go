@@ -15,8 +15,8 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/httpapi"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/memstore"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // TestSlowBody sends the headers of a request, then its body one byte at a
@@ -115,7 +115,7 @@ func dialHead(t *testing.T, srv *httptest.Server, path string, length int) net.C
 
 // readProblem reads the answer on conn and checks that it is a problem of
 // the given status.
-func readProblem(t *testing.T, conn net.Conn, status int) middleware.Problem {
+func readProblem(t *testing.T, conn net.Conn, status int) httplimit.Problem {
 	t.Helper()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -129,10 +129,10 @@ func readProblem(t *testing.T, conn net.Conn, status int) middleware.Problem {
 	if resp.StatusCode != status {
 		t.Fatalf("%s %q, want %d", resp.Status, b, status)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != middleware.ProblemContentType {
+	if ct := resp.Header.Get("Content-Type"); ct != httplimit.ProblemContentType {
 		t.Errorf("Content-Type %q", ct)
 	}
-	var p middleware.Problem
+	var p httplimit.Problem
 	if err := json.Unmarshal(b, &p); err != nil || p.Status != status || p.Title != http.StatusText(status) {
 		t.Errorf("problem %q: %v", b, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -70,7 +71,7 @@ func TestFallbackClosedIs503(t *testing.T) {
 					if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "1" {
 						t.Errorf("fail closed: %d, Retry-After %q; want 503, 1", r.status, r.header.Get("Retry-After"))
 					}
-					if r.problem.Status != http.StatusServiceUnavailable || r.problem.Type != middleware.TypeTemporaryReducedCapacity {
+					if r.problem.Status != http.StatusServiceUnavailable || r.problem.Type != httplimit.TypeTemporaryReducedCapacity {
 						t.Errorf("fail closed problem %+v", r.problem)
 					}
 					if ran.Load() != 0 {

@@ -4,10 +4,13 @@ package middleware_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -59,7 +62,7 @@ func TestMemstoreBan(t *testing.T) {
 	}
 	c.add(2 * time.Minute)
 	r := get(t, srv)
-	if r.status != 429 || r.problem.Type != middleware.TypeAbnormalUsageDetected || r.header.Get("Retry-After") != "3480" {
+	if r.status != 429 || r.problem.Type != httplimit.TypeAbnormalUsageDetected || r.header.Get("Retry-After") != "3480" {
 		t.Fatalf("banned: %d %v %+v", r.status, r.header, r.problem)
 	}
 	if r.problem.Title != "Abnormal Usage Detected" || r.problem.Detail != "banned; retry in 3480 s" || r.problem.ViolatedPolicies[0] != "login" {
@@ -69,17 +72,29 @@ func TestMemstoreBan(t *testing.T) {
 
 func TestMemstoreLeakyBucket(t *testing.T) {
 	// 20 per second (50 ms apart), burst 3, no excess passes at once: the
-	// second request waits 50 ms before the handler runs.
-	limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 20, Period: time.Second, Burst: 3}
-	srv := serve(t, newMW(t, memLimiter(t, newClock()), limit, middleware.ClientIP()), okHandler())
-	if r := get(t, srv); r.status != 200 {
-		t.Fatal(r.status)
-	}
-	begin := time.Now()
-	if r := get(t, srv); r.status != 200 {
-		t.Fatal(r.status)
-	}
-	if d := time.Since(begin); d < 50*time.Millisecond {
-		t.Errorf("the delayed request was served after %v", d)
-	}
+	// second request waits 50 ms before the handler runs. The wait passes on
+	// the synctest bubble's fake clock.
+	synctest.Test(t, func(t *testing.T) {
+		limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 20, Period: time.Second, Burst: 3}
+		h := newMW(t, memLimiter(t, newClock()), limit, middleware.ClientIP())(okHandler())
+		serveOne := func() int {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			return rec.Code
+		}
+		begin := time.Now()
+		if code := serveOne(); code != 200 {
+			t.Fatal(code)
+		}
+		if d := time.Since(begin); d != 0 {
+			t.Errorf("the first request waited %v", d)
+		}
+		begin = time.Now()
+		if code := serveOne(); code != 200 {
+			t.Fatal(code)
+		}
+		if d := time.Since(begin); d != 50*time.Millisecond {
+			t.Errorf("the delayed request was served after %v, want 50ms", d)
+		}
+	})
 }

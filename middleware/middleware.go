@@ -37,8 +37,6 @@ package middleware
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -46,12 +44,9 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/lograte"
 )
-
-// DefaultName is the policy name of the header fields when Name is not
-// given.
-const DefaultName = "default"
 
 // Option configures the middleware.
 type Option func(*config)
@@ -73,23 +68,8 @@ type config struct {
 	warned, wrong *lograte.Sometimes
 }
 
-// MaxKeyLen is the longest key the middleware sends to the store as it is;
-// a longer one (a header's value is the client's choice) is replaced by
-// "sha256:" and its hash in hex, so that a client cannot fill the store
-// with large keys.
-const MaxKeyLen = 256
-
-// boundKey returns k, or its hash when k is longer than MaxKeyLen.
-func boundKey(k string) string {
-	if len(k) <= MaxKeyLen {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
 // Name sets the policy name written in the header fields and in the
-// problem's violated-policies (DefaultName when not given). It must be
+// problem's violated-policies (httplimit.DefaultName when not given). It must be
 // printable ASCII (see CheckPolicyName).
 func Name(name string) Option { return func(c *config) { c.name = name } }
 
@@ -175,11 +155,11 @@ func New(lim *funnel.Limiter, limit funnel.Limit, key KeyFunc, opts ...Option) (
 	if err := limit.Validate(); err != nil {
 		return nil, err
 	}
-	c := config{name: DefaultName, headers: true, warned: lograte.New(time.Second), wrong: lograte.New(time.Second)}
+	c := config{name: httplimit.DefaultName, headers: true, warned: lograte.New(time.Second), wrong: lograte.New(time.Second)}
 	for _, o := range opts {
 		o(&c)
 	}
-	if err := CheckPolicyName(c.name); err != nil {
+	if err := httplimit.CheckPolicyName(c.name); err != nil {
 		return nil, err
 	}
 	if c.log == nil {
@@ -215,10 +195,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.next.ServeHTTP(w, r)
 			return
 		}
-		Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
+		httplimit.Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
 		return
 	}
-	k = c.prefix + boundKey(k)
+	k = c.prefix + httplimit.BoundKey(k)
 	ctx := r.Context()
 
 	var (
@@ -290,7 +270,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 		c.wrong.Do(func(held int64) {
 			c.log.Error("rate limit: the limit cannot be applied (logged once a second at most)", "key", key, "err", err, "held_back", held)
 		})
-		Problem{Status: http.StatusInternalServerError}.Write(w)
+		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
 		return
 	}
 	if ctx := r.Context(); ctx.Err() != nil {
@@ -310,7 +290,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 		h.observe(funnel.Result{}, err)
 	}
 	if c.headers {
-		SetHeaders(w.Header(), Policy{Name: c.name, Limit: h.limit, Result: funnel.Result{Fallback: true}})
+		httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: c.name, Limit: h.limit, Result: funnel.Result{Fallback: true}})
 	}
 	if c.onError == nil {
 		h.next.ServeHTTP(w, r)
@@ -322,12 +302,12 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 // setHeaders sets the header fields of res (Retry-After always, the
 // RateLimit fields unless NoHeaders).
 func (h *handler) setHeaders(w http.ResponseWriter, res funnel.Result) {
-	p := Policy{Name: h.c.name, Limit: h.limit, Result: res}
+	p := httplimit.Policy{Name: h.c.name, Limit: h.limit, Result: res}
 	if h.c.headers {
-		SetHeaders(w.Header(), p)
+		httplimit.SetHeaders(w.Header(), p)
 		return
 	}
-	setRetryAfter(w.Header(), []Policy{p})
+	httplimit.SetRetryAfter(w.Header(), []httplimit.Policy{p})
 }
 
 // observe calls the Observe hook.
@@ -340,15 +320,15 @@ func (h *handler) observe(res funnel.Result, err error) {
 // tooMany is the default answer to a refused request: 429 and a problem of
 // type quota-exceeded (abnormal-usage-detected for a banned key).
 func (c *config) tooMany(w http.ResponseWriter, _ *http.Request, res funnel.Result) {
-	p := Problem{
-		Type:             TypeQuotaExceeded,
+	p := httplimit.Problem{
+		Type:             httplimit.TypeQuotaExceeded,
 		Title:            "Quota Exceeded",
 		Status:           http.StatusTooManyRequests,
-		Detail:           retryText(res),
+		Detail:           httplimit.RetryText(res),
 		ViolatedPolicies: []string{c.name},
 	}
 	if res.Banned {
-		p.Type, p.Title = TypeAbnormalUsageDetected, "Abnormal Usage Detected"
+		p.Type, p.Title = httplimit.TypeAbnormalUsageDetected, "Abnormal Usage Detected"
 	}
 	p.Write(w)
 }
@@ -364,14 +344,14 @@ const statusClientClosedRequest = 499
 // request's deadline passed.
 func unserved(ctx context.Context, w http.ResponseWriter, while string) {
 	if errors.Is(ctx.Err(), context.Canceled) {
-		Problem{
+		httplimit.Problem{
 			Status: statusClientClosedRequest,
 			Title:  "Client Closed Request",
 			Detail: "the client closed the request " + while,
 		}.Write(w)
 		return
 	}
-	Problem{
+	httplimit.Problem{
 		Status: http.StatusServiceUnavailable,
 		Detail: "the request's deadline passed " + while,
 	}.Write(w)
@@ -385,9 +365,9 @@ const fallbackRetry = time.Second
 // not decide, so the answer must not look like a refusal by the limit
 // (429), and the client may retry soon. The error is logged, not sent.
 func failClosed(w http.ResponseWriter, _ *http.Request, _ http.Handler, _ error) {
-	w.Header().Set(HeaderRetryAfter, strconv.FormatInt(Seconds(fallbackRetry), 10))
-	Problem{
-		Type:   TypeTemporaryReducedCapacity,
+	w.Header().Set(httplimit.HeaderRetryAfter, strconv.FormatInt(httplimit.Seconds(fallbackRetry), 10))
+	httplimit.Problem{
+		Type:   httplimit.TypeTemporaryReducedCapacity,
 		Title:  "Temporary Reduced Capacity",
 		Status: http.StatusServiceUnavailable,
 		Detail: "the rate limiter is unavailable",

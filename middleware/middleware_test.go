@@ -15,9 +15,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/middleware"
 )
@@ -64,7 +66,7 @@ type reply struct {
 	status  int
 	header  http.Header
 	body    string
-	problem middleware.Problem
+	problem httplimit.Problem
 }
 
 func get(t *testing.T, srv *httptest.Server, headers ...string) reply {
@@ -122,7 +124,7 @@ func TestAllowRefuseRecover(t *testing.T) {
 	if got := r.header.Get("RateLimit"); got != `"per-ip";r=0;t=2` {
 		t.Errorf("RateLimit %s", got)
 	}
-	want := middleware.Problem{
+	want := httplimit.Problem{
 		Type:             "https://iana.org/assignments/http-problem-types#quota-exceeded",
 		Title:            "Quota Exceeded",
 		Status:           429,
@@ -240,7 +242,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := middleware.New(lim, funnel.Limit{}, middleware.ClientIP()); !errors.Is(err, funnel.ErrInvalidLimit) {
 		t.Errorf("zero limit: %v", err)
 	}
-	if _, err := middleware.New(lim, funnel.PerSecond(1), middleware.ClientIP(), middleware.Name("é")); !errors.Is(err, middleware.ErrPolicyName) {
+	if _, err := middleware.New(lim, funnel.PerSecond(1), middleware.ClientIP(), middleware.Name("é")); !errors.Is(err, httplimit.ErrPolicyName) {
 		t.Errorf("bad name: %v", err)
 	}
 	if _, err := middleware.New(nil, funnel.PerSecond(1), middleware.ClientIP()); err == nil {
@@ -305,7 +307,7 @@ func TestStoreDown(t *testing.T) {
 	// Fail closed: 503, and the store's error is not sent.
 	srv = serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), observe, middleware.FailClosed()), okHandler())
 	r = get(t, srv)
-	if r.status != 503 || r.problem.Status != 503 || r.problem.Type != middleware.TypeTemporaryReducedCapacity {
+	if r.status != 503 || r.problem.Status != 503 || r.problem.Type != httplimit.TypeTemporaryReducedCapacity {
 		t.Fatalf("fail closed: %d %+v", r.status, r.problem)
 	}
 	if r.problem.Detail != "the rate limiter is unavailable" {
@@ -361,47 +363,57 @@ func TestBanned(t *testing.T) {
 	if r.status != 429 || r.header.Get("Retry-After") != "90" || r.header.Get("RateLimit") != `"default";r=0;t=90` {
 		t.Fatalf("%d %v", r.status, r.header)
 	}
-	if r.problem.Type != middleware.TypeAbnormalUsageDetected || r.problem.Detail != "banned; retry in 90 s" {
+	if r.problem.Type != httplimit.TypeAbnormalUsageDetected || r.problem.Detail != "banned; retry in 90 s" {
 		t.Errorf("%+v", r.problem)
 	}
 }
 
 // A leaky bucket's delay holds the request back before the handler runs;
-// a client that gives up while waiting does not reach the handler.
+// a client that gives up while waiting does not reach the handler. The test
+// runs in a synctest bubble: the delays pass on its fake clock, at once.
 func TestLeakyBucketDelay(t *testing.T) {
-	const delay = 80 * time.Millisecond
-	var wait atomic.Int64
-	wait.Store(int64(delay))
-	st := &fakeStore{do: func(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
-		res[0] = funnel.Result{Allowed: true, Limit: 5, Remaining: 2, Delay: time.Duration(wait.Load()), ResetAfter: time.Second}
-		return nil
-	}}
-	var ran atomic.Int32
-	app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
-	limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 4}
-	srv := serve(t, newMW(t, funnel.New(st), limit, middleware.ClientIP()), app)
-	start := time.Now()
-	if r := get(t, srv); r.status != 200 {
-		t.Fatal(r.status)
-	}
-	if d := time.Since(start); d < delay {
-		t.Errorf("served after %v, before the delay %v", d, delay)
-	}
-	if ran.Load() != 1 {
-		t.Fatal("handler not run")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const delay = 80 * time.Millisecond
+		var wait atomic.Int64
+		wait.Store(int64(delay))
+		st := &fakeStore{do: func(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
+			res[0] = funnel.Result{Allowed: true, Limit: 5, Remaining: 2, Delay: time.Duration(wait.Load()), ResetAfter: time.Second}
+			return nil
+		}}
+		var ran atomic.Int32
+		app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
+		limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 4}
+		h := newMW(t, funnel.New(st), limit, middleware.ClientIP())(app)
+		start := time.Now()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != 200 {
+			t.Fatal(rec.Code)
+		}
+		if d := time.Since(start); d != delay {
+			t.Errorf("served after %v, want the delay %v", d, delay)
+		}
+		if ran.Load() != 1 {
+			t.Fatal("handler not run")
+		}
 
-	wait.Store(int64(time.Hour))
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-	if _, err := srv.Client().Do(req); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("want the client's deadline, got %v", err)
-	}
-	srv.Close() // waits for the handler goroutine
-	if ran.Load() != 1 {
-		t.Error("the handler ran for a client that had gone")
-	}
+		wait.Store(int64(time.Hour))
+		const patience = 50 * time.Millisecond
+		ctx, cancel := context.WithTimeout(t.Context(), patience)
+		defer cancel()
+		start = time.Now()
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "GET", "/", nil))
+		if d := time.Since(start); d != patience {
+			t.Errorf("gave up after %v, want the request's deadline %v", d, patience)
+		}
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("a request whose deadline passed while it waited: %d, want 503", rec.Code)
+		}
+		if ran.Load() != 1 {
+			t.Error("the handler ran for a client that had gone")
+		}
+	})
 }
 
 // A concurrency limit holds a lease while the handler runs.

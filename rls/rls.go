@@ -20,8 +20,6 @@ package rls
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +42,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/lograte"
 	"github.com/funnelrl/funnel/rules"
 )
@@ -290,20 +289,6 @@ func addHits(a, b int64) int64 {
 	return a + b
 }
 
-// MaxKeyLen is the longest store key a descriptor is charged to as it is;
-// a longer one (its values are the client's) is replaced by "sha256:" and
-// its hash in hex, so that a client cannot fill the store with large keys.
-const MaxKeyLen = 256
-
-// boundKey returns k, or its hash when k is longer than MaxKeyLen.
-func boundKey(k string) string {
-	if len(k) <= MaxKeyLen {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
 func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, badRequest("the domain is required")
@@ -321,7 +306,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 
 	var itemBuf [4]item // most requests have few descriptors
-	items := itemBuf[:0]
+	var items []item
 	if len(descs) <= len(itemBuf) {
 		items = itemBuf[:len(descs)]
 	} else {
@@ -343,7 +328,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		if !known {
 			continue // an unknown domain is not limited, as in envoy
 		}
-		entries := entryBuf[:0]
+		var entries []rules.Entry
 		if n := len(d.GetEntries()); n <= len(entryBuf) {
 			entries = entryBuf[:n]
 		} else {
@@ -398,14 +383,14 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			continue
 		}
 		if it.negative {
-			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+boundKey(it.key), it.rule.Limit, it.hits); err != nil {
+			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+httplimit.BoundKey(it.key), it.rule.Limit, it.hits); err != nil {
 				s.observe(it.metric, funnel.Result{}, err)
 				return nil, err
 			}
 			it.res = funnel.Result{Allowed: true}
 			continue
 		}
-		key := s.opts.KeyPrefix + boundKey(it.key)
+		key := s.opts.KeyPrefix + httplimit.BoundKey(it.key)
 		if j := findKey(ops, byKey, key); j >= 0 {
 			// Two descriptors on one key: one charge of both quantities
 			// (at most math.MaxInt64, which no limit admits: many

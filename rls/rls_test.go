@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
@@ -700,7 +701,7 @@ func TestClientInputBounds(t *testing.T) {
 	mu.Lock()
 	key := seen[0].Key
 	mu.Unlock()
-	if len(key) > len("p:")+rls.MaxKeyLen || !strings.HasPrefix(key, "p:sha256:") {
+	if len(key) > len("p:")+httplimit.MaxKeyLen || !strings.HasPrefix(key, "p:sha256:") {
 		t.Fatalf("a 1 MiB value made a key of %d bytes: %.40q", len(key), key)
 	}
 	e.ask(t, "d", desc("user", "short"))

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Funnel's tests need when the machine lacks it: Go on PATH,
-# and redis-server / redis-cli (Debian's packages), as root or through sudo.
+# staticcheck (with go install),
+# and redis-server / redis-cli / curl (Debian's packages), as root or through
+# sudo. Under CI (CI=true) a test that misses one of them fails.
 set -euo pipefail
 
 if ! command -v go >/dev/null 2>&1; then
@@ -8,9 +10,18 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
+# staticcheck, pinned: `make test` runs it before the tests.
+STATICCHECK_VERSION=v0.8.2
+gobin="$(go env GOPATH)/bin"
+if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; then
+  echo "deps: installing staticcheck ${STATICCHECK_VERSION}"
+  GOBIN="$gobin" go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
+fi
+
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then

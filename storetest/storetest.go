@@ -70,12 +70,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Concurrent", func(t *testing.T) { t.Parallel(); testConcurrent(t, newStore) })
 	t.Run("RefundState", func(t *testing.T) { t.Parallel(); testRefundState(t, newStore) })
 	t.Run("Differential", func(t *testing.T) { t.Parallel(); testDifferential(t, newStore) })
-	t.Run("Family", func(t *testing.T) {
-		if _, ok := newStore(t, NewClock(Epoch).Now).(funnel.Store); !ok {
-			t.Skip("the store does not implement funnel.Store")
-		}
-		RunFamily(t, newStore)
-	})
+	t.Run("Family", func(t *testing.T) { RunFamily(t, newStore) })
 }
 
 // step is one request of a case: at offset At from Epoch, Quantity units.

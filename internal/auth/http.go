@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/lograte"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // HealthPaths are the paths of the HTTP API's health and readiness, which
@@ -83,7 +83,7 @@ func (c *Credentials) Middleware(opts HTTPOptions) func(http.Handler) http.Handl
 				})
 			}
 			w.Header()["WWW-Authenticate"] = challenges
-			middleware.Problem{Status: http.StatusUnauthorized, Detail: err.Error()}.Write(w)
+			httplimit.Problem{Status: http.StatusUnauthorized, Detail: err.Error()}.Write(w)
 		})
 	}
 }

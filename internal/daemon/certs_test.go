@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/funnelrl/funnel/internal/redistest"
 )
 
 func writeFile(t *testing.T, name string, data []byte) {
@@ -31,14 +33,11 @@ func servedCert(t *testing.T, addr string, cfg *tls.Config) string {
 }
 
 // tool runs a command-line client with a timeout and returns what it
-// printed (stdout, then stderr) and its exit code. It skips the test when
-// the tool is not on PATH.
+// printed (stdout, then stderr) and its exit code. When the tool is not on
+// PATH it skips the test, or fails it under CI (redistest.Binary).
 func tool(t *testing.T, name string, args ...string) (string, int) {
 	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s is not on PATH", name)
-	}
+	path := redistest.Binary(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -46,7 +45,7 @@ func tool(t *testing.T, name string, args ...string) (string, int) {
 	cmd.Env = append(cmd.Environ(), "REDISCLI_HISTFILE=/dev/null", "REDISCLI_RCFILE=/dev/null", "CURL_HOME=/nonexistent", "NO_PROXY=*", "no_proxy=*")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	code := 0
 	if err != nil {
 		ee, ok := err.(*exec.ExitError)
@@ -58,12 +57,12 @@ func tool(t *testing.T, name string, args ...string) (string, int) {
 	return stdout.String() + stderr.String(), code
 }
 
-// redisCLI returns a runner of redis-cli against addr, or skips the test
-// when redis-cli is missing or was built without TLS.
+// redisCLI returns a runner of redis-cli against addr. When redis-cli is
+// missing or was built without TLS it skips the test, or fails it under CI.
 func redisCLI(t *testing.T, addr string) func(args ...string) (string, int) {
 	t.Helper()
 	if help, _ := tool(t, "redis-cli", "--help"); !strings.Contains(help, "--tls") {
-		t.Skip("redis-cli was built without TLS")
+		redistest.Missing(t, "redis-cli was built without TLS")
 	}
 	host, port, _ := net.SplitHostPort(addr)
 	return func(args ...string) (string, int) {

@@ -4,7 +4,10 @@
 //
 // Tests never touch a Redis they did not start (no port 6379, no FLUSHALL on
 // a shared server). When redis-server is not on PATH the test is skipped with
-// a message saying what to install; CI installs it (scripts/deps.sh).
+// a message saying what to install, except under CI (the environment
+// variable CI set to true), where it fails: CI installs every program the
+// tests need (scripts/deps.sh), so a skip there would be a test that passes
+// without testing. Binary and Missing apply the same rule to other tests.
 package redistest
 
 import (
@@ -52,7 +55,8 @@ type Server struct {
 // StartServer starts a redis-server on a free port of 127.0.0.1 with
 // persistence off (--save "" --appendonly no) and the extra arguments given
 // (e.g. "--maxmemory", "10mb"), waits until it answers PING, and stops it when
-// the test ends. It skips the test if redis-server is not on PATH.
+// the test ends. If redis-server is not on PATH it skips the test, or fails
+// it under CI (see Missing).
 func StartServer(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	bin := lookPath(tb)
@@ -75,11 +79,50 @@ func StartServer(tb testing.TB, extra ...string) *Server {
 
 func lookPath(tb testing.TB) string {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return Binary(tb, "redis-server")
+}
+
+// installHint says which Debian package brings each program the tests run.
+var installHint = map[string]string{
+	"redis-server": "redis-server",
+	"redis-cli":    "redis-tools",
+	"curl":         "curl",
+}
+
+// Binary returns the path of the program name on PATH. When it is missing,
+// Binary calls Missing with a message that says how to install it: the test
+// is skipped, or fails under CI.
+func Binary(tb testing.TB, name string) string {
+	tb.Helper()
+	bin, err := exec.LookPath(name)
 	if err != nil {
-		tb.Skip("redistest: redis-server is not on PATH; install it (Debian: apt-get install redis-server redis-tools) to run the Redis tests")
+		hint := ""
+		if pkg, ok := installHint[name]; ok {
+			hint = fmt.Sprintf(" (Debian: apt-get install %s)", pkg)
+		}
+		Missing(tb, "redistest: %s is not on PATH; install it%s to run this test", name, hint)
 	}
 	return bin
+}
+
+// InCI reports whether the tests run under CI: the environment variable CI
+// holds a true value as strconv.ParseBool reads it ("true", "1", ...).
+func InCI() bool {
+	ci, err := strconv.ParseBool(os.Getenv("CI"))
+	return err == nil && ci
+}
+
+// Missing ends a test that cannot run because something it needs is missing
+// from the machine: outside CI it skips the test with the message, formatted
+// as by fmt.Sprintf; under CI (see InCI) it fails the test with the same
+// message, since CI is expected to provide everything the tests need.
+func Missing(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		tb.Fatalf("%s (CI is set: a missing dependency fails the test instead of skipping it)", msg)
+	}
+	tb.Skip(msg)
 }
 
 func newServer(tb testing.TB, bin string, port int, extra []string) *Server {

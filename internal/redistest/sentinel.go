@@ -55,8 +55,8 @@ func StartReplica(tb testing.TB, master *Server, extra ...string) *Server {
 // StartSentinel starts a Redis Sentinel on a free port of 127.0.0.1 that
 // monitors master under name, with a quorum of one and SentinelDownAfter,
 // waits until it knows the master and every replica connected to it, and
-// stops it when the test ends. It skips the test if redis-server is not on
-// PATH.
+// stops it when the test ends. If redis-server is not on PATH it skips the
+// test, or fails it under CI (see Missing).
 func StartSentinel(tb testing.TB, name string, master *Server) *Sentinel {
 	tb.Helper()
 	bin := lookPath(tb)

@@ -1,4 +1,4 @@
-package middleware
+package httplimit
 
 import (
 	"errors"
@@ -24,13 +24,17 @@ const (
 	HeaderRetryAfter = "Retry-After"
 )
 
+// DefaultName is the policy name of the header fields when the edge is given
+// none.
+const DefaultName = "default"
+
 // maxSFInteger is the largest Integer a structured field carries (RFC 9651,
 // section 3.3.1: at most 15 digits).
 const maxSFInteger = 999_999_999_999_999
 
 // ErrPolicyName is returned for a policy name that a structured field
 // String cannot carry (only printable ASCII, 1 to 256 bytes).
-var ErrPolicyName = errors.New("middleware: a policy name must be 1 to 256 bytes of printable ASCII")
+var ErrPolicyName = errors.New("httplimit: a policy name must be 1 to 256 bytes of printable ASCII")
 
 // CheckPolicyName reports whether name can be a policy's identifier: a
 // structured field String holds printable ASCII only.
@@ -194,13 +198,13 @@ func SetHeaders(h http.Header, policies ...Policy) {
 	if len(rl) > 0 {
 		h.Set(HeaderRateLimit, string(rl))
 	}
-	setRetryAfter(h, policies)
+	SetRetryAfter(h, policies)
 }
 
-// setRetryAfter sets Retry-After to the longest wait of the refusing
+// SetRetryAfter sets Retry-After to the longest wait of the refusing
 // policies, unless one of them cannot be lifted by any wait or none tells
 // how long to wait.
-func setRetryAfter(h http.Header, policies []Policy) {
+func SetRetryAfter(h http.Header, policies []Policy) {
 	var retry time.Duration
 	for _, p := range policies {
 		switch r := p.Result; {
@@ -216,8 +220,8 @@ func setRetryAfter(h http.Header, policies []Policy) {
 	}
 }
 
-// retryText says when to retry, for a problem's detail.
-func retryText(r funnel.Result) string {
+// RetryText says when to retry, for a problem's detail.
+func RetryText(r funnel.Result) string {
 	switch {
 	case r.RetryAfter == funnel.Never:
 		return "the request asks for more than the limit admits at once"

@@ -1,0 +1,7 @@
+// Package httplimit holds what Funnel's HTTP edges share: the RateLimit,
+// RateLimit-Policy and Retry-After header fields of
+// draft-ietf-httpapi-ratelimit-headers, problem details (RFC 9457) with the
+// rate-limit problem types, and the bound on a key sent to the store. The
+// middleware, the HTTP API and the Envoy rate-limit service use it, so that
+// no edge imports another.
+package httplimit
