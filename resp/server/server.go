@@ -438,13 +438,12 @@ type conn struct {
 	created time.Time
 
 	// Guarded by mu: read by CLIENT INFO/LIST of other connections.
-	mu      sync.Mutex
-	name    string
-	lib     [2]string // CLIENT SETINFO lib-name, lib-ver
-	user    string
-	proto   int
-	last    time.Time // when the client last sent commands
-	lastCmd string
+	mu    sync.Mutex
+	name  string
+	lib   [2]string // CLIENT SETINFO lib-name, lib-ver
+	user  string
+	proto int
+	last  time.Time // when the client last sent commands
 
 	tlsIn  *tlsInput // what rd reads on a TLS connection; nil otherwise
 	authed bool
