@@ -60,7 +60,7 @@ CHAOS_REDIS = TestFallbackWhenDown|TestTimeoutWhenPaused|TestRestartUnderLoad|Te
 CHAOS_RESP = TestServerShutdownDrainsPipelines|TestServerClientsThatNeverRead|TestServerFallbacks
 CHAOS_HTTP = TestSlowBody|TestShortBody|TestStoreFallback
 chaos: deps
-	@set -o pipefail; for run in "./redisstore $(CHAOS_REDIS)" "./resp $(CHAOS_RESP)" "./httpapi $(CHAOS_HTTP)" "./internal/daemon TestDaemonRESPFallbacks"; do \
+	@set -o pipefail; for run in "./redisstore $(CHAOS_REDIS)" "./resp/server $(CHAOS_RESP)" "./httpapi $(CHAOS_HTTP)" "./internal/daemon TestDaemonRESPFallbacks"; do \
 		set -- $$run; \
 		$(GO) test -race -count=1 -v -run "^($$2)$$" $$1 2>&1 | grep -E -- '^\s*--- (PASS|FAIL)|^\s+[a-z_]+_test\.go:[0-9]+: |^(ok|FAIL)\s' || exit 1; \
 	done

@@ -20,7 +20,7 @@ import (
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/redisstore"
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 	"github.com/funnelrl/funnel/rules"
 )
 
@@ -36,7 +36,7 @@ type Daemon struct {
 
 	sec     security // credentials and TLS of every listener
 	respLn  net.Listener
-	respSrv *resp.Server
+	respSrv *server.Server
 	edges   []edge         // HTTP, gRPC
 	watcher *rules.Watcher // the rules, when a file names them
 }
@@ -81,7 +81,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		}
 	}
 	d.respLn = ln
-	d.respSrv = resp.NewServer(d.store, resp.Config{
+	d.respSrv = server.NewServer(d.store, server.Config{
 		Credentials: d.sec.creds,
 		MaxClients:  cfg.MaxClients,
 		IdleTimeout: cfg.IdleTimeout,
@@ -98,20 +98,20 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	// Fallbacks (the store could not decide) are counted apart from the
 	// decisions, as the other edges count them, and fail-open ones in
 	// funnel_fail_open_total too, under the rule "resp".
-	stat := func(f func(resp.Stats) int64) func() float64 {
+	stat := func(f func(server.Stats) int64) func() float64 {
 		return func() float64 { return float64(f(d.respSrv.Stats())) }
 	}
 	for _, c := range []prometheus.Collector{
-		respDecisions("allowed", stat(func(st resp.Stats) int64 { return st.Allowed - st.FailOpen })),
-		respDecisions("refused", stat(func(st resp.Stats) int64 { return st.Limited - st.FailClosed })),
-		respDecisions("fallback", stat(func(st resp.Stats) int64 { return st.FailOpen + st.FailClosed })),
+		respDecisions("allowed", stat(func(st server.Stats) int64 { return st.Allowed - st.FailOpen })),
+		respDecisions("refused", stat(func(st server.Stats) int64 { return st.Limited - st.FailClosed })),
+		respDecisions("fallback", stat(func(st server.Stats) int64 { return st.FailOpen + st.FailClosed })),
 	} {
 		if err := d.metrics.Registry().Register(c); err != nil {
 			d.Close()
 			return nil, err
 		}
 	}
-	if err := d.metrics.FailOpenFunc("resp", stat(func(st resp.Stats) int64 { return st.FailOpen })); err != nil {
+	if err := d.metrics.FailOpenFunc("resp", stat(func(st server.Stats) int64 { return st.FailOpen })); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -135,11 +135,11 @@ func respDecisions(outcome string, f func() float64) prometheus.Collector {
 }
 
 // respFailClosed maps the configuration's resp_fail_closed to the server's.
-func respFailClosed(s string) resp.FailClosedReply {
+func respFailClosed(s string) server.FailClosedReply {
 	if s == "refuse" {
-		return resp.FailClosedRefuse
+		return server.FailClosedRefuse
 	}
-	return resp.FailClosedError
+	return server.FailClosedError
 }
 
 func (d *Daemon) openStore() error {

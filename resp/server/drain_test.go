@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // drainClient is one connection of TestServerShutdownDrainsPipelines: what
@@ -65,7 +65,7 @@ func TestServerShutdownDrainsPipelines(t *testing.T) {
 		per   = 50000 // commands per connection
 		chunk = 1000  // commands per write
 	)
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	clients := make([]*drainClient, conns)
 	var reading, writing sync.WaitGroup
 	for i := range clients {

@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
@@ -37,7 +37,7 @@ func TestGoRedis(t *testing.T) {
 		t.Run("RESP"+strconv.Itoa(proto), func(t *testing.T) {
 			t.Parallel()
 			ctx := testContext(t)
-			ts := startServer(t, resp.Config{})
+			ts := startServer(t, server.Config{})
 			rdb := ts.goRedis(t, redis.Options{Protocol: proto, ClientName: "gr-" + strconv.Itoa(proto)})
 
 			if got, err := rdb.Ping(ctx).Result(); err != nil || got != "PONG" {
@@ -168,7 +168,7 @@ func TestGoRedis(t *testing.T) {
 func TestGoRedisAuth(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	ts := startServer(t, resp.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
+	ts := startServer(t, server.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
 	for _, proto := range []int{2, 3} {
 		for _, tc := range []struct {
 			name     string
@@ -224,7 +224,7 @@ func (ts *testServer) rueidis(t *testing.T, opt rueidis.ClientOption) (rueidis.C
 func TestRueidis(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c, err := ts.rueidis(t, rueidis.ClientOption{ClientName: "rd"})
 	if err != nil {
 		t.Fatalf("rueidis.NewClient: %v", err)
@@ -309,7 +309,7 @@ func TestRueidis(t *testing.T) {
 func TestRueidisOptions(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	ts := startServer(t, resp.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
+	ts := startServer(t, server.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
 	for _, tc := range []struct {
 		name     string
 		opt      rueidis.ClientOption

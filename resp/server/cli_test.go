@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // lookTool returns the path of a Redis command-line tool, or skips the test.
@@ -52,7 +52,7 @@ func (ts *testServer) run(t *testing.T, tool, stdin string, args ...string) (str
 
 func TestRedisCLI(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	for _, tc := range []struct {
 		name  string
 		stdin string
@@ -139,7 +139,7 @@ func sortLines(s string) string {
 
 func TestRedisCLIAuth(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
+	ts := startServer(t, server.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -162,7 +162,7 @@ func TestRedisCLIAuth(t *testing.T) {
 // stays healthy.
 func TestRedisBenchmark(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	const n = 5000
 	total := 0
 	for _, pipeline := range []string{"1", "16"} {

@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel/internal/testcerts"
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // testTLS is a server certificate for 127.0.0.1, made for a test, and a
@@ -38,7 +38,7 @@ func (x testTLS) client() *tls.Config { return &tls.Config{RootCAs: x.roots} }
 
 // startTLSServer starts a server configured by cfg on a TLS listener of
 // 127.0.0.1:0.
-func startTLSServer(t *testing.T, x testTLS, cfg resp.Config) *testServer {
+func startTLSServer(t *testing.T, x testTLS, cfg server.Config) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -63,7 +63,7 @@ func (ts *testServer) dialTLS(t *testing.T, x testTLS) *client {
 func TestTLS(t *testing.T) {
 	t.Parallel()
 	x := newTestTLS(t)
-	ts := startTLSServer(t, x, resp.Config{Password: "sekret"})
+	ts := startTLSServer(t, x, server.Config{Password: "sekret"})
 	ctx := testContext(t)
 	for _, proto := range []int{2, 3} {
 		rdb := ts.goRedis(t, redis.Options{TLSConfig: x.client(), Password: "sekret", Protocol: proto})
@@ -90,7 +90,7 @@ func TestTLS(t *testing.T) {
 func TestTLSHandshakeTimeout(t *testing.T) {
 	t.Parallel()
 	x := newTestTLS(t)
-	ts := startTLSServer(t, x, resp.Config{HandshakeTimeout: 50 * time.Millisecond, MaxClients: 1})
+	ts := startTLSServer(t, x, server.Config{HandshakeTimeout: 50 * time.Millisecond, MaxClients: 1})
 	mute := ts.dial(t) // plain TCP: it never says hello
 	start := time.Now()
 	mute.expectClosed("")
@@ -112,13 +112,13 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 
 	// A server with the default timeout shuts down at once, with a mute
 	// client connected.
-	ts2 := startTLSServer(t, x, resp.Config{})
+	ts2 := startTLSServer(t, x, server.Config{})
 	mute2 := ts2.dial(t)
 	served := ts2.dialTLS(t, x)
 	if got := served.do("PING"); got != "+PONG\r\n" {
 		t.Fatalf("PING: %q", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), resp.DefaultHandshakeTimeout/2)
+	ctx, cancel := context.WithTimeout(context.Background(), server.DefaultHandshakeTimeout/2)
 	defer cancel()
 	if err := ts2.srv.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown with a client in its handshake: %v", err)
@@ -132,7 +132,7 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 func TestTLSShutdownDrains(t *testing.T) {
 	t.Parallel()
 	x := newTestTLS(t)
-	ts := startTLSServer(t, x, resp.Config{})
+	ts := startTLSServer(t, x, server.Config{})
 	c := ts.dialTLS(t, x)
 	if got := c.do("PING"); got != "+PONG\r\n" {
 		t.Fatalf("PING: %q", got)
@@ -167,7 +167,7 @@ func TestTLSShutdownDrains(t *testing.T) {
 func TestTLSMaxClients(t *testing.T) {
 	t.Parallel()
 	x := newTestTLS(t)
-	ts := startTLSServer(t, x, resp.Config{MaxClients: 1})
+	ts := startTLSServer(t, x, server.Config{MaxClients: 1})
 	first := ts.dialTLS(t, x)
 	if got := first.do("PING"); got != "+PONG\r\n" {
 		t.Fatalf("PING: %q", got)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package resp
+package server
 
 import "golang.org/x/sys/unix"
 

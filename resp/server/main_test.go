@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"flag"

@@ -1,4 +1,4 @@
-package resp
+package server
 
 import (
 	"bytes"
@@ -476,153 +476,175 @@ func validClientName(name []byte) bool {
 	return true
 }
 
+// cmdClient answers CLIENT through the subcommand of clientSubcommands
+// that args[1] names.
 func cmdClient(c *conn, args [][]byte) {
 	sub := strings.ToLower(string(args[1]))
-	wrongArity := func() {
-		c.wr.WriteError("ERR wrong number of arguments for 'client|" + sub + "' command")
-	}
-	switch sub {
-	case "id":
-		if len(args) != 2 {
-			wrongArity()
-			return
-		}
-		c.wr.WriteInt(c.id)
-	case "getname":
-		if len(args) != 2 {
-			wrongArity()
-			return
-		}
-		c.mu.Lock()
-		name := c.name
-		c.mu.Unlock()
-		if name == "" {
-			c.wr.WriteNull()
-		} else {
-			c.wr.WriteBulkString(name)
-		}
-	case "setname":
-		if len(args) != 3 {
-			wrongArity()
-			return
-		}
-		if !validClientName(args[2]) {
-			c.wr.WriteError("ERR Client names cannot contain spaces, newlines or special characters.")
-			return
-		}
-		c.mu.Lock()
-		c.name = string(args[2])
-		c.mu.Unlock()
-		c.wr.WriteSimpleString("OK")
-	case "setinfo":
-		if len(args) != 4 {
-			wrongArity()
-			return
-		}
-		attr := strings.ToLower(string(args[2]))
-		if attr != "lib-name" && attr != "lib-ver" {
-			c.wr.WriteError("ERR Unrecognized option '" + string(trunc(args[2], 128)) + "'")
-			return
-		}
-		if !validClientName(args[3]) {
-			c.wr.WriteError("ERR " + attr + " cannot contain spaces, newlines or special characters.")
-			return
-		}
-		c.mu.Lock()
-		if attr == "lib-name" {
-			c.lib[0] = string(args[3])
-		} else {
-			c.lib[1] = string(args[3])
-		}
-		c.mu.Unlock()
-		c.wr.WriteSimpleString("OK")
-	case "info":
-		if len(args) != 2 {
-			wrongArity()
-			return
-		}
-		c.wr.WriteVerbatim("txt", c.info(time.Now())+"\n")
-	case "list":
-		if len(args) != 2 {
-			c.wr.WriteError("ERR syntax error")
-			return
-		}
-		now := time.Now()
-		var b strings.Builder
-		for _, o := range c.s.clients() {
-			b.WriteString(o.info(now))
-			b.WriteByte('\n')
-		}
-		c.wr.WriteVerbatim("txt", b.String())
-	case "tracking":
-		// Client-side caching is not served: tracking in OPTIN mode is
-		// accepted (rueidis asks for it on connect) because, with CLIENT
-		// CACHING refused, no key is ever opted in, so there is never
-		// anything to invalidate. Every other mode would track reads.
-		if len(args) < 3 {
-			wrongArity()
-			return
-		}
-		switch strings.ToLower(string(args[2])) {
-		case "off":
-			c.wr.WriteSimpleString("OK")
-		case "on":
-			optin, other := false, false
-			for _, a := range args[3:] {
-				switch strings.ToLower(string(a)) {
-				case "optin":
-					optin = true
-				case "noloop":
-				default:
-					other = true
-				}
-			}
-			if !optin || other {
-				c.wr.WriteError("ERR client-side caching is not supported: only CLIENT TRACKING ON OPTIN is accepted, and no key is ever opted in")
-				return
-			}
-			c.wr.WriteSimpleString("OK")
-		default:
-			c.wr.WriteError("ERR syntax error")
-		}
-	case "caching":
-		if len(args) != 3 {
-			wrongArity()
-			return
-		}
-		c.wr.WriteError("ERR client-side caching is not supported: CLIENT CACHING is refused")
-	case "no-evict", "no-touch":
-		if len(args) != 3 {
-			wrongArity()
-			return
-		}
-		switch strings.ToLower(string(args[2])) {
-		case "on", "off":
-			c.wr.WriteSimpleString("OK")
-		default:
-			c.wr.WriteError("ERR syntax error")
-		}
-	case "help":
-		lines := []string{
-			"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-			"GETNAME", "    Return the name of the current connection.",
-			"ID", "    Return the ID of the current connection.",
-			"INFO", "    Return information about the current client connection.",
-			"LIST", "    Return information about client connections.",
-			"SETINFO <option> <value>", "    Set client meta attr: LIB-NAME or LIB-VER.",
-			"SETNAME <name>", "    Assign the name <name> to the current connection.",
-			"TRACKING (ON OPTIN|OFF)", "    Accepted for compatibility: no key is ever tracked.",
-			"CACHING (YES|NO)", "    Refused: client-side caching is not supported.",
-			"NO-EVICT (ON|OFF)", "    Accepted for compatibility; has no effect.",
-			"NO-TOUCH (ON|OFF)", "    Accepted for compatibility; has no effect.",
-			"HELP", "    Print this help.",
-		}
-		c.wr.WriteArray(len(lines))
-		for _, l := range lines {
-			c.wr.WriteSimpleString(l)
-		}
-	default:
+	cmd, ok := clientSubcommands[sub]
+	if !ok {
 		c.wr.WriteError("ERR unknown subcommand '" + string(trunc(args[1], 128)) + "'. Try CLIENT HELP.")
+		return
+	}
+	if n := len(args); cmd.arity > 0 && n != cmd.arity || cmd.arity < 0 && n < -cmd.arity {
+		c.wr.WriteError("ERR wrong number of arguments for 'client|" + sub + "' command")
+		return
+	}
+	cmd.run(c, args)
+}
+
+// clientSubcommand is a subcommand of CLIENT: its handler, and its arity as
+// in the command table (counting CLIENT and the subcommand's name): n means
+// exactly n arguments, -n at least n. A request of another count is told
+// the wrong number of arguments before run is called.
+type clientSubcommand struct {
+	arity int
+	run   func(c *conn, args [][]byte)
+}
+
+// clientSubcommands are CLIENT's subcommands, by lowercase name.
+var clientSubcommands = map[string]clientSubcommand{
+	"id":       {arity: 2, run: clientID},
+	"getname":  {arity: 2, run: clientGetName},
+	"setname":  {arity: 3, run: clientSetName},
+	"setinfo":  {arity: 4, run: clientSetInfo},
+	"info":     {arity: 2, run: clientInfo},
+	"list":     {arity: -2, run: clientList},
+	"tracking": {arity: -3, run: clientTracking},
+	"caching":  {arity: 3, run: clientCaching},
+	"no-evict": {arity: 3, run: clientOnOff},
+	"no-touch": {arity: 3, run: clientOnOff},
+	"help":     {arity: -2, run: clientHelp},
+}
+
+func clientID(c *conn, args [][]byte) { c.wr.WriteInt(c.id) }
+
+func clientGetName(c *conn, args [][]byte) {
+	c.mu.Lock()
+	name := c.name
+	c.mu.Unlock()
+	if name == "" {
+		c.wr.WriteNull()
+	} else {
+		c.wr.WriteBulkString(name)
+	}
+}
+
+func clientSetName(c *conn, args [][]byte) {
+	if !validClientName(args[2]) {
+		c.wr.WriteError("ERR Client names cannot contain spaces, newlines or special characters.")
+		return
+	}
+	c.mu.Lock()
+	c.name = string(args[2])
+	c.mu.Unlock()
+	c.wr.WriteSimpleString("OK")
+}
+
+func clientSetInfo(c *conn, args [][]byte) {
+	attr := strings.ToLower(string(args[2]))
+	if attr != "lib-name" && attr != "lib-ver" {
+		c.wr.WriteError("ERR Unrecognized option '" + string(trunc(args[2], 128)) + "'")
+		return
+	}
+	if !validClientName(args[3]) {
+		c.wr.WriteError("ERR " + attr + " cannot contain spaces, newlines or special characters.")
+		return
+	}
+	c.mu.Lock()
+	if attr == "lib-name" {
+		c.lib[0] = string(args[3])
+	} else {
+		c.lib[1] = string(args[3])
+	}
+	c.mu.Unlock()
+	c.wr.WriteSimpleString("OK")
+}
+
+func clientInfo(c *conn, args [][]byte) {
+	c.wr.WriteVerbatim("txt", c.info(time.Now())+"\n")
+}
+
+// clientList answers CLIENT LIST, which takes no filter here: further
+// arguments are a syntax error, as Redis calls an unknown filter.
+func clientList(c *conn, args [][]byte) {
+	if len(args) != 2 {
+		c.wr.WriteError("ERR syntax error")
+		return
+	}
+	now := time.Now()
+	var b strings.Builder
+	for _, o := range c.s.clients() {
+		b.WriteString(o.info(now))
+		b.WriteByte('\n')
+	}
+	c.wr.WriteVerbatim("txt", b.String())
+}
+
+// clientTracking answers CLIENT TRACKING. Client-side caching is not
+// served: tracking in OPTIN mode is accepted (rueidis asks for it on
+// connect) because, with CLIENT CACHING refused, no key is ever opted in,
+// so there is never anything to invalidate. Every other mode would track
+// reads.
+func clientTracking(c *conn, args [][]byte) {
+	switch strings.ToLower(string(args[2])) {
+	case "off":
+		c.wr.WriteSimpleString("OK")
+	case "on":
+		optin, other := false, false
+		for _, a := range args[3:] {
+			switch strings.ToLower(string(a)) {
+			case "optin":
+				optin = true
+			case "noloop":
+			default:
+				other = true
+			}
+		}
+		if !optin || other {
+			c.wr.WriteError("ERR client-side caching is not supported: only CLIENT TRACKING ON OPTIN is accepted, and no key is ever opted in")
+			return
+		}
+		c.wr.WriteSimpleString("OK")
+	default:
+		c.wr.WriteError("ERR syntax error")
+	}
+}
+
+func clientCaching(c *conn, args [][]byte) {
+	c.wr.WriteError("ERR client-side caching is not supported: CLIENT CACHING is refused")
+}
+
+// clientOnOff answers CLIENT NO-EVICT and CLIENT NO-TOUCH, accepted for
+// compatibility: either switch has no effect here.
+func clientOnOff(c *conn, args [][]byte) {
+	switch strings.ToLower(string(args[2])) {
+	case "on", "off":
+		c.wr.WriteSimpleString("OK")
+	default:
+		c.wr.WriteError("ERR syntax error")
+	}
+}
+
+// clientHelpLines are the lines of CLIENT HELP's reply.
+var clientHelpLines = []string{
+	"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+	"GETNAME", "    Return the name of the current connection.",
+	"ID", "    Return the ID of the current connection.",
+	"INFO", "    Return information about the current client connection.",
+	"LIST", "    Return information about client connections.",
+	"SETINFO <option> <value>", "    Set client meta attr: LIB-NAME or LIB-VER.",
+	"SETNAME <name>", "    Assign the name <name> to the current connection.",
+	"TRACKING (ON OPTIN|OFF)", "    Accepted for compatibility: no key is ever tracked.",
+	"CACHING (YES|NO)", "    Refused: client-side caching is not supported.",
+	"NO-EVICT (ON|OFF)", "    Accepted for compatibility; has no effect.",
+	"NO-TOUCH (ON|OFF)", "    Accepted for compatibility; has no effect.",
+	"HELP", "    Print this help.",
+}
+
+func clientHelp(c *conn, args [][]byte) {
+	c.wr.WriteArray(len(clientHelpLines))
+	for _, l := range clientHelpLines {
+		c.wr.WriteSimpleString(l)
 	}
 }
 

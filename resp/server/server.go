@@ -1,4 +1,4 @@
-package resp
+package server
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/lograte"
+	"github.com/funnelrl/funnel/resp"
 )
 
 // DefaultMaxClients is the default bound on connected clients, as in Redis.
@@ -54,7 +55,7 @@ type Config struct {
 	// (Redis's timeout 0).
 	IdleTimeout time.Duration
 	// Limits bound what one client may send.
-	Limits Limits
+	Limits resp.Limits
 	// EventLoops chooses how connections are served. An event loop serves
 	// many connections on one thread with epoll, as Redis does: it runs
 	// every command of a ready client, and the store's calls, on that
@@ -175,7 +176,6 @@ func NewServer(store funnel.Store, cfg Config) *Server {
 	if cfg.MaxOutputBuffer <= 0 {
 		cfg.MaxOutputBuffer = DefaultMaxOutputBuffer
 	}
-	cfg.Limits = cfg.Limits.withDefaults()
 	if cfg.Credentials == nil {
 		cfg.Credentials = newPasswords(cfg.Password, cfg.Users)
 	}
@@ -432,19 +432,18 @@ type conn struct {
 	nc      net.Conn // with a goroutine per connection; nil in an event loop
 	raddr   net.Addr
 	laddr   net.Addr
-	rd      *Reader
-	wr      *Writer
+	rd      *resp.Reader
+	wr      *resp.Writer
 	id      int64
 	created time.Time
 
 	// Guarded by mu: read by CLIENT INFO/LIST of other connections.
-	mu      sync.Mutex
-	name    string
-	lib     [2]string // CLIENT SETINFO lib-name, lib-ver
-	user    string
-	proto   int
-	last    time.Time // when the client last sent commands
-	lastCmd string
+	mu    sync.Mutex
+	name  string
+	lib   [2]string // CLIENT SETINFO lib-name, lib-ver
+	user  string
+	proto int
+	last  time.Time // when the client last sent commands
 
 	tlsIn  *tlsInput // what rd reads on a TLS connection; nil otherwise
 	authed bool
@@ -463,7 +462,7 @@ func newConn(s *Server, nc net.Conn, rw io.ReadWriter) *conn {
 		s:       s,
 		raddr:   nc.RemoteAddr(),
 		laddr:   nc.LocalAddr(),
-		wr:      NewWriter(rw),
+		wr:      resp.NewWriter(rw),
 		id:      s.nextID.Add(1),
 		created: now,
 		last:    now,
@@ -479,7 +478,7 @@ func newConn(s *Server, nc net.Conn, rw io.ReadWriter) *conn {
 		c.tlsIn = &tlsInput{tc: tc}
 		in = c.tlsIn
 	}
-	c.rd = NewReader(in, s.cfg.Limits)
+	c.rd = resp.NewReader(in, s.cfg.Limits)
 	return c
 }
 
@@ -494,7 +493,7 @@ func (c *conn) serve() {
 		// A client that takes none of its replies for IdleTimeout is
 		// idle too: its write fails, and it is closed, as an event loop
 		// closes it.
-		c.wr = NewWriter(deadlineWriter{c.nc, idle})
+		c.wr = resp.NewWriter(deadlineWriter{c.nc, idle})
 	}
 	var idleAt time.Time // the read deadline of IdleTimeout; zero: none
 	for {
@@ -579,13 +578,13 @@ func (c *conn) drained() bool {
 // readFailed answers a protocol error before the connection closes.
 func (c *conn) readFailed(err error) {
 	c.publish()
-	var pe *ProtocolError
+	var pe *resp.ProtocolError
 	switch {
 	case errors.As(err, &pe):
 		c.wr.WriteError("ERR " + pe.Msg)
 		c.wr.Flush()
 		c.s.log.Debug("resp: protocol error", "client", c.id, "addr", c.raddr, "err", pe.Msg)
-	case errors.Is(err, ErrQueryBufferFull):
+	case errors.Is(err, resp.ErrQueryBufferFull):
 		c.wr.Flush()
 		c.s.log.Warn("resp: client closed for exceeding the query buffer limit", "client", c.id, "addr", c.raddr)
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):

@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // healthy checks that a new client of ts gets answers.
@@ -40,7 +41,7 @@ func (ts *testServer) healthy(t *testing.T) {
 // the bad input are answered; the other client and new ones are unaffected.
 func TestServerBadInput(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	bystander := ts.dial(t)
 	bystander.do("CLIENT", "SETNAME", "bystander")
 	const protoErr = "-ERR Protocol error: "
@@ -97,7 +98,7 @@ func TestServerBadInput(t *testing.T) {
 // like Redis, the server closes the connection without a reply.
 func TestServerQueryBufferLimit(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{Limits: resp.Limits{MaxQueryBuffer: 256 << 10}})
+	ts := startServer(t, server.Config{Limits: resp.Limits{MaxQueryBuffer: 256 << 10}})
 	c := ts.dial(t)
 	if got := c.do("PING"); got != simple("PONG") {
 		t.Fatal(got)
@@ -137,7 +138,7 @@ func TestServerQueryBufferLimit(t *testing.T) {
 // leave without reading the replies; the server stays up and frees them.
 func TestServerClientLeavesMidPipeline(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	bystander := ts.dial(t)
 	pipeline := strings.Repeat(multibulk("CL.THROTTLE", "leaver", "100", "1", "1")+multibulk("INFO"), 2000)
 	var wg sync.WaitGroup
@@ -216,7 +217,7 @@ func TestServerManyIdleClients(t *testing.T) {
 			t.Skipf("10,000 connections need %d file descriptors in each process; RLIMIT_NOFILE cannot be raised: %v", n+1000, err)
 		}
 	}
-	ts := startServer(t, resp.Config{MaxClients: n + 10})
+	ts := startServer(t, server.Config{MaxClients: n + 10})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperHoldConnections$", "-test.count=1")
@@ -258,7 +259,7 @@ func TestServerManyIdleClients(t *testing.T) {
 
 func TestServerMaxClients(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{MaxClients: 2})
+	ts := startServer(t, server.Config{MaxClients: 2})
 	a, b := ts.dial(t), ts.dial(t)
 	a.do("PING")
 	b.do("PING")
@@ -279,7 +280,7 @@ func TestServerMaxClients(t *testing.T) {
 func TestServerIdleTimeout(t *testing.T) {
 	t.Parallel()
 	const idle = 300 * time.Millisecond
-	ts := startServer(t, resp.Config{IdleTimeout: idle})
+	ts := startServer(t, server.Config{IdleTimeout: idle})
 	busy := ts.dial(t)
 	busy.do("PING")
 	// A client that is never idle that long stays: commands 50 ms apart
@@ -318,7 +319,7 @@ func TestServerIdleTimeout(t *testing.T) {
 // have sent, then closes every connection; Serve returns ErrServerClosed.
 func TestServerShutdown(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	idle := ts.dial(t)
 	idle.do("PING")
 	busy := ts.dial(t)
@@ -342,10 +343,10 @@ func TestServerShutdown(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("Shutdown did not return")
 	}
-	if err := <-ts.errc; !errors.Is(err, resp.ErrServerClosed) {
+	if err := <-ts.errc; !errors.Is(err, server.ErrServerClosed) {
 		t.Fatalf("Serve returned %v", err)
 	}
-	ts.errc <- resp.ErrServerClosed
+	ts.errc <- server.ErrServerClosed
 	if nc, err := net.DialTimeout("tcp", ts.addr, time.Second); err == nil {
 		nc.Close()
 		t.Fatal("the server still accepts connections after Shutdown")
@@ -359,7 +360,7 @@ func TestServerShutdown(t *testing.T) {
 // connections at once and returns the context's error.
 func TestServerShutdownDeadline(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	c.do("PING")
 	c.send("*2\r\n$4\r\nECHO\r\n$5\r\nab") // a command that never ends
@@ -377,7 +378,7 @@ func TestServerShutdownDeadline(t *testing.T) {
 func TestServerNoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	func() {
-		ts := startServer(t, resp.Config{IdleTimeout: time.Minute})
+		ts := startServer(t, server.Config{IdleTimeout: time.Minute})
 		var cs []*client
 		for range 50 {
 			c := ts.dial(t)
@@ -391,10 +392,10 @@ func TestServerNoGoroutineLeak(t *testing.T) {
 			c.expectClosed("")
 		}
 		half.expectClosed("")
-		if err := <-ts.errc; !errors.Is(err, resp.ErrServerClosed) {
+		if err := <-ts.errc; !errors.Is(err, server.ErrServerClosed) {
 			t.Fatalf("Serve returned %v", err)
 		}
-		ts.errc <- resp.ErrServerClosed
+		ts.errc <- server.ErrServerClosed
 		ts.store.Close()
 	}()
 	var now int

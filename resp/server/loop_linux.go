@@ -1,6 +1,6 @@
 //go:build linux
 
-package resp
+package server
 
 import (
 	"errors"

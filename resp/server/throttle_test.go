@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 const (
@@ -218,7 +218,7 @@ var wireCases = []struct {
 // (the reply is the same five integers).
 func TestServerThrottleConformance(t *testing.T) {
 	t.Parallel()
-	runWireCases(t, func(t *testing.T) *testServer { return startServer(t, resp.Config{}) })
+	runWireCases(t, func(t *testing.T) *testServer { return startServer(t, server.Config{}) })
 }
 
 // runWireCases runs wireCases, each on a server of its own that start
@@ -254,7 +254,7 @@ func runWireCases(t *testing.T, start func(t *testing.T) *testServer) {
 // refuses; and that a refused request changes nothing.
 func TestServerThrottleErrors(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	const (
 		usage    = "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
@@ -343,7 +343,7 @@ func TestServerThrottleErrors(t *testing.T) {
 // case-insensitive and that inline commands work as multibulk ones.
 func TestServerThrottleCommandName(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	for i, name := range []string{"CL.THROTTLE", "cl.throttle", "Cl.ThRoTtLe"} {
 		if got, want := c.do(name, "name", "15", "30", "60"), ints(0, 16, int64(15-i), -1, int64(2+2*i)); got != want {
@@ -364,7 +364,7 @@ func TestServerThrottleCommandName(t *testing.T) {
 // place in its buffer; the store must copy those it keeps).
 func TestServerThrottleKeys(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	keys := []string{"a", "b", "a:b", "A", "", "\x00", "\x00\x01", "\xff\xfe", "caf\xc3", "line\r\nbreak", "sp ace", strings.Repeat("\x00", 1024), strings.Repeat("k", 100_000)}
 	for _, k := range keys {
@@ -406,7 +406,7 @@ func TestServerThrottleKeys(t *testing.T) {
 // it is full again.
 func TestServerKeyCommands(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	steps := []struct {
 		at   time.Duration
@@ -456,7 +456,7 @@ func TestServerKeyCommands(t *testing.T) {
 // the conformance suite requires of the store.
 func TestServerThrottleConcurrent(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	const (
 		clients = 8
 		perStep = 20

@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"log/slog"
@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/funnelrl/funnel/internal/testlog"
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // creds is a Credentials of one user, which counts its checks.
@@ -29,7 +29,7 @@ func (c *creds) Check(user, password string) bool {
 func TestCredentials(t *testing.T) {
 	t.Parallel()
 	cr := &creds{}
-	ts := startServer(t, resp.Config{Password: "ignored", Users: map[string]string{"alice": "a"}, Credentials: cr})
+	ts := startServer(t, server.Config{Password: "ignored", Users: map[string]string{"alice": "a"}, Credentials: cr})
 	c := ts.dial(t)
 	for _, tc := range []struct{ args []string }{{[]string{"AUTH", "ignored"}}, {[]string{"AUTH", "alice", "a"}}, {[]string{"HELLO", "3", "AUTH", "carol", "wrong"}}} {
 		if got := c.do(tc.args...); got != "-"+wrongpass+"\r\n" {
@@ -66,7 +66,7 @@ func TestAuthLogsNoPassword(t *testing.T) {
 		{[]string{"HELLO", "2", "AUTH", "sekret", "wonder"}, `user=""`, []string{"sekret", "wonder"}},
 	} {
 		log, logs := testlog.New(slog.LevelInfo)
-		ts := startServer(t, resp.Config{
+		ts := startServer(t, server.Config{
 			Password: "sekret",
 			Users:    map[string]string{"alice": "wonder"},
 			Logger:   log,

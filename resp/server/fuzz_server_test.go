@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // FuzzServer feeds arbitrary bytes to one connection of a running server,
@@ -39,7 +40,7 @@ func FuzzServer(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	ts := startServer(f, resp.Config{Limits: resp.Limits{MaxQueryBuffer: 64 << 10}})
+	ts := startServer(f, server.Config{Limits: resp.Limits{MaxQueryBuffer: 64 << 10}})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		nc, err := net.DialTimeout("tcp", ts.addr, waitFor)
 		if err != nil {

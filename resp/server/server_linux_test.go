@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/testlog"
 	"github.com/funnelrl/funnel/memstore"
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // These tests use Linux's socket buffer sizes and /proc. Those that leave
@@ -71,7 +71,7 @@ func stable(t testing.TB, f func() int64) int64 {
 // answers every one of them, in order, as the client reads.
 func TestServerBackPressure(t *testing.T) {
 	t.Parallel()
-	ts := startServerOn(t, smallBufListener(t, 8<<10), resp.Config{})
+	ts := startServerOn(t, smallBufListener(t, 8<<10), server.Config{})
 	c := ts.dial(t)
 	want := c.do("COMMAND")
 	const n = 1000
@@ -108,7 +108,7 @@ func TestEventLoopOutputLimit(t *testing.T) {
 	}
 	t.Parallel()
 	log, logs := testlog.New(slog.LevelInfo)
-	ts := startServerOn(t, smallBufListener(t, 8<<10), resp.Config{
+	ts := startServerOn(t, smallBufListener(t, 8<<10), server.Config{
 		EventLoops: 1, MaxOutputBuffer: 64 << 10,
 		Logger: log,
 	})
@@ -149,7 +149,7 @@ func TestEventLoopIdleClientNotReading(t *testing.T) {
 	}
 	t.Parallel()
 	const idle = 300 * time.Millisecond
-	ts := startServerOn(t, smallBufListener(t, 8<<10), resp.Config{EventLoops: 1, IdleTimeout: idle})
+	ts := startServerOn(t, smallBufListener(t, 8<<10), server.Config{EventLoops: 1, IdleTimeout: idle})
 	c := ts.dial(t)
 	c.do("PING")
 	start := time.Now()
@@ -168,7 +168,7 @@ func TestEventLoopsManyClients(t *testing.T) {
 		t.Skip("event loops only: runs in the suite's event-loop pass")
 	}
 	// Not parallel: it counts goroutines.
-	ts := startServer(t, resp.Config{EventLoops: 4})
+	ts := startServer(t, server.Config{EventLoops: 4})
 	first := ts.dial(t)
 	first.do("PING")
 	goroutines := runtime.NumGoroutine()
@@ -231,7 +231,7 @@ func TestEventLoopsManyClients(t *testing.T) {
 // the connection once they are out.
 func TestServerShutdownPendingOutput(t *testing.T) {
 	t.Parallel()
-	ts := startServerOn(t, smallBufListener(t, 8<<10), resp.Config{})
+	ts := startServerOn(t, smallBufListener(t, 8<<10), server.Config{})
 	c := ts.dial(t)
 	want := c.do("COMMAND")
 	// 400 commands in one segment, which the server reads at once; their
@@ -291,7 +291,7 @@ func TestServerNoDescriptorLeak(t *testing.T) {
 			warm.Close()
 			fds, goroutines := openFDs(t), runtime.NumGoroutine()
 			func() {
-				ts := startServer(t, resp.Config{MaxClients: 20})
+				ts := startServer(t, server.Config{MaxClients: 20})
 				var conns []net.Conn
 				dial := func() *client {
 					c := ts.dial(t)
@@ -329,10 +329,10 @@ func TestServerNoDescriptorLeak(t *testing.T) {
 						t.Fatalf("Shutdown: %v", err)
 					}
 				}
-				if err := <-ts.errc; err != resp.ErrServerClosed {
+				if err := <-ts.errc; err != server.ErrServerClosed {
 					t.Fatalf("Serve returned %v", err)
 				}
-				ts.errc <- resp.ErrServerClosed
+				ts.errc <- server.ErrServerClosed
 				ts.store.Close()
 				for _, nc := range conns {
 					nc.Close()
@@ -377,7 +377,7 @@ func TestServerEventLoopsAuto(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := memstore.New(memstore.Options{})
 			defer st.Close()
-			srv := resp.NewServer(tc.wrap(st), resp.Config{Logger: quietLogger()})
+			srv := server.NewServer(tc.wrap(st), server.Config{Logger: quietLogger()})
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

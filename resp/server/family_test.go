@@ -1,11 +1,11 @@
-package resp_test
+package server_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // famStep is one FUNNEL.* command at an instant after the server clock's
@@ -20,7 +20,7 @@ func cmd(args ...string) []string { return args }
 
 func runFamSteps(t *testing.T, steps []famStep) {
 	t.Helper()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	for i, s := range steps {
 		ts.at(s.at)
@@ -118,7 +118,7 @@ func TestFunnelLeases(t *testing.T) {
 		{5000 * ms, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "z"), array(integer(1), integer(1), integer(0), integer(-1), integer(5000), bulk("z"))},
 	})
 	// Without an ID the server makes one up.
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	got := c.do("FUNNEL.ACQUIRE", "k", "2", "1000")
 	if !strings.HasPrefix(got, "*6\r\n:1\r\n:2\r\n:1\r\n:-1\r\n:1000\r\n$32\r\n") {
@@ -128,7 +128,7 @@ func TestFunnelLeases(t *testing.T) {
 
 func TestFunnelBadInput(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	for _, tc := range []struct {
 		args []string

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package resp
+package server
 
 // inputWaiting reports false: on this platform the server does not look
 // into a socket for input that has not been read.

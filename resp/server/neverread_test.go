@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"net"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 )
 
 // TestServerClientsThatNeverRead is a fault drill: twenty clients pipeline
@@ -24,7 +24,7 @@ func TestServerClientsThatNeverRead(t *testing.T) {
 	// An IdleTimeout of seconds: the healthy client must not be idle that
 	// long while the silent ones start (and starve a small machine).
 	const silent, decisions = 20, 500
-	ts := startServer(t, resp.Config{IdleTimeout: 3 * time.Second, MaxOutputBuffer: 64 << 10})
+	ts := startServer(t, server.Config{IdleTimeout: 3 * time.Second, MaxOutputBuffer: 64 << 10})
 	healthy := ts.dial(t)
 	healthy.do("PING")
 

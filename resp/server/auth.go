@@ -1,4 +1,4 @@
-package resp
+package server
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"bufio"
@@ -14,18 +14,18 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/memstore"
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 	"github.com/funnelrl/funnel/storetest"
 )
 
 // waitFor bounds every wait of these tests for a reply or a condition.
 const waitFor = 10 * time.Second
 
-// testServer is a resp.Server on 127.0.0.1:0 over a store whose clock is
+// testServer is a server.Server on 127.0.0.1:0 over a store whose clock is
 // clock, so that replies are exact.
 type testServer struct {
 	addr  string
-	srv   *resp.Server
+	srv   *server.Server
 	store *memstore.Store // nil when the server is over another store
 	clock *storetest.Clock
 	errc  chan error // Serve's result
@@ -36,7 +36,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 // startServer starts a server configured by cfg; it is closed when the test
 // ends.
-func startServer(t testing.TB, cfg resp.Config) *testServer {
+func startServer(t testing.TB, cfg server.Config) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,7 +47,7 @@ func startServer(t testing.TB, cfg resp.Config) *testServer {
 
 // startServerOn starts a server configured by cfg on ln; it is closed when
 // the test ends.
-func startServerOn(t testing.TB, ln net.Listener, cfg resp.Config) *testServer {
+func startServerOn(t testing.TB, ln net.Listener, cfg server.Config) *testServer {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
@@ -65,19 +65,19 @@ func startServerOn(t testing.TB, ln net.Listener, cfg resp.Config) *testServer {
 
 // serveStore starts a server configured by cfg on ln over st, whose clock is
 // clock; it is closed when the test ends.
-func serveStore(t testing.TB, ln net.Listener, cfg resp.Config, st funnel.Store, clock *storetest.Clock) *testServer {
+func serveStore(t testing.TB, ln net.Listener, cfg server.Config, st funnel.Store, clock *storetest.Clock) *testServer {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
 	t.Logf("server on %s with Config.EventLoops %d", ln.Addr(), cfg.EventLoops)
-	ts := &testServer{addr: ln.Addr().String(), srv: resp.NewServer(st, cfg), clock: clock, errc: make(chan error, 1)}
+	ts := &testServer{addr: ln.Addr().String(), srv: server.NewServer(st, cfg), clock: clock, errc: make(chan error, 1)}
 	go func() { ts.errc <- ts.srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ts.srv.Close()
 		select {
 		case err := <-ts.errc:
-			if !errors.Is(err, resp.ErrServerClosed) {
+			if !errors.Is(err, server.ErrServerClosed) {
 				t.Errorf("Serve returned %v, want ErrServerClosed", err)
 			}
 			ts.errc <- err // for a test that looks again
@@ -262,7 +262,7 @@ func poll(t testing.TB, what string, cond func() bool) {
 
 func TestServerConnectionCommands(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	for _, tc := range []struct {
 		args []string
@@ -336,7 +336,7 @@ func TestServerConnectionCommands(t *testing.T) {
 // "'%.*s' " while the arguments so far are under 128 bytes).
 func TestServerUnknownCommand(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	a200 := strings.Repeat("a", 200)
 	for _, tc := range []struct {
@@ -378,7 +378,7 @@ const (
 
 func TestServerAuth(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
+	ts := startServer(t, server.Config{Password: "sekret", Users: map[string]string{"alice": "wonder"}})
 	c := ts.dial(t)
 	for _, tc := range []struct {
 		args []string
@@ -444,7 +444,7 @@ func TestServerAuth(t *testing.T) {
 	}
 
 	// A users file alone (no requirepass) requires authentication too.
-	us := startServer(t, resp.Config{Users: map[string]string{"bob": "builder"}})
+	us := startServer(t, server.Config{Users: map[string]string{"bob": "builder"}})
 	c3 := us.dial(t)
 	for _, tc := range []struct {
 		args []string
@@ -468,7 +468,7 @@ func TestServerAuth(t *testing.T) {
 
 func TestServerHello(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	for _, tc := range []struct {
 		args []string
@@ -562,7 +562,7 @@ func TestServerHello(t *testing.T) {
 
 func TestServerInfo(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{MaxClients: 50})
+	ts := startServer(t, server.Config{MaxClients: 50})
 	c := ts.dial(t)
 	c.do("CL.THROTTLE", "a", "0", "1", "60")
 	c.do("CL.THROTTLE", "a", "0", "1", "60")
@@ -620,7 +620,7 @@ func TestServerInfo(t *testing.T) {
 
 func TestServerCommand(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	names := []string{"auth", "cl.throttle", "client", "command", "config", "del", "echo", "exists",
 		"funnel.acquire", "funnel.allow", "funnel.allowall", "funnel.bans", "funnel.refund", "funnel.release", "funnel.unban",
@@ -677,7 +677,7 @@ func TestServerCommand(t *testing.T) {
 
 func TestServerClientTracking(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, resp.Config{})
+	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	const refused = "ERR client-side caching is not supported: only CLIENT TRACKING ON OPTIN is accepted, and no key is ever opted in"
 	for _, tc := range []struct {

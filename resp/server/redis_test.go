@@ -1,4 +1,4 @@
-package resp_test
+package server_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
-	"github.com/funnelrl/funnel/resp"
+	"github.com/funnelrl/funnel/resp/server"
 	"github.com/funnelrl/funnel/storetest"
 )
 
@@ -22,14 +22,14 @@ var redisServers atomic.Int64
 // startRedisServer starts a server configured by cfg over a Redis store on
 // the real redis-server srv, with an injected clock, so that CL.THROTTLE
 // replies are exact there too; it is closed when the test ends.
-func startRedisServer(t *testing.T, srv *redistest.Server, cfg resp.Config) *testServer {
+func startRedisServer(t *testing.T, srv *redistest.Server, cfg server.Config) *testServer {
 	t.Helper()
 	return startRedisServerOpts(t, srv, cfg, redisstore.Options{Timeout: 20 * time.Second})
 }
 
 // startRedisServerOpts is startRedisServer with the store's options opts
 // (their clock and prefix are set here).
-func startRedisServerOpts(t *testing.T, srv *redistest.Server, cfg resp.Config, opts redisstore.Options) *testServer {
+func startRedisServerOpts(t *testing.T, srv *redistest.Server, cfg server.Config, opts redisstore.Options) *testServer {
 	t.Helper()
 	client := srv.Client()
 	clock := storetest.NewClock(storetest.Epoch)
@@ -51,7 +51,7 @@ func startRedisServerOpts(t *testing.T, srv *redistest.Server, cfg resp.Config, 
 func TestServerThrottleConformanceRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	runWireCases(t, func(t *testing.T) *testServer { return startRedisServer(t, srv, resp.Config{}) })
+	runWireCases(t, func(t *testing.T) *testServer { return startRedisServer(t, srv, server.Config{}) })
 }
 
 // countingHandler is a slog handler that counts the records at or above
@@ -72,7 +72,7 @@ func TestServerThrottleWrongType(t *testing.T) {
 	t.Run("Memory", func(t *testing.T) {
 		t.Parallel()
 		logs := &countingHandler{}
-		ts := startServer(t, resp.Config{Logger: slog.New(logs)})
+		ts := startServer(t, server.Config{Logger: slog.New(logs)})
 		c := ts.dial(t)
 		if got := c.do("FUNNEL.ALLOW", "w", "fixed_window", "3", "1000"); got != ints(1, 3, 2, -1, 29, 0, 0) {
 			t.Fatalf("setup: %q", got)
@@ -93,7 +93,7 @@ func TestServerThrottleWrongType(t *testing.T) {
 		t.Parallel()
 		srv := redistest.StartServer(t)
 		logs := &countingHandler{}
-		ts := startRedisServer(t, srv, resp.Config{Logger: slog.New(logs)})
+		ts := startRedisServer(t, srv, server.Config{Logger: slog.New(logs)})
 		prefix := fmt.Sprintf("resp%d:", redisServers.Load())
 		rc := srv.Client()
 		ctx := context.Background()
@@ -130,19 +130,19 @@ func TestServerThrottleWrongType(t *testing.T) {
 // answers allowed. Each is counted in Stats, and none is logged per call.
 func TestServerFallbacks(t *testing.T) {
 	t.Parallel()
-	const tryAgain = "-" + resp.ErrFailClosed + "\r\n"
+	const tryAgain = "-" + server.ErrFailClosed + "\r\n"
 	for _, tc := range []struct {
 		name     string
-		cfg      resp.Config
+		cfg      server.Config
 		failOpen bool
 		throttle string
 		allow    string
 		acquire  string
 	}{
-		{"FailClosedError", resp.Config{}, false, tryAgain, tryAgain, tryAgain},
-		{"FailClosedRefuse", resp.Config{FailClosed: resp.FailClosedRefuse}, false,
+		{"FailClosedError", server.Config{}, false, tryAgain, tryAgain, tryAgain},
+		{"FailClosedRefuse", server.Config{FailClosed: server.FailClosedRefuse}, false,
 			ints(1, 16, 0, 1, 0), ints(0, 10, 0, 1000, 0, 0, 0), "*6\r\n:0\r\n:3\r\n:0\r\n:1000\r\n:0\r\n$-1\r\n"},
-		{"FailOpen", resp.Config{}, true,
+		{"FailOpen", server.Config{}, true,
 			ints(0, 16, 16, -1, 0), ints(1, 10, 0, -1, 0, 0, 0), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
