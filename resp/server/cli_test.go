@@ -11,17 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/resp/server"
 )
 
-// lookTool returns the path of a Redis command-line tool, or skips the test.
+// lookTool returns the path of a Redis command-line tool; a missing one
+// skips the test, or fails it under CI (redistest.Binary).
 func lookTool(t *testing.T, name string) string {
 	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s is not on PATH: install Debian's redis-tools (make test installs it with scripts/deps.sh)", name)
-	}
-	return path
+	return redistest.Binary(t, name)
 }
 
 // run runs a Redis tool against the server with stdin, and returns what it

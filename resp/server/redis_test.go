@@ -150,7 +150,9 @@ func TestServerFallbacks(t *testing.T) {
 			srv := redistest.StartServer(t)
 			logs := &countingHandler{}
 			tc.cfg.Logger = slog.New(logs)
-			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 100 * time.Millisecond, FailOpen: tc.failOpen})
+			// A stopped Redis refuses connections at once: the timeout only
+			// keeps a loaded machine's first decision from falling back.
+			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 5 * time.Second, FailOpen: tc.failOpen})
 			c := ts.dial(t)
 			if got := c.do("CL.THROTTLE", "k", "15", "30", "60"); got != ints(0, 16, 15, -1, 2) {
 				t.Fatalf("with Redis up: %q", got)
