@@ -392,3 +392,47 @@ func BenchmarkLimiterAllowOneKey(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkThrottleNewKeys is a decision for a key the store does not hold,
+// which inserts it: unbounded, under a bound with room (the key is reset
+// after each decision, so the store never fills), and under a full bound
+// (every new key evicts one).
+func BenchmarkThrottleNewKeys(b *testing.B) {
+	p := params(b, 1<<20, 1, time.Minute) // every key keeps its state for the run
+	keys := make([]string, 1<<18)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%07d", i)
+	}
+	for _, c := range []struct {
+		name  string
+		max   int
+		reset bool
+	}{
+		{"unbounded_reset", 0, true},
+		{"room_reset", 1 << 20, true},
+		{"full_evict", 1 << 12, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := memstore.New(memstore.Options{MaxKeys: c.max, SweepInterval: -1})
+			defer s.Close()
+			ctx := context.Background()
+			if !c.reset {
+				for _, k := range keys[:c.max] {
+					s.Throttle(ctx, k, p, 1)
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					k := keys[next.Add(1)%uint64(len(keys))]
+					s.Throttle(ctx, k, p, 1)
+					if c.reset {
+						s.Reset(ctx, k)
+					}
+				}
+			})
+		})
+	}
+}
