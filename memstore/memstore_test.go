@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -89,22 +90,27 @@ func TestSweepDropsPassedKeys(t *testing.T) {
 	}
 }
 
+// The background sweep keeps a full bucket for one interval, then drops it.
+// The store reads the real clock, which in the bubble moves only when every
+// goroutine of the test waits.
 func TestBackgroundSweep(t *testing.T) {
-	s, clock := newStore(t, memstore.Options{SweepInterval: time.Millisecond})
-	if _, err := s.Throttle(context.Background(), "k", params(t, 0, 1, time.Second), 1); err != nil {
-		t.Fatal(err)
-	}
-	// The background sweep keeps a full bucket for one interval, then drops it.
-	clock.Add(time.Second + time.Millisecond)
-	// The sweep runs on a real ticker; wait for it to notice, bounded.
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Stats().Keys != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("background sweep never dropped the key")
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(memstore.Options{SweepInterval: time.Millisecond})
+		defer s.Close()
+		if _, err := s.Throttle(context.Background(), "k", params(t, 0, 1, time.Second), 1); err != nil {
+			t.Fatal(err)
 		}
-		runtime.Gosched()
+		time.Sleep(time.Second) // the bucket is full again
+		synctest.Wait()         // and the sweep of this instant is done
+		if st := s.Stats(); st.Keys != 1 || st.Expired != 0 {
+			t.Fatalf("at the TAT: %+v, want the key kept one interval more", st)
+		}
 		time.Sleep(time.Millisecond)
-	}
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 0 || st.Expired != 1 {
+			t.Fatalf("one interval after the TAT: %+v, want the key dropped", st)
+		}
+	})
 }
 
 func TestMaxKeysEvictsNearestTAT(t *testing.T) {
