@@ -88,7 +88,7 @@ type pending struct {
 	tat  int64   // the TAT after the op
 	fs   *fstate // the key's family state; nil when absent
 	live bool    // fs holds state at now (otherwise it reads as empty)
-	add  bool    // the op adds the key, which is absent (see adding)
+	add  bool    // under a bound, the op adds its key (see reserve)
 	cut  bool    // the op would add its key, but the bound is smaller than the call
 	st   fstate  // the family state after the op
 	ban  int64   // time left in the key's ban, when positive
@@ -160,10 +160,9 @@ func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 			}
 		}
 	}
-	var one [1]pending
 	held := [1]*shard{sh}
 	for {
-		one[0] = pending{op: op, sh: sh, h: h, kind: k}
+		one := [1]pending{{op: op, sh: sh, h: h, kind: k}}
 		sh.mu.Lock()
 		now := s.Now()
 		err = s.apply(now, one[:], res, held[:])
@@ -323,10 +322,13 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 	}
 	// Places for the new keys before anything is stored, so that a call
 	// that cannot have them can still let its locks go and try again.
-	evict, ok := s.places(now, s.adding(now, ps), held)
-	if !ok {
-		unlockTATs(ps)
-		return errNoRoom
+	var evict int64
+	if s.max > 0 {
+		var ok bool
+		if evict, ok = s.reserve(now, ps, held); !ok {
+			unlockTATs(ps)
+			return errNoRoom
+		}
 	}
 	for i := range ps {
 		ps[i].commit(now)
@@ -334,34 +336,49 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 	// Evictions after the commit, and new keys last: making room may evict
 	// any key of the shards held, and every existing key has its final
 	// state by now.
-	s.evictHeld(now, ps, held, evict)
+	if evict > 0 {
+		s.evictHeld(now, ps, held, evict)
+	}
 	for i := range ps {
-		s.insertNew(&ps[i])
+		s.insertNew(now, &ps[i])
 	}
 	return nil
 }
 
-// adding marks the ops of ps that add their key (a take of units on a key
-// the store does not hold, admitted), and returns how many do. Under a
-// bound of fewer keys than that, only the keys whose states empty last are
-// added: the others count as evicted at once.
-func (s *Store) adding(now int64, ps []pending) int64 {
+// reserve marks the ops of ps that add their key and takes their places
+// under the bound (see places), which it returns false when it cannot. A
+// call that adds more keys than the bound adds only the keys whose states
+// empty last (see cut). The store is bounded.
+func (s *Store) reserve(now int64, ps []pending, held []*shard) (evict int64, ok bool) {
 	var n int64
 	for i := range ps {
-		p := &ps[i]
-		switch {
-		case p.op.N == 0:
-			p.add = false
-		case p.kind == kindTAT:
-			p.add = p.e == nil && p.tat > now
-		default:
-			p.add = p.fs == nil
-		}
-		if p.add {
+		if ps[i].add = ps[i].adds(now); ps[i].add {
 			n++
 		}
 	}
-	for s.max > 0 && n > s.max {
+	if n > s.max {
+		n = s.cut(ps, n)
+	}
+	return s.places(now, n, held)
+}
+
+// adds reports whether p's op adds its key: a take of units on a key the
+// store does not hold, admitted.
+func (p *pending) adds(now int64) bool {
+	switch {
+	case p.op.N == 0:
+		return false
+	case p.kind == kindTAT:
+		return p.e == nil && p.tat > now
+	}
+	return p.fs == nil
+}
+
+// cut unmarks the n-max ops of ps that would add the keys whose states
+// empty first, when a call adds more keys than the bound: those keys count
+// as evicted at once. It returns max.
+func (s *Store) cut(ps []pending, n int64) int64 {
+	for ; n > s.max; n-- {
 		var first *pending
 		for i := range ps {
 			if p := &ps[i]; p.add && (first == nil || p.end() < first.end()) {
@@ -369,7 +386,6 @@ func (s *Store) adding(now int64, ps []pending) int64 {
 			}
 		}
 		first.add, first.cut = false, true
-		n--
 	}
 	return n
 }
@@ -651,13 +667,13 @@ func (p *pending) commit(now int64) {
 	}
 }
 
-// insertNew adds p's key, when p adds it (see adding); its place under the
-// bound is taken.
-func (s *Store) insertNew(p *pending) {
+// insertNew adds p's key, when p adds it; its place under the bound is
+// taken.
+func (s *Store) insertNew(now int64, p *pending) {
 	switch {
 	case p.cut:
 		p.sh.evicted++
-	case !p.add:
+	case !p.adds(now):
 	case p.kind == kindTAT:
 		p.sh.insert(p.h, newEntry(p.op.Key, p.tat))
 	default:
