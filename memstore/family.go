@@ -86,6 +86,8 @@ type pending struct {
 	tat  int64   // the TAT after the op
 	fs   *fstate // the key's family state; nil when absent
 	live bool    // fs holds state at now (otherwise it reads as empty)
+	add  bool    // under a bound, the op adds its key (see reserve)
+	cut  bool    // the op would add its key, but the bound is smaller than the call
 	st   fstate  // the family state after the op
 	ban  int64   // time left in the key's ban, when positive
 }
@@ -162,12 +164,18 @@ func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 			}
 		}
 	}
-	var one [1]pending
-	one[0] = pending{op: op, sh: sh, h: h, kind: k}
-	sh.mu.Lock()
-	err = s.apply(s.Now(), one[:], res)
-	sh.mu.Unlock()
-	return err
+	held := [1]*shard{sh}
+	for {
+		one := [1]pending{{op: op, sh: sh, h: h, kind: k}}
+		sh.mu.Lock()
+		now := s.Now()
+		err = s.apply(now, one[:], res, held[:])
+		sh.mu.Unlock()
+		if err != errNoRoom {
+			return err
+		}
+		s.evictAnywhere(now, 1)
+	}
 }
 
 // doMany applies several ops, which must all be OpTake, all-or-nothing.
@@ -217,14 +225,28 @@ func (s *Store) doMany(ops []funnel.Op, res []funnel.Result) error {
 		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
 	})
 	locks = slices.Compact(locks)
-	for _, sh := range locks {
-		sh.mu.Lock()
+	for {
+		for _, sh := range locks {
+			sh.mu.Lock()
+		}
+		now := s.Now()
+		err := s.apply(now, ps, res, locks)
+		for _, sh := range locks {
+			sh.mu.Unlock()
+		}
+		if err != errNoRoom {
+			return err
+		}
+		var adds int64
+		for i := range ps {
+			p := &ps[i]
+			if p.add {
+				adds++
+			}
+			*p = pending{op: p.op, sh: p.sh, h: p.h, kind: p.kind}
+		}
+		s.evictAnywhere(now, adds)
 	}
-	err := s.apply(s.Now(), ps, res)
-	for _, sh := range locks {
-		sh.mu.Unlock()
-	}
-	return err
 }
 
 // takeTAT decides a funnel or leaky bucket take on entry e without the lock,
@@ -271,8 +293,12 @@ func result(limit int64, r algo.Result) funnel.Result {
 	}
 }
 
-// apply applies the ops of ps, whose shards' locks are held, at now.
-func (s *Store) apply(now int64, ps []pending, res []funnel.Result) error {
+// apply applies the ops of ps at now. The caller holds the locks of the
+// shards held, which are those of ps, each once. It returns errNoRoom,
+// having changed nothing, when the call adds keys to a full store and finds
+// none to evict without waiting for a lock: the caller lets its locks go,
+// calls evictAnywhere and applies ps again.
+func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shard) error {
 	for i := range ps {
 		if err := ps[i].resolve(now); err != nil {
 			unlockTATs(ps[:i])
@@ -298,15 +324,101 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result) error {
 		}
 		return nil
 	}
+	// Places for the new keys before anything is stored, so that a call
+	// that cannot have them can still let its locks go and try again.
+	var evict int64
+	if s.max > 0 {
+		var ok bool
+		if evict, ok = s.reserve(now, ps, held); !ok {
+			unlockTATs(ps)
+			return errNoRoom
+		}
+	}
 	for i := range ps {
 		ps[i].commit(now)
 	}
-	// New keys last: making room for one may evict any key, and every
-	// existing key has its final state by now.
+	// Evictions after the commit, and new keys last: making room may evict
+	// any key of the shards held, and every existing key has its final
+	// state by now.
+	if evict > 0 {
+		s.evictHeld(now, ps, held, evict)
+	}
 	for i := range ps {
 		s.insertNew(now, &ps[i])
 	}
 	return nil
+}
+
+// reserve marks the ops of ps that add their key and takes their places
+// under the bound (see places), which it returns false when it cannot. A
+// call that adds more keys than the bound adds only the keys whose states
+// empty last (see cut). The store is bounded.
+func (s *Store) reserve(now int64, ps []pending, held []*shard) (evict int64, ok bool) {
+	var n int64
+	for i := range ps {
+		if ps[i].add = ps[i].adds(now); ps[i].add {
+			n++
+		}
+	}
+	if n > s.max {
+		n = s.cut(ps, n)
+	}
+	return s.places(now, n, held)
+}
+
+// adds reports whether p's op adds its key: a take of units on a key the
+// store does not hold, admitted.
+func (p *pending) adds(now int64) bool {
+	switch {
+	case p.op.N == 0:
+		return false
+	case p.kind == kindTAT:
+		return p.e == nil && p.tat > now
+	}
+	return p.fs == nil
+}
+
+// cut unmarks the n-max ops of ps that would add the keys whose states
+// empty first, when a call adds more keys than the bound: those keys count
+// as evicted at once. It returns max.
+func (s *Store) cut(ps []pending, n int64) int64 {
+	for ; n > s.max; n-- {
+		var first *pending
+		for i := range ps {
+			if p := &ps[i]; p.add && (first == nil || p.end() < first.end()) {
+				first = p
+			}
+		}
+		first.add, first.cut = false, true
+	}
+	return n
+}
+
+// end is the instant at which the state that p's op leaves is empty.
+func (p *pending) end() int64 {
+	if p.kind == kindTAT {
+		return p.tat
+	}
+	return p.st.expires
+}
+
+// evictHeld evicts n keys from the shards held, for the keys that ps add:
+// from each new key's shard first, then from any. The places of the keys
+// evicted pass to the new keys; any beyond n (makeRoom drops every empty
+// state of its sample) are given back. The caller holds the locks of held,
+// which hold n keys at least (see places).
+func (s *Store) evictHeld(now int64, ps []pending, held []*shard, n int64) {
+	for i := 0; i < len(ps) && n > 0; i++ {
+		if p := &ps[i]; p.add {
+			n -= p.sh.evict(now)
+		}
+	}
+	for _, sh := range held {
+		for n > 0 && sh.held() > 0 {
+			n -= sh.evict(now)
+		}
+	}
+	s.release(-n)
 }
 
 // unlockTATs gives the TAT entries of ps back their TAT, unchanged.
@@ -330,6 +442,7 @@ func (p *pending) resolve(now int64) error {
 			}
 			delete(sh.fam, key)
 			sh.expired++
+			sh.release(1)
 		}
 		if e := sh.table.Load().find(p.h, key); e != nil {
 			// Deletions hold the lock, so e is live; only the lock-free
@@ -353,6 +466,7 @@ func (p *pending) resolve(now int64) error {
 			}
 			if _, ok := sh.remove(sl, tat); ok {
 				sh.expired++
+				sh.release(1)
 				break
 			}
 			// A lock-free Throttle charged it meanwhile: look again.
@@ -557,21 +671,22 @@ func (p *pending) commit(now int64) {
 	}
 }
 
-// insertNew adds p's key, when it was absent and is charged now.
+// insertNew adds p's key, when p adds it; its place under the bound is
+// taken.
 func (s *Store) insertNew(now int64, p *pending) {
 	switch {
-	case p.op.N == 0:
+	case p.cut:
+		p.sh.evicted++
+	case !p.adds(now):
 	case p.kind == kindTAT:
-		if p.e == nil && p.tat > now {
-			p.sh.insert(p.h, newEntry(p.op.Key, p.tat), now, s.perCap)
-		}
-	case p.fs == nil:
+		p.sh.insert(p.h, newEntry(p.op.Key, p.tat))
+	default:
 		fs := new(fstate)
 		*fs = p.st
 		if p.kind == kindConc {
 			cloneLease(fs.leases, p.op.Lease)
 		}
-		p.sh.insertFam(p.op.Key, fs, now, s.perCap)
+		p.sh.insertFam(p.op.Key, fs)
 	}
 }
 
@@ -646,12 +761,9 @@ func (sh *shard) banUntil(key string, until int64) {
 	sh.banPeak = max(sh.banPeak, len(sh.bans))
 }
 
-// insertFam adds the family state of key, which is absent. The caller holds
-// the lock.
-func (sh *shard) insertFam(key string, fs *fstate, now int64, perCap int) {
-	if perCap > 0 && sh.live+len(sh.fam) >= perCap {
-		sh.makeRoom(now)
-	}
+// insertFam adds the family state of key, which is absent and has its place
+// under the bound. The caller holds the lock.
+func (sh *shard) insertFam(key string, fs *fstate) {
 	if sh.fam == nil {
 		sh.fam = make(map[string]*fstate)
 	}

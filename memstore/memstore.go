@@ -51,10 +51,12 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,12 +77,15 @@ type Options struct {
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two. Zero means 16 per CPU, at least 64.
 	Shards int
-	// MaxKeys bounds the number of keys held, of every algorithm; zero means
-	// no bound. When a new key arrives at a full shard, keys whose state is
-	// already empty (a bucket full again) are dropped first; otherwise, of a
-	// sample of keys, the one whose state empties first (for a funnel, the
-	// TAT nearest to now: the least harmful to forget) is evicted. The bound is
-	// split evenly between shards, so the store never holds more than MaxKeys.
+	// MaxKeys bounds the number of keys held, of every algorithm, by the
+	// store as a whole; zero means no bound. Bans are not counted. The store
+	// holds up to exactly MaxKeys keys and evicts only when a new key
+	// arrives while it holds MaxKeys. It then looks at a sample of the keys
+	// of the new key's shard (or, when that shard holds none, of another
+	// shard): keys whose state is already empty (a bucket full again) are
+	// dropped first; otherwise the one whose state empties first (for a
+	// funnel, the TAT nearest to now: the least harmful to forget) is
+	// evicted.
 	MaxKeys int
 	// SweepInterval is how often a background goroutine drops keys whose
 	// state has been empty for at least one interval (for a funnel, whose
@@ -101,10 +106,16 @@ type Store struct {
 	now    func() int64 // nil: the monotonic real clock below
 	start  time.Time
 	base   int64
-	perCap int // keys per shard; 0 means unbounded
+	max    int64 // MaxKeys; 0 means unbounded
 	done   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+	_      [64]byte // keep the count below off the cache line of the fields above
+	// keys counts, when the store is bounded, the keys held by every shard
+	// and the places taken for keys about to be added (see places). It
+	// never exceeds max: a place is taken by compare-and-swap, or passed on
+	// from a key evicted for it.
+	keys atomic.Int64
 }
 
 type shard struct {
@@ -118,7 +129,10 @@ type shard struct {
 	famPeak int                // the most keys fam held since it was made
 	bans    map[string]int64   // banned keys: the instant each ban ends
 	banPeak int
-	_       [64]byte // keep neighbouring shards' locks on separate cache lines
+	keys    *atomic.Int64 // the store's count of keys when bounded, else nil
+	// Keep neighbouring shards' locks on separate cache lines (a shard is
+	// 144 bytes, its table and lock at the same offsets as before keys).
+	_ [56]byte
 }
 
 // New returns a Store configured by opts. Call Close when done with it.
@@ -130,6 +144,8 @@ func New(opts Options) *Store {
 			n = 64
 		}
 	}
+	// No more shards than keys: a full store evicts from the new key's
+	// shard, which should hold a sample to choose from.
 	if opts.MaxKeys > 0 && n > opts.MaxKeys {
 		n = opts.MaxKeys
 	}
@@ -147,10 +163,13 @@ func New(opts Options) *Store {
 	}
 	s.base = s.start.UnixNano()
 	if opts.MaxKeys > 0 {
-		s.perCap = opts.MaxKeys / n
+		s.max = int64(opts.MaxKeys)
 	}
 	for i := range s.shards {
 		s.shards[i].table.Store(newTable(minSlots))
+		if s.max > 0 {
+			s.shards[i].keys = &s.keys
+		}
 	}
 	every := opts.SweepInterval
 	if every == 0 {
@@ -220,8 +239,12 @@ func (s *Store) throttle(key string, p gcra.Params, quantity int64, res *funnel.
 			}
 		}
 	}
-	var err error
-	*res, err = s.throttleLocked(sh, h, key, now, p, quantity)
+	r, err := s.throttleLocked(sh, h, key, now, p, quantity)
+	for err == errNoRoom {
+		s.evictAnywhere(now, 1)
+		r, err = s.throttleLocked(sh, h, key, now, p, quantity)
+	}
+	*res = r
 	return err
 }
 
@@ -245,7 +268,10 @@ func decideOn(e *entry, now int64, p gcra.Params, quantity int64) (funnel.Result
 	}
 }
 
-// throttleLocked decides for a key that was not found without the lock.
+// throttleLocked decides for a key that was not found without the lock. It
+// returns errNoRoom, having changed nothing, when the key is new, the store
+// is full and the shard holds no key to evict for it: the caller then
+// calls evictAnywhere and tries again.
 func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcra.Params, quantity int64) (funnel.Result, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -260,22 +286,154 @@ func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcr
 		}
 		delete(sh.fam, key)
 		sh.expired++
+		sh.release(1)
 	}
 	newTAT, r, err := gcra.Decide(now, 0, p, quantity)
 	if err != nil {
 		return funnel.Result{}, err
 	}
 	if r.Allowed && newTAT > now {
-		sh.insert(h, newEntry(key, newTAT), now, s.perCap)
+		if s.max > 0 {
+			held := [1]*shard{sh}
+			evict, ok := s.places(now, 1, held[:])
+			if !ok {
+				return funnel.Result{}, errNoRoom
+			}
+			if evict > 0 {
+				s.release(sh.evict(now) - evict)
+			}
+		}
+		sh.insert(h, newEntry(key, newTAT))
 	}
 	return funnel.ResultOf(p, r), nil
 }
 
-// insert adds e, whose key is absent. The caller holds the lock.
-func (sh *shard) insert(h uint64, e *entry, now int64, perCap int) {
-	if perCap > 0 && sh.live+len(sh.fam) >= perCap {
-		sh.makeRoom(now)
+// errNoRoom says that a call must let its locks go and make room for its
+// new keys in other shards before it tries again.
+var errNoRoom = errors.New("memstore: no room in the shards held")
+
+// places makes sure that n new keys, about to be added under the locks of
+// the shards held (each once), fit under the bound. It takes free places
+// first; then it counts on evicting keys of the held shards, and returns
+// how many the caller must evict from them (each eviction passes its place
+// to a new key, see evictHeld); when they hold too few, it evicts from other
+// shards whose locks it can take without waiting. It reports false, holding
+// no place, when even that is not enough: the caller must then let its
+// locks go, call evictAnywhere and try again. An unbounded store always has
+// room. The caller holds the locks of held and n <= max.
+func (s *Store) places(now int64, n int64, held []*shard) (evict int64, ok bool) {
+	if s.max == 0 || n == 0 {
+		return 0, true
 	}
+	have := s.takeFree(n)
+	if have == n {
+		return 0, true
+	}
+	var inHeld int64
+	for _, sh := range held {
+		inHeld += int64(sh.held())
+	}
+	if n-have <= inHeld {
+		return n - have, true
+	}
+	have += s.evictOthers(now, held, n-have-inHeld)
+	if have >= n {
+		s.release(have - n)
+		return 0, true
+	}
+	if n-have <= inHeld {
+		return n - have, true
+	}
+	s.release(have)
+	return 0, false
+}
+
+// takeFree takes up to n free places under the bound and returns how many
+// it took.
+func (s *Store) takeFree(n int64) int64 {
+	for {
+		c := s.keys.Load()
+		take := min(s.max-c, n)
+		if take <= 0 {
+			return 0
+		}
+		if s.keys.CompareAndSwap(c, c+take) {
+			return take
+		}
+	}
+}
+
+// release gives back n places: keys dropped, or places taken and not used.
+func (s *Store) release(n int64) {
+	if n > 0 {
+		s.keys.Add(-n)
+	}
+}
+
+// release gives back the places of n keys dropped from sh. The caller holds
+// the lock.
+func (sh *shard) release(n int) {
+	if sh.keys != nil && n > 0 {
+		sh.keys.Add(-int64(n))
+	}
+}
+
+// held returns the number of keys sh holds. The caller holds the lock.
+func (sh *shard) held() int { return sh.live + len(sh.fam) }
+
+// evictOthers frees up to n places by evicting from shards other than held
+// whose locks are free, and returns how many it freed (perhaps more than
+// n). It never waits for a lock, so it may be called under any.
+func (s *Store) evictOthers(now int64, held []*shard, n int64) int64 {
+	var freed int64
+	start := int(cheaprand())
+	for i := range s.shards {
+		if freed >= n {
+			break
+		}
+		sh := &s.shards[(start+i)&(len(s.shards)-1)]
+		if slices.Contains(held, sh) || !sh.mu.TryLock() {
+			continue
+		}
+		for freed < n && sh.held() > 0 {
+			freed += sh.evict(now)
+		}
+		sh.mu.Unlock()
+	}
+	return freed
+}
+
+// evictAnywhere makes room for n new keys, one shard at a time, while the
+// store has fewer than n free places. The caller holds no lock. The places
+// it frees are given back: the caller takes them, or another caller does,
+// when it tries again.
+func (s *Store) evictAnywhere(now int64, n int64) {
+	if testHookEvictAnywhere != nil {
+		testHookEvictAnywhere()
+	}
+	start := int(cheaprand())
+	for i := range s.shards {
+		if s.max-s.keys.Load() >= n {
+			return
+		}
+		sh := &s.shards[(start+i)&(len(s.shards)-1)]
+		sh.mu.Lock()
+		for sh.held() > 0 && s.max-s.keys.Load() < n {
+			s.release(sh.evict(now))
+		}
+		sh.mu.Unlock()
+	}
+	// Every place is taken by a call about to add its key: let it.
+	runtime.Gosched()
+}
+
+// testHookEvictAnywhere, when set by a test, is called when a call has let
+// its locks go to make room elsewhere.
+var testHookEvictAnywhere func()
+
+// insert adds e, whose key is absent and has its place under the bound.
+// The caller holds the lock.
+func (sh *shard) insert(h uint64, e *entry) {
 	t := sh.table.Load()
 	if used := sh.live + sh.tombs + 1; used*4 > len(t.slots)*3 {
 		t = sh.rebuild(sh.live + 1)
@@ -322,18 +480,33 @@ func (sh *shard) remove(s *slot, tat int64) (int64, bool) {
 	return tat, true
 }
 
-// makeRoom frees at least one place in a full shard: it drops the keys of a
-// sample whose state is empty at now, or else the sampled key whose state
-// empties first (a TAT nearest to now: the least harmful to forget). The
+// evict frees at least one place in sh, unless it holds no key, and
+// returns how many it freed: the places of the keys dropped, which pass to
+// the caller. The caller holds the lock.
+func (sh *shard) evict(now int64) int64 {
+	for sh.held() > 0 {
+		// makeRoom frees nothing only when each key of its sample whose
+		// state was empty was charged meanwhile; those are candidates now.
+		if n := sh.makeRoom(now); n > 0 {
+			return int64(n)
+		}
+	}
+	return 0
+}
+
+// makeRoom drops the keys of a sample whose state is empty at now, or else
+// the sampled key whose state empties first (a TAT nearest to now: the
+// least harmful to forget), and returns how many keys it dropped. The
 // sample takes evictionSample keys of the table and as many of the family
-// states. The caller holds the lock.
-func (sh *shard) makeRoom(now int64) {
+// states. The caller holds the lock, and gets the places of the keys
+// dropped.
+func (sh *shard) makeRoom(now int64) int {
 	t := sh.table.Load()
 	start := uint64(cheaprand()) & t.mask
 	var victim *slot
 	var famVictim string
 	var min int64
-	found, dropped := false, false
+	found, dropped := false, 0
 	seen := 0
 	for i, n := start, 0; n <= int(t.mask) && seen < evictionSample; i, n = (i+1)&t.mask, n+1 {
 		s := &t.slots[i]
@@ -346,7 +519,7 @@ func (sh *shard) makeRoom(now int64) {
 		if tat <= now {
 			if _, ok := sh.remove(s, tat); ok {
 				sh.expired++
-				dropped = true
+				dropped++
 			}
 		} else if !found || tat < min {
 			victim, min, found = s, tat, true
@@ -362,22 +535,23 @@ func (sh *shard) makeRoom(now int64) {
 		if fs.expires <= now {
 			delete(sh.fam, k)
 			sh.expired++
-			dropped = true
+			dropped++
 		} else if !found || fs.expires < min {
 			victim, famVictim, min, found = nil, k, fs.expires, true
 		}
 	}
 	switch {
-	case dropped || !found:
+	case dropped > 0 || !found:
+		return dropped
 	case victim != nil:
 		// If a concurrent charge moved its TAT, evict it all the same: the
 		// bound on keys is firm.
 		sh.remove(victim, dead)
-		sh.evicted++
 	default:
 		delete(sh.fam, famVictim)
-		sh.evicted++
 	}
+	sh.evicted++
+	return 1
 }
 
 // TTL returns the time until key holds no state (for a funnel, until its
@@ -446,10 +620,12 @@ func (s *Store) Reset(_ context.Context, key string) (bool, error) {
 	defer sh.mu.Unlock()
 	if sl := sh.table.Load().findSlot(h, key); sl != nil {
 		tat, _ := sh.remove(sl, dead)
+		sh.release(1)
 		return tat > now, nil
 	}
 	if fs := sh.fam[key]; fs != nil {
 		delete(sh.fam, key)
+		sh.release(1)
 		return fs.expires > now, nil
 	}
 	return false, nil
@@ -506,6 +682,7 @@ func (sh *shard) sweep(now int64) int {
 	sh.fam, sh.famPeak = shrink(sh.fam, sh.famPeak)
 	sh.bans, sh.banPeak = shrink(sh.bans, sh.banPeak)
 	sh.expired += uint64(n)
+	sh.release(n)
 	if len(t.slots) > minSlots && (sh.live*8 < len(t.slots) || sh.tombs*4 > len(t.slots)) {
 		sh.rebuild(sh.live)
 	}

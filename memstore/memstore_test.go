@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -89,22 +90,27 @@ func TestSweepDropsPassedKeys(t *testing.T) {
 	}
 }
 
+// The background sweep keeps a full bucket for one interval, then drops it.
+// The store reads the real clock, which in the bubble moves only when every
+// goroutine of the test waits.
 func TestBackgroundSweep(t *testing.T) {
-	s, clock := newStore(t, memstore.Options{SweepInterval: time.Millisecond})
-	if _, err := storetest.Throttle(context.Background(), s, "k", params(t, 0, 1, time.Second), 1); err != nil {
-		t.Fatal(err)
-	}
-	// The background sweep keeps a full bucket for one interval, then drops it.
-	clock.Add(time.Second + time.Millisecond)
-	// The sweep runs on a real ticker; wait for it to notice, bounded.
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Stats().Keys != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("background sweep never dropped the key")
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(memstore.Options{SweepInterval: time.Millisecond})
+		defer s.Close()
+		if _, err := storetest.Throttle(context.Background(), s, "k", params(t, 0, 1, time.Second), 1); err != nil {
+			t.Fatal(err)
 		}
-		runtime.Gosched()
+		time.Sleep(time.Second) // the bucket is full again
+		synctest.Wait()         // and the sweep of this instant is done
+		if st := s.Stats(); st.Keys != 1 || st.Expired != 0 {
+			t.Fatalf("at the TAT: %+v, want the key kept one interval more", st)
+		}
 		time.Sleep(time.Millisecond)
-	}
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 0 || st.Expired != 1 {
+			t.Fatalf("one interval after the TAT: %+v, want the key dropped", st)
+		}
+	})
 }
 
 func TestMaxKeysEvictsNearestTAT(t *testing.T) {
@@ -398,4 +404,51 @@ func BenchmarkLimiterAllowOneKey(b *testing.B) {
 			lim.Allow(ctx, "user:12345", limit)
 		}
 	})
+}
+
+// BenchmarkThrottleNewKeys is a decision for a key the store does not hold,
+// which inserts it: unbounded, under a bound with room (the key is reset
+// after each decision, so the store never fills), and under a full bound
+// (every new key evicts one).
+func BenchmarkThrottleNewKeys(b *testing.B) {
+	p := params(b, 1<<20, 1, time.Minute) // every key keeps its state for the run
+	keys := make([]string, 1<<18)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%07d", i)
+	}
+	for _, c := range []struct {
+		name  string
+		max   int
+		reset bool
+	}{
+		{"unbounded_reset", 0, true},
+		{"room_reset", 1 << 20, true},
+		{"full_evict", 1 << 12, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := memstore.New(memstore.Options{MaxKeys: c.max, SweepInterval: -1})
+			defer s.Close()
+			ctx := context.Background()
+			if !c.reset {
+				for _, k := range keys[:c.max] {
+					storetest.Throttle(ctx, s, k, p, 1)
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ops := []funnel.Op{{Kind: funnel.OpTake, N: 1, Limit: funnel.Checked{GCRA: p}}}
+				res := make([]funnel.Result, 1)
+				for pb.Next() {
+					k := keys[next.Add(1)%uint64(len(keys))]
+					ops[0].Key = k
+					s.Do(ctx, ops, res)
+					if c.reset {
+						s.Reset(ctx, k)
+					}
+				}
+			})
+		})
+	}
 }
