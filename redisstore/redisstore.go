@@ -98,6 +98,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/lograte"
 )
 
 // gcraSource is gcra.lua with its parts written in (see include).
@@ -190,8 +191,8 @@ type Store struct {
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
 
 	batches   batcher
-	batched   atomic.Int64 // decisions made in batches of more than one
-	logs      logLimiter
+	batched   atomic.Int64       // decisions made in batches of more than one
+	logs      *lograte.Sometimes // failures, at most one record per logInterval
 	fallbacks atomic.Int64
 }
 
@@ -213,6 +214,7 @@ func newStore(r runner, opts Options) *Store {
 		log:      opts.Logger,
 		now:      opts.Now,
 		slack:    "0",
+		logs:     lograte.New(logInterval),
 	}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
@@ -429,38 +431,17 @@ func (s *Store) failed(err error) {
 // logInterval is the least time between two log records of failures.
 const logInterval = time.Second
 
-// logLimiter lets a log record through at most once per logInterval and
-// counts the others.
-type logLimiter struct {
-	last       atomic.Int64 // time.Now().UnixNano() of the last record let through
-	suppressed atomic.Int64 // records held back since then
-}
-
-// allow reports whether a record may be logged now and, if so, how many
-// were held back since the last one.
-func (l *logLimiter) allow() (bool, int64) {
-	now := time.Now().UnixNano()
-	last := l.last.Load()
-	if now-last < int64(logInterval) || !l.last.CompareAndSwap(last, now) {
-		l.suppressed.Add(1)
-		return false, 0
-	}
-	return true, l.suppressed.Swap(0)
-}
-
 // logFailure logs err, unless a failure was logged less than logInterval
 // ago: it is then only counted, and the count goes with the next record.
 func (s *Store) logFailure(err error) {
-	ok, suppressed := s.logs.allow()
-	if !ok {
-		return
-	}
-	policy := "fail-closed"
-	if s.failOpen {
-		policy = "fail-open"
-	}
-	s.log.Warn("redisstore: Redis unavailable, answering with the fallback policy",
-		"policy", policy, "err", err, "suppressed", suppressed)
+	s.logs.Do(func(suppressed int64) {
+		policy := "fail-closed"
+		if s.failOpen {
+			policy = "fail-open"
+		}
+		s.log.Warn("redisstore: Redis unavailable, answering with the fallback policy",
+			"policy", policy, "err", err, "suppressed", suppressed)
+	})
 }
 
 // SetGoRedisLogger sends the log lines of go-redis itself (it writes one
@@ -475,17 +456,17 @@ func SetGoRedisLogger(logger *slog.Logger) {
 }
 
 var (
-	theGoRedisLogger goRedisLogger
+	theGoRedisLogger = goRedisLogger{limits: lograte.New(logInterval)}
 	setGoRedisLogger sync.Once
 )
 
 type goRedisLogger struct {
 	log    atomic.Pointer[slog.Logger]
-	limits logLimiter
+	limits *lograte.Sometimes
 }
 
 func (l *goRedisLogger) Printf(ctx context.Context, format string, v ...any) {
-	if ok, suppressed := l.limits.allow(); ok {
+	l.limits.Do(func(suppressed int64) {
 		l.log.Load().WarnContext(ctx, fmt.Sprintf(format, v...), "suppressed", suppressed)
-	}
+	})
 }
