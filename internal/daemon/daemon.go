@@ -81,7 +81,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		}
 	}
 	d.respLn = ln
-	d.respSrv = server.NewServer(d.store, server.Config{
+	d.respSrv = server.New(d.store, server.Config{
 		Credentials: d.sec.creds,
 		MaxClients:  cfg.MaxClients,
 		IdleTimeout: cfg.IdleTimeout,

@@ -14,7 +14,7 @@ import (
 func BenchmarkCmdThrottle(b *testing.B) {
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
-	s := NewServer(st, Config{})
+	s := New(st, Config{})
 	a, z := net.Pipe()
 	defer a.Close()
 	defer z.Close()

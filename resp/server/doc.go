@@ -31,6 +31,6 @@
 // Both modes give the same replies; they differ in how many threads and
 // system calls a request costs.
 //
-// Create a Server with NewServer, serve listeners with Serve, and stop with
+// Create a Server with New, serve listeners with Serve, and stop with
 // Shutdown or Close. A Server is safe for concurrent use.
 package server

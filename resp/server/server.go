@@ -134,7 +134,7 @@ func nonBlocking(st funnel.Store) bool {
 
 // Server serves funnel decisions over the Redis protocol: redis-cell's
 // CL.THROTTLE, and the commands that Redis clients send on connect. Create
-// one with NewServer; it is safe for concurrent use.
+// one with New; it is safe for concurrent use.
 type Server struct {
 	store   funnel.Store
 	lim     *funnel.Limiter // the store's limiter family (FUNNEL.* commands)
@@ -165,8 +165,8 @@ type counters struct {
 	commands, allowed, limited int64
 }
 
-// NewServer returns a server of store configured by cfg.
-func NewServer(store funnel.Store, cfg Config) *Server {
+// New returns a server of store configured by cfg.
+func New(store funnel.Store, cfg Config) *Server {
 	if cfg.MaxClients <= 0 {
 		cfg.MaxClients = DefaultMaxClients
 	}

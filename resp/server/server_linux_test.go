@@ -377,7 +377,7 @@ func TestServerEventLoopsAuto(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := memstore.New(memstore.Options{})
 			defer st.Close()
-			srv := server.NewServer(tc.wrap(st), server.Config{Logger: quietLogger()})
+			srv := server.New(tc.wrap(st), server.Config{Logger: quietLogger()})
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

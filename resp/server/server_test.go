@@ -71,7 +71,7 @@ func serveStore(t testing.TB, ln net.Listener, cfg server.Config, st funnel.Stor
 		cfg.Logger = quietLogger()
 	}
 	t.Logf("server on %s with Config.EventLoops %d", ln.Addr(), cfg.EventLoops)
-	ts := &testServer{addr: ln.Addr().String(), srv: server.NewServer(st, cfg), clock: clock, errc: make(chan error, 1)}
+	ts := &testServer{addr: ln.Addr().String(), srv: server.New(st, cfg), clock: clock, errc: make(chan error, 1)}
 	go func() { ts.errc <- ts.srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ts.srv.Close()
