@@ -289,6 +289,10 @@ func addHits(a, b int64) int64 {
 	return a + b
 }
 
+// decide decides a request in four steps: match (the descriptors to their
+// rules and keys), plan (the keys to charge and their quantities), charge
+// (the limiter's decision) and respond (the statuses and headers). Its
+// errors are sent through statusOf.
 func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, badRequest("the domain is required")
@@ -297,14 +301,6 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if len(descs) == 0 {
 		return nil, badRequest("at least one descriptor is required")
 	}
-	set := s.rules.Rules()
-	domain := req.Domain
-	known := set.HasDomain(domain)
-	hits := int64(req.GetHitsAddend())
-	if hits == 0 {
-		hits = 1
-	}
-
 	var itemBuf [4]item // most requests have few descriptors
 	var items []item
 	if len(descs) <= len(itemBuf) {
@@ -312,9 +308,46 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	} else {
 		items = make([]item, len(descs))
 	}
+	replacing, err := s.match(req, items)
+	if err != nil {
+		return nil, err
+	}
+	var opBuf [4]op
+	ops, denied, err := s.plan(ctx, items, replacing, opBuf[:0])
+	if err != nil {
+		return nil, err
+	}
+	if len(ops) > 0 {
+		if err := s.charge(ctx, ops, denied); err != nil {
+			for i := range items {
+				if items[i].op >= 0 {
+					s.observe(items[i].metric, funnel.Result{}, err)
+				}
+			}
+			return nil, err
+		}
+	}
+	return s.respond(items, ops), nil
+}
+
+// match fills items, one per descriptor of req and in their order, with
+// the hits to charge (or to refund, when negative) and the rule that
+// matches the descriptor, its key and the name of its metric. A
+// descriptor of an unknown domain, or that no rule matches, is left
+// without a rule; one whose rule is unlimited is marked so, without a
+// rule. match returns the names of the rules that the matched rules
+// replace, or nil when they replace none.
+func (s *Server) match(req *rlsv3.RateLimitRequest, items []item) (map[string]bool, error) {
+	set := s.rules.Rules()
+	domain := req.Domain
+	known := set.HasDomain(domain)
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1
+	}
 	var entryBuf [8]rules.Entry
 	var replacing map[string]bool
-	for i, d := range descs {
+	for i, d := range req.GetDescriptors() {
 		it := &items[i]
 		it.op = -1
 		it.hits = hits
@@ -337,15 +370,12 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		for j, e := range d.GetEntries() {
 			entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
-		if o := d.GetLimit(); o != nil {
-			r, err := overrideRule(domain, o)
-			if err != nil {
-				return nil, badRequest("descriptor " + strconv.Itoa(i) + ": " + err.Error())
-			}
-			it.rule, it.key, it.metric = r, rules.KeyFor(domain, entries), r.FullKey
-		} else if m, ok := set.Match(domain, entries); ok {
-			it.rule, it.key, it.metric = m.Rule, m.Key, m.Metric
-		} else {
+		var err error
+		it.rule, it.key, it.metric, err = ruleOf(set, domain, d, entries)
+		if err != nil {
+			return nil, badRequest("descriptor " + strconv.Itoa(i) + ": " + err.Error())
+		}
+		if it.rule == nil {
 			continue
 		}
 		if len(it.rule.Replaces) > 0 {
@@ -360,12 +390,35 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			it.unlimited, it.rule = true, nil
 		}
 	}
+	return replacing, nil
+}
 
-	// Drop the replaced rules, then gather the keys to charge.
-	var opBuf [4]op
-	ops := opBuf[:0]
+// ruleOf returns the rule of descriptor d of domain, whose entries are
+// entries, with its key and the name of its metric: the limit sent with
+// the descriptor (envoy's limit override) when there is one, else the
+// rule of set that matches the entries, else a nil rule. Its error is an
+// invalid limit override.
+func ruleOf(set *rules.Set, domain string, d *ratelimit.RateLimitDescriptor, entries []rules.Entry) (r *rules.Rule, key, metric string, err error) {
+	if o := d.GetLimit(); o != nil {
+		if r, err = overrideRule(domain, o); err != nil {
+			return nil, "", "", err
+		}
+		return r, rules.KeyFor(domain, entries), r.FullKey, nil
+	}
+	if m, ok := set.Match(domain, entries); ok {
+		return m.Rule, m.Key, m.Metric, nil
+	}
+	return nil, "", "", nil
+}
+
+// plan drops the rules that other matched rules replace, then gathers the
+// keys that items charge into ops, which it returns: see addOp. A rule
+// that refuses everything charges nothing and is over its limit; denied
+// reports that such a rule is enforced (neither it nor the server is in
+// shadow mode). A descriptor with negative hits is refunded at once, as
+// there is nothing to decide, and its error ends the request.
+func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bool, ops []op) (_ []op, denied bool, _ error) {
 	var byKey map[string]int
-	denied := false // a rule that refuses everything is enforced
 	for i := range items {
 		it := &items[i]
 		if it.rule == nil {
@@ -385,94 +438,77 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		if it.negative {
 			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+httplimit.BoundKey(it.key), it.rule.Limit, it.hits); err != nil {
 				s.observe(it.metric, funnel.Result{}, err)
-				return nil, err
+				return nil, false, err
 			}
 			it.res = funnel.Result{Allowed: true}
 			continue
 		}
 		key := s.opts.KeyPrefix + httplimit.BoundKey(it.key)
-		if j := findKey(ops, byKey, key); j >= 0 {
-			// Two descriptors on one key: one charge of both quantities
-			// (at most math.MaxInt64, which no limit admits: many
-			// descriptors must not wrap the sum around to a small charge).
-			ops[j].req.N = addHits(ops[j].req.N, it.hits)
-			ops[j].enforced = ops[j].enforced || enforced
-			it.op = j
-			continue
-		}
-		if len(ops) == smallRequest {
-			byKey = make(map[string]int, len(items))
-			for j := range ops {
-				byKey[ops[j].req.Key] = j
-			}
-		}
-		if byKey != nil {
-			byKey[key] = len(ops)
-		}
-		it.op = len(ops)
-		ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, enforced: enforced})
+		ops, byKey = addOp(ops, byKey, len(items), it, key, enforced)
 	}
+	return ops, denied, nil
+}
 
-	if len(ops) > 0 {
-		if err := s.charge(ctx, ops, denied); err != nil {
-			for i := range items {
-				if items[i].op >= 0 {
-					s.observe(items[i].metric, funnel.Result{}, err)
-				}
-			}
-			return nil, err
+// addOp charges the hits of it to key, in ops, and records the op in it.
+// Two descriptors on one key make one op of both quantities (at most
+// math.MaxInt64, which no limit admits: many descriptors must not wrap
+// the sum around to a small charge), enforced when either is. Past
+// smallRequest ops, byKey indexes them, sized for n; addOp returns ops
+// and byKey as they are after it.
+func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced bool) ([]op, map[string]int) {
+	if j := findKey(ops, byKey, key); j >= 0 {
+		ops[j].req.N = addHits(ops[j].req.N, it.hits)
+		ops[j].enforced = ops[j].enforced || enforced
+		it.op = j
+		return ops, byKey
+	}
+	if len(ops) == smallRequest {
+		byKey = make(map[string]int, n)
+		for j := range ops {
+			byKey[ops[j].req.Key] = j
 		}
 	}
+	if byKey != nil {
+		byKey[key] = len(ops)
+	}
+	it.op = len(ops)
+	ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, enforced: enforced})
+	return ops, byKey
+}
 
+// lazyNow reads the clock once, when first needed.
+type lazyNow struct {
+	read func() time.Time
+	now  time.Time
+}
+
+// get returns the time, read on the first call.
+func (c *lazyNow) get() time.Time {
+	if c.now.IsZero() {
+		c.now = c.read()
+	}
+	return c.now
+}
+
+// respond builds the response of decided items, whose charges are ops:
+// a status per descriptor (see status), OVER_LIMIT overall when a limit
+// that is not in shadow mode refuses (never when the server is), and the
+// configured headers of the status closest to its limit, which is the
+// last enforced refusal or else the one with the fewest remaining.
+func (s *Server) respond(items []item, ops []op) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus // for the headers
 	closestOver := false
-	var now time.Time // read when needed
-	clock := func() time.Time {
-		if now.IsZero() {
-			now = s.opts.Now()
-		}
-		return now
-	}
+	clock := lazyNow{read: s.opts.Now}
 	for i := range items {
 		it := &items[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := s.status(it, ops, &clock)
 		resp.Statuses[i] = st
-		switch {
-		case it.unlimited:
-			st.LimitRemaining = math.MaxUint32
+		if it.rule == nil {
 			continue
-		case it.rule == nil:
-			continue
-		}
-		st.CurrentLimit = currentLimit(it.rule)
-		switch {
-		case it.rule.Deny():
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			st.DurationUntilReset = durationpb.New(unitReset(it.rule, clock()))
-		case it.op >= 0:
-			it.res = ops[it.op].res
-			s.observe(it.metric, it.res, nil)
-			it.over = !it.res.Allowed
-			if it.over {
-				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			}
-			st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
-			reset := it.res.ResetAfter
-			if reset == 0 && it.rule.Limit.Algorithm == funnel.FixedWindow {
-				reset = windowReset(it.rule.Limit, clock())
-			}
-			st.DurationUntilReset = durationpb.New(reset)
-		default: // a refund
-			st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
-		}
-		if it.rule.ShadowMode && st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			// As envoy's service answers it: a rule in shadow mode reports
-			// OK; its refusal shows in the metrics only.
-			st.Code = rlsv3.RateLimitResponse_OK
 		}
 		enforcedOver := it.over && !it.rule.ShadowMode
 		if enforcedOver {
@@ -496,7 +532,51 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			resp.RequestHeadersToAdd = headers(h, closest)
 		}
 	}
-	return resp, nil
+	return resp
+}
+
+// status builds the status of one decided item and, for a charged one,
+// observes its result and records in it whether it is over its limit. An
+// unlimited rule has everything remaining; a descriptor without a rule is
+// OK; a rule that refuses everything is over its limit until the end of
+// its period; a charged rule reports its op's result; a refunded one what
+// remains. A rule in shadow mode reports OK even when over its limit.
+func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	switch {
+	case it.unlimited:
+		st.LimitRemaining = math.MaxUint32
+		return st
+	case it.rule == nil:
+		return st
+	}
+	st.CurrentLimit = currentLimit(it.rule)
+	switch {
+	case it.rule.Deny():
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.DurationUntilReset = durationpb.New(unitReset(it.rule, clock.get()))
+	case it.op >= 0:
+		it.res = ops[it.op].res
+		s.observe(it.metric, it.res, nil)
+		it.over = !it.res.Allowed
+		if it.over {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
+		reset := it.res.ResetAfter
+		if reset == 0 && it.rule.Limit.Algorithm == funnel.FixedWindow {
+			reset = windowReset(it.rule.Limit, clock.get())
+		}
+		st.DurationUntilReset = durationpb.New(reset)
+	default: // a refund
+		st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
+	}
+	if it.rule.ShadowMode && st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		// As envoy's service answers it: a rule in shadow mode reports
+		// OK; its refusal shows in the metrics only.
+		st.Code = rlsv3.RateLimitResponse_OK
+	}
+	return st
 }
 
 // charge decides ops together. If every one admits, all are charged. If
