@@ -715,6 +715,10 @@ func (p *pending) refund(now int64, r *funnel.Result) {
 		}
 		_, gr, _ := gcra.Decide(now, tat, g, 0)
 		*r = funnel.ResultOf(g, gr)
+		// A refund is Allowed (funnel.Store), even where the state it
+		// leaves is beyond this limit's tolerance (charged under a larger
+		// one) and a peek would be refused.
+		r.Allowed = true
 		return
 	case kindFixed:
 		span := op.Limit.Span(now)
