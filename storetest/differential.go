@@ -55,6 +55,16 @@ func testRefundState(t *testing.T, newStore NewStore) {
 	if r, err := Throttle(ctx, st, "big", small, -30); err != nil || r != refused(10, 0, 10*s, 50*s) {
 		t.Fatalf("refund beyond the tolerance: %+v, %v", r, err)
 	}
+	// An OpRefund is Allowed (Store.Do), even where it leaves the state
+	// beyond the limit's tolerance.
+	if _, err := Throttle(ctx, st, "big2", mustParams(t, 99, 1, s), 50); err != nil {
+		t.Fatal(err)
+	}
+	sc := funnel.Checked{Limit: funnel.Limit{Count: 1, Period: s, Burst: 9}, GCRA: small}
+	res := make([]funnel.Result, 1)
+	if err := st.Do(ctx, []funnel.Op{{Kind: funnel.OpRefund, Key: "big2", Limit: sc, N: 1}}, res); err != nil || !res[0].Allowed || res[0].ResetAfter != 49*s {
+		t.Fatalf("OpRefund beyond the tolerance: %+v, %v", res[0], err)
+	}
 	if r, err := Throttle(ctx, st, "big", small, -45); err != nil || r != allowed(10, 5, 5*s) {
 		t.Fatalf("refund back within the tolerance: %+v, %v", r, err)
 	}
