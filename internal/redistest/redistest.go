@@ -174,22 +174,33 @@ func (s *Server) Start() error {
 	}
 	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.Port)}, s.args...)...)
 	cmd.Dir = s.dir
+	exited, err := launch(cmd, s.Addr)
+	if err != nil {
+		return fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.logTail())
+	}
+	s.cmd, s.exited = cmd, exited
+	return nil
+}
+
+// launch starts cmd, set to die with the test process, and waits until addr
+// answers PING. It returns a channel closed when the process exits; on
+// failure the process is killed and waited for.
+func launch(cmd *exec.Cmd, addr string) (chan struct{}, error) {
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting redis-server: %w", err)
+		return nil, fmt.Errorf("starting: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() {
 		cmd.Wait()
 		close(exited)
 	}()
-	if err := waitReady(s.Addr, exited); err != nil {
+	if err := waitReady(addr, exited); err != nil {
 		cmd.Process.Kill()
 		<-exited
-		return fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.logTail())
+		return nil, err
 	}
-	s.cmd, s.exited = cmd, exited
-	return nil
+	return exited, nil
 }
 
 // MustStart is Start that fails the test on error.
@@ -247,6 +258,21 @@ func (s *Server) signal(sig os.Signal) {
 	}
 }
 
+// adminOptions are the options of a test's own client of the server at
+// addr: short timeouts, no retries, the test's context bounding each
+// command, RESP2.
+func adminOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		DialTimeout:           2 * time.Second,
+		ReadTimeout:           5 * time.Second,
+		WriteTimeout:          5 * time.Second,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		Protocol:              2,
+	}
+}
+
 // Client returns a client of this server for the test's own commands (one
 // per server, closed when the test ends). It has short timeouts, so that a
 // command to a stopped server fails quickly.
@@ -254,20 +280,10 @@ func (s *Server) Client() *redis.Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.admin == nil {
-		s.admin = redis.NewClient(&redis.Options{
-			Addr:         s.Addr,
-			DialTimeout:  2 * time.Second,
-			ReadTimeout:  5 * time.Second,
-			WriteTimeout: 5 * time.Second,
-			MaxRetries:   -1,
-			// A test's context bounds each command.
-			ContextTimeoutEnabled: true,
-			// Fail at once on a stopped server, without go-redis's dial retries.
-			DialerRetries:      1,
-			DialerRetryTimeout: time.Millisecond,
-			PoolSize:           4,
-			Protocol:           2,
-		})
+		o := adminOptions(s.Addr)
+		// Fail at once on a stopped server, without go-redis's dial retries.
+		o.DialerRetries, o.DialerRetryTimeout, o.PoolSize = 1, time.Millisecond, 4
+		s.admin = redis.NewClient(o)
 	}
 	return s.admin
 }

@@ -91,18 +91,8 @@ func StartSentinel(tb testing.TB, name string, master *Server) *Sentinel {
 func (s *Sentinel) start(bin, conf string) error {
 	cmd := exec.Command(bin, conf, "--sentinel")
 	cmd.Dir = s.dir
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting redis-server --sentinel: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	if err := waitReady(s.Addr, exited); err != nil {
-		cmd.Process.Kill()
-		<-exited
+	exited, err := launch(cmd, s.Addr)
+	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(s.dir, "sentinel.log"))
 		return fmt.Errorf("sentinel on %s: %w\n%s", s.Addr, err, b)
 	}
@@ -175,15 +165,7 @@ func (s *Sentinel) client() *redis.SentinelClient {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.admin == nil {
-		s.admin = redis.NewSentinelClient(&redis.Options{
-			Addr:                  s.Addr,
-			DialTimeout:           2 * time.Second,
-			ReadTimeout:           5 * time.Second,
-			WriteTimeout:          5 * time.Second,
-			MaxRetries:            -1,
-			ContextTimeoutEnabled: true,
-			Protocol:              2,
-		})
+		s.admin = redis.NewSentinelClient(adminOptions(s.Addr))
 	}
 	return s.admin
 }
