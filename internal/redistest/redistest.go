@@ -60,21 +60,30 @@ type Server struct {
 func StartServer(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	bin := lookPath(tb)
+	var s *Server
+	onFreePort(tb, func(port int) error {
+		s = newServer(tb, bin, port, extra)
+		return s.Start()
+	})
+	return s
+}
+
+// onFreePort calls start with a free port of 127.0.0.1 until it succeeds:
+// the port may be taken between FreePort and the bind, and then another is
+// tried, five times at most before the test fails.
+func onFreePort(tb testing.TB, start func(port int) error) {
+	tb.Helper()
 	var lastErr error
 	for try := 0; try < 5; try++ {
 		port, err := FreePort()
 		if err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
-		s := newServer(tb, bin, port, extra)
-		if lastErr = s.Start(); lastErr == nil {
-			return s
+		if lastErr = start(port); lastErr == nil {
+			return
 		}
-		// The port may have been taken between FreePort and the bind: try
-		// another one.
 	}
 	tb.Fatalf("redistest: %v", lastErr)
-	return nil
 }
 
 func lookPath(tb testing.TB) string {

@@ -60,13 +60,9 @@ func StartReplica(tb testing.TB, master *Server, extra ...string) *Server {
 func StartSentinel(tb testing.TB, name string, master *Server) *Sentinel {
 	tb.Helper()
 	bin := lookPath(tb)
-	var lastErr error
-	for try := 0; try < 5; try++ {
-		port, err := FreePort()
-		if err != nil {
-			tb.Fatalf("redistest: %v", err)
-		}
-		s := &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, dir: tb.TempDir()}
+	var s *Sentinel
+	onFreePort(tb, func(port int) error {
+		s = &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, dir: tb.TempDir()}
 		tb.Cleanup(s.Stop)
 		// Sentinel rewrites its configuration file: each gets its own.
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n"+
@@ -79,13 +75,10 @@ func StartSentinel(tb testing.TB, name string, master *Server) *Sentinel {
 		if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
-		if lastErr = s.start(bin, file); lastErr == nil {
-			s.waitKnows(name, master)
-			return s
-		}
-	}
-	tb.Fatalf("redistest: %v", lastErr)
-	return nil
+		return s.start(bin, file)
+	})
+	s.waitKnows(name, master)
+	return s
 }
 
 func (s *Sentinel) start(bin, conf string) error {
