@@ -174,6 +174,14 @@ func (l Limit) gcraParams() (gcra.Params, error) {
 type Result struct {
 	// Allowed reports whether the request was admitted and charged.
 	Allowed bool
+	// Banned reports that the request was refused because the key is banned
+	// (see Limit.Ban); RetryAfter is then the time until the ban ends.
+	Banned bool
+	// Fallback reports that the store could not decide (it was unreachable
+	// or too slow) and Allowed is its configured fail-open (true) or
+	// fail-closed (false) answer rather than a decision. Remaining,
+	// RetryAfter and ResetAfter are then zero.
+	Fallback bool
 	// Limit is the number of units a full bucket admits at once (Burst+1).
 	Limit int64
 	// Remaining is how many more units could be admitted right now.
@@ -187,14 +195,6 @@ type Result struct {
 	// Delay is, for the leaky bucket only, how long an admitted request must
 	// wait before it proceeds (Limiter.Wait sleeps it).
 	Delay time.Duration
-	// Banned reports that the request was refused because the key is banned
-	// (see Limit.Ban); RetryAfter is then the time until the ban ends.
-	Banned bool
-	// Fallback reports that the store could not decide (it was unreachable
-	// or too slow) and Allowed is its configured fail-open (true) or
-	// fail-closed (false) answer rather than a decision. Remaining,
-	// RetryAfter and ResetAfter are then zero.
-	Fallback bool
 }
 
 // ResultOf converts a gcra result under parameters p to a Result.
