@@ -1,12 +1,9 @@
 package daemon_test
 
 import (
-	"bytes"
-	"context"
 	"crypto/tls"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -37,24 +34,8 @@ func servedCert(t *testing.T, addr string, cfg *tls.Config) string {
 // PATH it skips the test, or fails it under CI (redistest.Binary).
 func tool(t *testing.T, name string, args ...string) (string, int) {
 	t.Helper()
-	path := redistest.Binary(t, name)
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, args...)
-	// No history, preferences or proxy of the machine's user.
-	cmd.Env = append(cmd.Environ(), "REDISCLI_HISTFILE=/dev/null", "REDISCLI_RCFILE=/dev/null", "CURL_HOME=/nonexistent", "NO_PROXY=*", "no_proxy=*")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok || ctx.Err() != nil {
-			t.Fatalf("%s %q: %v\n%s%s", name, args, err, stdout.String(), stderr.String())
-		}
-		code = ee.ExitCode()
-	}
-	return stdout.String() + stderr.String(), code
+	// No proxy or curl preferences of the machine's user either.
+	return redistest.RunTool(t, name, "", waitFor, []string{"CURL_HOME=/nonexistent", "NO_PROXY=*", "no_proxy=*"}, args...)
 }
 
 // redisCLI returns a runner of redis-cli against addr. When redis-cli is

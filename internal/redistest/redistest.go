@@ -12,6 +12,7 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -380,4 +381,31 @@ func parseFields(txt string, sep byte) map[string]string {
 		}
 	}
 	return m
+}
+
+// RunTool runs the command-line tool name (found as Binary finds it) with
+// args, stdin as its input and env added to its environment, bounded by
+// timeout, and returns what it printed (stdout, then stderr) and its exit
+// code. The tool reads no history or preferences of the machine's user. A
+// tool that cannot run, or runs past the timeout, fails the test.
+func RunTool(tb testing.TB, name, stdin string, timeout time.Duration, env []string, args ...string) (string, int) {
+	tb.Helper()
+	path := Binary(tb, name)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(append(cmd.Environ(), "REDISCLI_HISTFILE=/dev/null", "REDISCLI_RCFILE=/dev/null"), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ctx.Err() != nil {
+			tb.Fatalf("%s %q: %v\n%s%s", name, args, err, stdout.String(), stderr.String())
+		}
+		code = ee.ExitCode()
+	}
+	return stdout.String() + stderr.String(), code
 }

@@ -1,11 +1,8 @@
 package server_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/csv"
 	"net"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,37 +12,12 @@ import (
 	"github.com/funnelrl/funnel/resp/server"
 )
 
-// lookTool returns the path of a Redis command-line tool; a missing one
-// skips the test, or fails it under CI (redistest.Binary).
-func lookTool(t *testing.T, name string) string {
-	t.Helper()
-	return redistest.Binary(t, name)
-}
-
 // run runs a Redis tool against the server with stdin, and returns what it
 // printed (stdout then stderr) and its exit code.
 func (ts *testServer) run(t *testing.T, tool, stdin string, args ...string) (string, int) {
 	t.Helper()
-	path := lookTool(t, tool)
 	host, port, _ := net.SplitHostPort(ts.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, append([]string{"-h", host, "-p", port}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	// No history or preferences of the machine's user.
-	cmd.Env = append(cmd.Environ(), "REDISCLI_HISTFILE=/dev/null", "REDISCLI_RCFILE=/dev/null")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok || ctx.Err() != nil {
-			t.Fatalf("%s %q: %v\n%s%s", tool, args, err, stdout.String(), stderr.String())
-		}
-		code = ee.ExitCode()
-	}
-	return stdout.String() + stderr.String(), code
+	return redistest.RunTool(t, tool, stdin, time.Minute, nil, append([]string{"-h", host, "-p", port}, args...)...)
 }
 
 func TestRedisCLI(t *testing.T) {
