@@ -461,9 +461,15 @@ func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	octx := ctx
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	v, err := s.runner.eval(ctx, unbanScript, []string{bk}, args[1:3])
 	if err != nil {
-		return false, s.unavailable(ctx, err)
+		return false, s.unavailable(octx, err)
 	}
 	return len(v) == 1 && v[0] > 0, nil
 }
