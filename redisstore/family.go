@@ -22,9 +22,7 @@ import (
 
 // familySource is the script of the limiter family beyond the plain funnel
 // (the funnel itself too when it comes with a ban or with other limits).
-//
-//go:embed family.lua
-var familySource string
+var familySource = include("family.lua")
 
 var _ funnel.Store = (*Store)(nil)
 
