@@ -404,7 +404,10 @@ func TestRuleErrors(t *testing.T) {
 			`descriptors[0].rate_limit.replaces[0].name: a rule cannot replace itself`},
 		{"domain: d\ndescriptors:\n  key: a\n", `rules.yaml:3:3: descriptors: want a list of descriptors, not a mapping`},
 		{"domain: d\ndescriptors:\n  - key: [a]\n", `descriptors[0].key: want a string, not a list`},
-		{"domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", `descriptors[0].quota_mode: unknown field`},
+		{"domain: d\ndescriptors:\n  - key: a\n    quota_mode: 1\n", `descriptors[0].quota_mode: want true or false, not int "1"`},
+		{"domain: d\ndescriptors:\n  - key: a\n    metadata: [a]\n", `rules.yaml:4:15: descriptors[0].metadata: want a mapping, not a list`},
+		{"domain: d\ndescriptors:\n  - key: a\n    metadata: {[a]: 1}\n", `descriptors[0].metadata: a metadata key must be a scalar, not a list`},
+		{"domain: d\ndescriptors:\n  - key: a\n    metadata: {a: !!binary \"/w==\"}\n", `descriptors[0].metadata.a: text is not valid UTF-8`},
 		{"domain: d\n  bad: indent\n", `rules.yaml:2:1: mapping values are not allowed`},
 		{"domain: d\n---\ndomain: e\n", `rules.yaml:3:1: a second YAML document`},
 	} {
