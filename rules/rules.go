@@ -416,6 +416,10 @@ type Options struct {
 	// descriptors merged (envoy's MERGE_DOMAIN_CONFIG); by default a
 	// domain defined twice is an error.
 	MergeDomains bool
+	// MaxErrors bounds the problems reported for one load (the first
+	// ones, then one that says there were more): 0 means 20, a negative
+	// number no bound.
+	MaxErrors int
 }
 
 // ErrInvalid is wrapped by every error that a rules file is not valid.
@@ -456,8 +460,9 @@ func (e *Error) Error() string {
 // Unwrap returns ErrInvalid.
 func (e *Error) Unwrap() error { return ErrInvalid }
 
-// maxErrors bounds the problems reported for one load.
-const maxErrors = 20
+// defaultMaxErrors bounds the problems reported for one load unless
+// Options.MaxErrors says otherwise.
+const defaultMaxErrors = 20
 
 // Parse reads one rules file (one domain) from r; name is the file's
 // name in errors. The error, if any, joins one *Error per problem.
@@ -557,10 +562,14 @@ func (b *builder) finish() (*Set, error) {
 
 // fail records a problem at n (nil: the whole file).
 func (b *builder) fail(n *yaml.Node, field, format string, a ...any) {
-	if len(b.errs) == maxErrors {
+	limit := b.opts.MaxErrors
+	if limit == 0 {
+		limit = defaultMaxErrors
+	}
+	if len(b.errs) == limit {
 		b.errs = append(b.errs, &Error{File: b.name, Msg: "too many errors"})
 	}
-	if len(b.errs) > maxErrors {
+	if limit > 0 && len(b.errs) > limit {
 		return
 	}
 	e := &Error{File: b.name, Field: field, Msg: fmt.Sprintf(format, a...)}
@@ -582,7 +591,7 @@ func (b *builder) file(name string, data []byte) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			b.fail(nil, "domain", "the file is empty; a domain is required")
+			b.fail(&yaml.Node{Line: 1, Column: 1}, "domain", "the file is empty; a domain is required")
 			return
 		}
 		b.yamlError(err)

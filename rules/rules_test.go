@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -359,7 +360,7 @@ func TestRuleErrors(t *testing.T) {
 		{"domain: d\nbogus: 1\n", "rules.yaml:2:1: bogus: unknown field"},
 		{"domain: d\ndomain: e\n", "rules.yaml:2:1: domain: defined twice (first at line 1)"},
 		{"descriptors: []\n", "rules.yaml:1:1: domain: a domain is required"},
-		{"", "rules.yaml: domain: the file is empty"},
+		{"", "rules.yaml:1:1: domain: the file is empty"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
 			`rules.yaml:4:24: descriptors[0].rate_limit.unit: invalid rate limit unit "fortnight"`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
@@ -543,5 +544,24 @@ descriptors:
 	_, err := parse(t, "domain: d\ndescriptors: &x\n  - key: a\n    descriptors: *x\n")
 	if err == nil || !strings.Contains(err.Error(), "rules.yaml:4:18: descriptors[0].descriptors: an alias cannot stand for descriptors") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// Past Options.MaxErrors problems (20 by default), one more says there
+// were too many; a negative bound reports them all.
+func TestMaxErrors(t *testing.T) {
+	in := "domain: d\n"
+	for i := range 25 {
+		in += "x" + strconv.Itoa(i) + ": 1\n"
+	}
+	for _, c := range []struct {
+		max, want int
+		more      bool
+	}{{0, 20, true}, {3, 3, true}, {-1, 25, false}} {
+		_, err := Parse(strings.NewReader(in), "r.yaml", Options{MaxErrors: c.max})
+		got := strings.Count(err.Error(), "unknown field")
+		if more := strings.Contains(err.Error(), "too many errors"); got != c.want || more != c.more {
+			t.Errorf("MaxErrors %d: %d problems, too many %v; want %d, %v", c.max, got, more, c.want, c.more)
+		}
 	}
 }
