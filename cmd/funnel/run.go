@@ -15,6 +15,8 @@ import (
 
 const usage = `Usage:
   funnel serve [flags]   serve rate-limit decisions
+  funnel rules check FILE|DIR...
+                         check rules files, starting nothing
   funnel version         print the version
 
 Run 'funnel serve -h' for the flags of serve.
@@ -30,6 +32,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stdout, stderr, nil)
+	case "rules":
+		return rulesCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "funnel", version.Version)
 		return 0
