@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,5 +167,13 @@ func TestRulesCheckProcess(t *testing.T) {
 		if code != c.code || errb.String() != c.stderr {
 			t.Errorf("funnel rules check %s: exit %d, stderr %q; want %d, %q (stdout %q)", c.file, code, errb.String(), c.code, c.stderr, out.String())
 		}
+	}
+}
+
+// serve's switches for envoy's QUOTA_MODE and RESPONSE_DYNAMIC_METADATA.
+func TestServeQuotaAndMetadataFlags(t *testing.T) {
+	cfg, err := serveConfig([]string{"--quota-mode", "--rls-dynamic-metadata"}, io.Discard)
+	if err != nil || !cfg.QuotaMode || !cfg.RLSDynamicMetadata {
+		t.Fatalf("%+v, %v", cfg, err)
 	}
 }
