@@ -501,6 +501,14 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add("domain: d\ndescriptors:\n  - key: a\n    value: b*\n    share_threshold: true\n    rate_limit: {algorithm: gcra, period: 1s, requests_per_unit: 5, burst: 2, ban: 1m}\n")
 	f.Add("domain: d\ndescriptors: &a\n  - key: a\n    descriptors: *a\n")
+	for _, p := range []string{"share_threshold.yaml", "metadata.yaml", "wildcard.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "upstream", "config", p))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(data))
+	}
+	f.Add("domain: d\ndescriptors:\n  - key: a\n    value: x*y*\n    quota_mode: true\n    metadata: &m {a: [1, {b: *m}], <<: {c: !!binary aGk=}}\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		r, err := Parse(strings.NewReader(in), "fuzz.yaml", Options{})
 		if err != nil {
