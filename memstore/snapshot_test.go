@@ -369,3 +369,47 @@ func FuzzReadSnapshot(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSnapshot writes and reads a snapshot of 100,000 funnel keys in
+// memory (bench/ measures 1,000,000 keys of every algorithm through a
+// file): ns/op is per snapshot, B/key the snapshot's bytes per key.
+func BenchmarkSnapshot(b *testing.B) {
+	const n = 100_000
+	clock := storetest.NewClock(storetest.Epoch)
+	s := memstore.New(memstore.Options{SweepInterval: -1, Now: clock.Now})
+	defer s.Close()
+	c, err := funnel.Per(1, time.Hour).Check()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var res [1]funnel.Result
+	for i := range n {
+		op := funnel.Op{Kind: funnel.OpTake, Key: fmt.Sprint("key:", i), Limit: c, N: 1}
+		if err := s.Do(context.Background(), []funnel.Op{op}, res[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := s.WriteSnapshot(&buf); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("write", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := s.WriteSnapshot(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(buf.Len())/n, "B/key")
+	})
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			r := memstore.New(memstore.Options{SweepInterval: -1, Now: clock.Now})
+			if st, err := r.ReadSnapshot(bytes.NewReader(buf.Bytes())); err != nil || st.Keys != n {
+				b.Fatalf("%+v, %v", st, err)
+			}
+			r.Close()
+		}
+	})
+}
