@@ -3,7 +3,6 @@ package memstore
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -291,15 +290,14 @@ func (sr *snapReader) record(c *cursor, kind uint8, at int64) error {
 		}
 		return nil // empty (or ended) by now
 	}
-	added, err := sr.s.restore(key, kind, t, fs)
-	switch {
-	case err != nil:
-		return sr.fail(at, "%s record of key %q: %v", recNames[kind], key, err)
-	case kind == recBan:
-		sr.st.Bans++
+	switch sr.s.restore(key, kind, t, fs) {
 	case added:
-		sr.st.Keys++
-	default:
+		if kind == recBan {
+			sr.st.Bans++
+		} else {
+			sr.st.Keys++
+		}
+	case full:
 		sr.st.Dropped++
 	}
 	return nil
@@ -345,35 +343,56 @@ func (sr *snapReader) famState(c *cursor, kind uint8, expires int64) *fstate {
 	return fs
 }
 
-// errDuplicate is the fault of a key or ban that a snapshot holds twice.
-var errDuplicate = errors.New("it appears twice")
+// How restore went.
+const (
+	added    = iota // a new key or ban
+	replaced        // a key or ban restored already (see restore)
+	full            // a key beyond MaxKeys, not restored
+)
 
 // restore adds key's state (a TAT t when fs is nil), or its ban until t
-// when kind is recBan, and reports whether it added it: a key beyond
-// MaxKeys is not added. The functions it calls copy key.
-func (s *Store) restore(key string, kind uint8, t int64, fs *fstate) (bool, error) {
+// when kind is recBan. The functions it calls copy key.
+//
+// A snapshot may hold a key twice: the write reads each shard while
+// decisions go on, so a key dropped (its state empty) and added again
+// meanwhile may be met at its old place and its new one, or as a funnel key
+// and then as a key of another algorithm. The later record holds the newer
+// state: it replaces the earlier one. A ban met twice keeps the later end.
+func (s *Store) restore(key string, kind uint8, t int64, fs *fstate) int {
 	h, sh := s.hash(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if kind == recBan {
-		if _, ok := sh.bans[key]; ok {
-			return false, errDuplicate
-		}
+		_, ok := sh.bans[key]
 		sh.banUntil(key, t)
-		return true, nil
+		if ok {
+			return replaced
+		}
+		return added
 	}
-	if sh.table.Load().find(h, key) != nil || sh.fam[key] != nil {
-		return false, errDuplicate
+	had := false
+	if sl := sh.table.Load().findSlot(h, key); sl != nil {
+		sh.remove(sl, dead)
+		had = true
+	} else if sh.fam[key] != nil {
+		delete(sh.fam, key)
+		had = true
+	}
+	if had {
+		sh.release(1) // the place is taken again below
 	}
 	if s.max > 0 && s.takeFree(1) == 0 {
-		return false, nil
+		return full
 	}
 	if fs == nil {
 		sh.insert(h, newEntry(key, t))
 	} else {
 		sh.insertFam(key, fs)
 	}
-	return true, nil
+	if had {
+		return replaced
+	}
+	return added
 }
 
 // clear drops every key and ban.
