@@ -96,9 +96,9 @@
 // in ms, and are restored unchanged. States and bans that are empty at the
 // write are not written. A key may have two records (it was dropped and
 // added again while its shard was read): the later one holds its newer
-// state, and is the one restored. The end record is the last record of the last
-// block: a snapshot cut at a block boundary lacks it, one cut elsewhere
-// lacks bytes, and a changed bit fails a checksum.
+// state, and is the one restored. The end record is the last record of
+// the last block: a snapshot cut at a block boundary lacks it, one cut
+// elsewhere lacks bytes, and a changed bit fails a checksum.
 package memstore
 
 import (
