@@ -184,8 +184,7 @@ func (sw *snapWriter) shard(sh *shard) {
 		case tat > sw.s:
 			sw.tat(e.key(), tat)
 		}
-		if len(sw.buf)-sw.open >= blockTarget {
-			sw.closeBlock()
+		if sw.fill() {
 			sw.flush()
 		}
 	}
@@ -207,14 +206,18 @@ func (sw *snapWriter) shard(sh *shard) {
 			}
 		}
 	}
+	// Blocks are closed as they fill, and written out once the lock is
+	// let go.
 	for k, fs := range sh.fam {
 		if fs.expires > sw.s {
 			sw.fam(k, fs)
+			sw.fill()
 		}
 	}
 	for k, until := range sh.bans {
 		if until > sw.s {
 			sw.ban(k, until)
+			sw.fill()
 		}
 	}
 	sh.mu.Unlock()
@@ -228,11 +231,26 @@ func (sw *snapWriter) startBlock() {
 	sw.buf = append(sw.buf, make([]byte, frameSize)...)
 }
 
+// fill closes the open block when it holds blockTarget bytes or more, and
+// reports whether it did.
+func (sw *snapWriter) fill() bool {
+	if len(sw.buf)-sw.open-frameSize < blockTarget {
+		return false
+	}
+	sw.closeBlock()
+	return true
+}
+
 // closeBlock closes the open block, unless it is empty, and opens another.
 func (sw *snapWriter) closeBlock() {
 	n := len(sw.buf) - sw.open - frameSize
 	if n == 0 {
 		return
+	}
+	if n > maxBlock && sw.writeErr == nil {
+		// One record larger than a block may be (a key of millions of
+		// leases): a reader would refuse the snapshot, so fail the write.
+		sw.writeErr = fmt.Errorf("memstore: a snapshot record of %d bytes, beyond the %d of a block", n, maxBlock)
 	}
 	frame := sw.buf[sw.open:]
 	binary.BigEndian.PutUint32(frame, uint32(n))
@@ -247,7 +265,12 @@ func blockCRC(length, payload []byte) uint32 {
 
 // flush writes the closed blocks out and keeps the open one.
 func (sw *snapWriter) flush() {
-	if sw.open == 0 || sw.writeErr != nil {
+	if sw.writeErr != nil {
+		sw.buf, sw.open = sw.buf[:0], 0
+		sw.startBlock()
+		return
+	}
+	if sw.open == 0 {
 		return
 	}
 	n, err := sw.w.Write(sw.buf[:sw.open])

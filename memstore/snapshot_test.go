@@ -413,3 +413,25 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	})
 }
+
+// A shard whose states under its lock take several blocks is written in
+// several blocks, and restored whole.
+func TestSnapshotManyBlocksInOneShard(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	s := newStoreAt(t, memstore.Options{SweepInterval: -1, Shards: 1}, clock)
+	c := check(t, funnel.Limit{Algorithm: funnel.SlidingLog, Count: 100, Period: time.Hour})
+	for i := range 5000 {
+		do(t, s, takeOp(fmt.Sprint("log:", i), c, 3))
+	}
+	data := snapshot(t, s)
+	if n := len(blocks(t, data)) - 1; n < 3 {
+		t.Fatalf("%d blocks, want several", n)
+	}
+	r := newStoreAt(t, memstore.Options{SweepInterval: -1}, clock)
+	if st, err := r.ReadSnapshot(bytes.NewReader(data)); err != nil || st.Keys != 5000 {
+		t.Fatalf("restored %+v, %v", st, err)
+	}
+	if got := do(t, r, takeOp("log:7", c, 0))[0]; got.Remaining != 97 {
+		t.Fatalf("log:7 restored with %+v, want 97 remaining", got)
+	}
+}
