@@ -260,15 +260,15 @@ func (sr *snapReader) records(payload []byte) (bool, error) {
 			}
 			return true, nil
 		}
-		if err := sr.record(c, kind, at); err != nil {
+		if err := sr.record(c, kind, ver, at); err != nil {
 			return false, err
 		}
 	}
 	return false, nil
 }
 
-// record restores one record of a key or a ban.
-func (sr *snapReader) record(c *cursor, kind uint8, at int64) error {
+// record restores one record of a key or a ban, of version ver of its kind.
+func (sr *snapReader) record(c *cursor, kind, ver uint8, at int64) error {
 	key := view(c.bytes())
 	t := addSat(sr.base, c.varint()) // the instant of a ban's end, or of a state's
 	var fs *fstate
@@ -279,7 +279,7 @@ func (sr *snapReader) record(c *cursor, kind uint8, at int64) error {
 		sr.keys++
 	default:
 		sr.keys++
-		fs = sr.famState(c, kind, t)
+		fs = sr.famState(c, kind, ver, t)
 	}
 	if c.bad != "" {
 		return sr.fail(at, "%s record: %s", recNames[kind], c.bad)
@@ -303,9 +303,11 @@ func (sr *snapReader) record(c *cursor, kind uint8, at int64) error {
 	return nil
 }
 
-// famState reads the rest of a family record whose state empties at
-// expires.
-func (sr *snapReader) famState(c *cursor, kind uint8, expires int64) *fstate {
+// famState reads the rest of a family record, of version ver of its kind,
+// whose state empties at expires. A kind's next version reads its new
+// fields here, after those of the versions before.
+func (sr *snapReader) famState(c *cursor, kind, ver uint8, expires int64) *fstate {
+	_ = ver // every kind is at version 1
 	fs := &fstate{expires: expires}
 	switch kind {
 	case recFixed:
