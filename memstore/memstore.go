@@ -77,11 +77,12 @@
 // A record is a kind byte, a version byte (of that kind's fields, so that a
 // kind can gain fields while readers keep reading its older versions), and
 // its fields. Every record but the end record starts with its key (a length
-// and the bytes) and an instant, then the kind's own fields:
+// and the bytes) and the time its state empties, then the kind's own
+// fields:
 //
 //	kind 1 funnel or leaky bucket  instant: the TAT
-//	kind 2 fixed window            instant: state empty; window start; count
-//	kind 3 sliding window          instant: state empty; window start; previous count; current count
+//	kind 2 fixed window            window end; window start; count
+//	kind 3 sliding window          window end; window start; previous count; current count
 //	kind 4 sliding log             instant: state empty; n; n times, each from the one before (the first from the write's ms)
 //	kind 5 concurrency             instant: state empty; n; n leases: id (length, bytes), expiry (from the write's ms)
 //	kind 6 ban                     instant: the ban's end
@@ -91,9 +92,10 @@
 // snapshot is read the same whatever clock the store that wrote it ran on:
 // as wall-clock times, they are the header's time plus the instant. Times in
 // milliseconds (log entries, lease expiries) are milliseconds after the
-// write's. Window starts name windows of the wall clock (aligned to the
-// epoch or the calendar): they are milliseconds after the header's time,
-// in ms, and are restored unchanged. States and bans that are empty at the
+// write's. Window starts and ends name windows of the wall clock (aligned
+// to the epoch or the calendar): they are milliseconds after the header's
+// time, in ms, and are restored unchanged (but from a snapshot from the
+// future, see ReadSnapshot). States and bans that are empty at the
 // write are not written. A key may have two records (it was dropped and
 // added again while its shard was read): the later one holds its newer
 // state, and is the one restored. The end record is the last record of

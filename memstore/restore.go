@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"time"
 	"unsafe"
 
@@ -38,8 +39,11 @@ type snapReader struct {
 // funnel refilled, a ban shortened), and states that are empty by now are
 // not restored. A snapshot whose wall time lies in the future (the clock was
 // stepped back) is restored as if written now: no key gets a fresh burst,
-// and no ban lasts longer than it had left. The starts of the windows of
-// window algorithms name windows of the wall clock and are kept as they are.
+// and no ban lasts longer than it had left. The windows of the window
+// algorithms are windows of the wall clock and are kept as they are; from
+// a snapshot from the future, a window ahead of now gives its counts to the
+// window that holds now (for windows aligned to the epoch: a calendar window
+// in another zone than UTC then reads as empty).
 // Keys beyond MaxKeys are not restored.
 //
 // A snapshot that is truncated, corrupt, not a snapshot, or of a newer
@@ -270,7 +274,8 @@ func (sr *snapReader) records(payload []byte) (bool, error) {
 // record restores one record of a key or a ban, of version ver of its kind.
 func (sr *snapReader) record(c *cursor, kind, ver uint8, at int64) error {
 	key := view(c.bytes())
-	t := addSat(sr.base, c.varint()) // the instant of a ban's end, or of a state's
+	d := c.varint()
+	t := addSat(sr.base, d) // the instant of a ban's end, or of a state's
 	var fs *fstate
 	switch kind {
 	case recBan:
@@ -280,6 +285,10 @@ func (sr *snapReader) record(c *cursor, kind, ver uint8, at int64) error {
 	default:
 		sr.keys++
 		fs = sr.famState(c, kind, ver, t)
+		if fs != nil && (kind == recFixed || kind == recSliding) {
+			sr.window(fs, sr.wms+d) // d names the window's end
+			t = fs.expires
+		}
 	}
 	if c.bad != "" {
 		return sr.fail(at, "%s record: %s", recNames[kind], c.bad)
@@ -301,6 +310,36 @@ func (sr *snapReader) record(c *cursor, kind, ver uint8, at int64) error {
 		sr.st.Dropped++
 	}
 	return nil
+}
+
+// window sets the end of the window state fs, in ms, as the snapshot
+// names it. A snapshot from the future (see ReadSnapshot) holds windows
+// that may lie ahead of now: their counts move to the window that holds
+// now, where the windows are aligned to the epoch (a calendar window in
+// another zone than UTC then reads as empty).
+func (sr *snapReader) window(fs *fstate, end int64) {
+	if sr.st.Clamped > 0 {
+		// The window's length: a fixed window ends one length after its
+		// start, a sliding counter's state two (one when only the
+		// previous window counts).
+		n := end - fs.a
+		if fs.kind == kindSliding && fs.c > 0 {
+			n /= 2
+		}
+		now := algo.Millis(sr.now)
+		if n > 0 && fs.a > now {
+			start := now - now%n
+			if now < 0 && now%n != 0 {
+				start -= n
+			}
+			end += start - fs.a
+			fs.a = start
+		}
+	}
+	fs.expires = math.MaxInt64
+	if end < math.MaxInt64/int64(time.Millisecond) {
+		fs.expires = end * int64(time.Millisecond)
+	}
 }
 
 // famState reads the rest of a family record, of version ver of its kind,

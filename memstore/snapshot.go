@@ -320,7 +320,14 @@ func (sw *snapWriter) fam(key string, fs *fstate) {
 		return
 	}
 	sw.head(rec, key)
-	b := binary.AppendVarint(sw.buf, fs.expires-sw.s)
+	var b []byte
+	if fs.kind == kindFixed || fs.kind == kindSliding {
+		// A window's state empties at the end of a window of the wall
+		// clock: a millisecond that names it, like the window's start.
+		b = binary.AppendVarint(sw.buf, ceilMillis(fs.expires)-sw.wms)
+	} else {
+		b = binary.AppendVarint(sw.buf, fs.expires-sw.s)
+	}
 	switch fs.kind {
 	case kindFixed:
 		b = binary.AppendVarint(b, fs.a-sw.wms)
@@ -365,6 +372,15 @@ func (t *table) count() int {
 		}
 	}
 	return n
+}
+
+// ceilMillis returns ns in whole milliseconds, rounded up.
+func ceilMillis(ns int64) int64 {
+	ms := algo.Millis(ns)
+	if ms*int64(time.Millisecond) != ns {
+		ms++
+	}
+	return ms
 }
 
 // addSat returns a+b, saturated to the int64 range.
