@@ -30,6 +30,19 @@ type Config struct {
 	Store string `yaml:"store"`
 	// MaxKeys bounds the memory store's keys; 0 means no bound.
 	MaxKeys int `yaml:"max_keys"`
+	// Snapshot names the file that the memory store is restored from at
+	// start, before any listener accepts a connection, and written to
+	// every SnapshotInterval and at a graceful shutdown, after the last
+	// decision. Empty means no snapshots: a restart forgets every limit.
+	Snapshot string `yaml:"snapshot"`
+	// SnapshotInterval is how often the snapshot is written; 0 means only
+	// at a graceful shutdown.
+	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
+	// SnapshotIgnoreCorrupt starts the daemon empty when the snapshot is
+	// bad (truncated, corrupt, not a snapshot, of a newer version), after
+	// moving it aside to FILE.corrupt-<time>; by default the daemon does
+	// not start.
+	SnapshotIgnoreCorrupt bool `yaml:"snapshot_ignore_corrupt"`
 	// StoreTimeout bounds each operation of the Redis store; 0 means 100 ms.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// FailOpen makes the Redis store admit requests while Redis cannot be
@@ -108,13 +121,14 @@ type Config struct {
 // Default returns the configuration of a plain `funnel serve`.
 func Default() Config {
 	return Config{
-		RESP:            "127.0.0.1:6380",
-		HTTP:            "127.0.0.1:8080",
-		GRPC:            "127.0.0.1:8081",
-		Store:           "memory",
-		RESPFailClosed:  "error",
-		ShutdownTimeout: 10 * time.Second,
-		LogLevel:        "info",
+		RESP:             "127.0.0.1:6380",
+		HTTP:             "127.0.0.1:8080",
+		GRPC:             "127.0.0.1:8081",
+		Store:            "memory",
+		SnapshotInterval: 30 * time.Second,
+		RESPFailClosed:   "error",
+		ShutdownTimeout:  10 * time.Second,
+		LogLevel:         "info",
 	}
 }
 
@@ -198,7 +212,7 @@ func (c Config) Validate() error {
 	if _, err := c.Level(); err != nil {
 		return err
 	}
-	return nil
+	return c.validateSnapshot()
 }
 
 // TLS reports whether the listeners speak TLS.

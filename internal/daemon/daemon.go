@@ -39,6 +39,7 @@ type Daemon struct {
 	respSrv *server.Server
 	edges   []edge         // HTTP, gRPC
 	watcher *rules.Watcher // the rules, when a file names them
+	snap    *snapshots     // the memory store's snapshots, when a file is named
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS
@@ -88,6 +89,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		EventLoops:  cfg.EventLoops,
 		Logger:      log,
 		FailClosed:  respFailClosed(cfg.RESPFailClosed),
+		Persistence: d.snap.persistence(),
 	})
 	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
 		d.Close()
@@ -146,6 +148,12 @@ func (d *Daemon) openStore() error {
 	switch {
 	case d.cfg.Store == "memory":
 		s := memstore.New(memstore.Options{MaxKeys: d.cfg.MaxKeys})
+		if d.cfg.Snapshot != "" {
+			if err := d.openSnapshots(s); err != nil {
+				s.Close()
+				return err
+			}
+		}
 		d.store, d.close = s, s.Close
 		return nil
 	case strings.HasPrefix(d.cfg.Store, "redis://"), strings.HasPrefix(d.cfg.Store, "rediss://"),
@@ -212,6 +220,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	attrs = append(attrs, "auth", d.sec.creds.Enabled(), "tls", d.sec.tls != nil, "client_certs", d.cfg.TLS() && d.cfg.TLSCA != "")
 	d.log.Info("funnel started", attrs...)
 	errc := make(chan error, 1+len(d.edges))
+	d.snap.start()
 	go func() {
 		if err := d.respSrv.Serve(d.respLn); err != nil {
 			errc <- fmt.Errorf("daemon: resp server: %w", err)
@@ -248,6 +257,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if serr != nil {
 		d.log.Warn("shutdown did not finish in time; connections closed", "err", serr)
 	}
+	// Every listener is shut down: the snapshot holds the last decision.
+	err = errors.Join(err, d.snap.final())
 	d.log.Info("funnel stopped")
 	return err
 }
