@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,14 +20,16 @@ import (
 // Config is the configuration of the daemon. Its YAML form uses the names in
 // the yaml tags; every field is optional.
 type Config struct {
-	// RESP is the Redis-protocol listen address.
+	// RESP is the Redis-protocol listen address; empty turns it off. At
+	// least one of RESP, HTTP and GRPC is needed.
 	RESP string `yaml:"resp"`
 	// HTTP is the HTTP/JSON listen address.
 	HTTP string `yaml:"http"`
 	// GRPC is the Envoy rate-limit service listen address.
 	GRPC string `yaml:"grpc"`
 	// Store is "memory" or a Redis URL (redis://, rediss://,
-	// redis-cluster://, rediss-cluster://).
+	// redis-cluster://, rediss-cluster://, redis-sentinel://,
+	// rediss-sentinel://; see redisstore.ParseURL).
 	Store string `yaml:"store"`
 	// MaxKeys bounds the memory store's keys; 0 means no bound.
 	MaxKeys int `yaml:"max_keys"`
@@ -158,14 +161,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)
 	}
 	switch {
-	case c.RESP == "":
-		return bad("resp: an address is required")
+	case c.RESP == "" && c.HTTP == "" && c.GRPC == "":
+		return bad("resp, http and grpc are all off: at least one listener is needed")
 	case c.Store == "":
 		return bad("store: memory or a Redis URL is required")
-	case c.Store != "memory" && !strings.HasPrefix(c.Store, "redis://") &&
-		!strings.HasPrefix(c.Store, "rediss://") && !strings.HasPrefix(c.Store, "redis-cluster://") &&
-		!strings.HasPrefix(c.Store, "rediss-cluster://"):
-		return bad("store %q: want memory, redis://, rediss://, redis-cluster:// or rediss-cluster://", c.Store)
+	case c.Store != "memory" && !slices.ContainsFunc(storeSchemes, func(p string) bool { return strings.HasPrefix(c.Store, p) }):
+		return bad("store %q: want memory, %s", c.Store, strings.Join(storeSchemes, ", "))
 	case c.MaxKeys < 0:
 		return bad("max_keys %d is negative", c.MaxKeys)
 	case c.StoreTimeout < 0:
@@ -192,6 +193,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// storeSchemes are the beginnings of the Redis store URLs.
+var storeSchemes = []string{"redis://", "rediss://", "redis-cluster://", "rediss-cluster://", "redis-sentinel://", "rediss-sentinel://"}
 
 // TLS reports whether the listeners speak TLS.
 func (c Config) TLS() bool { return c.TLSCert != "" }

@@ -122,14 +122,14 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, error) {
 // returns where the --config flag's value goes.
 func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	file := fs.String("config", "", "YAML configuration `file`; flags given on the command line override it")
-	fs.StringVar(&c.RESP, "resp", c.RESP, "Redis-protocol listen `address`")
+	fs.StringVar(&c.RESP, "resp", c.RESP, "Redis-protocol listen `address` (empty: off; one listener at least is needed)")
 	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP/JSON API listen `address` (empty: off)")
 	fs.StringVar(&c.GRPC, "grpc", c.GRPC, "Envoy rate-limit service (gRPC) listen `address` (empty: off)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules `file` or directory (envoyproxy/ratelimit's format), reloaded when it changes")
 	fs.BoolVar(&c.RulesMergeDomains, "rules-merge-domains", c.RulesMergeDomains, "let several rules files define one domain")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "the rate-limit service answers OK where it would answer OVER_LIMIT")
 	fs.BoolVar(&c.RLSHeaders, "rls-headers", c.RLSHeaders, "add envoy's X-RateLimit-* headers to the rate-limit service's answers")
-	fs.StringVar(&c.Store, "store", c.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,...")
+	fs.StringVar(&c.Store, "store", c.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,..., redis-sentinel://[user:pass@]sentinel:port,.../master[/db]")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "bound on the memory store's keys (0: none)")
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
 	fs.BoolVar(&c.FailOpen, "fail-open", c.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
