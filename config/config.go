@@ -91,6 +91,44 @@ type Config struct {
 	// RulesMergeDomains lets several rules files define one domain (envoy's
 	// MERGE_DOMAIN_CONFIG).
 	RulesMergeDomains bool `yaml:"rules_merge_domains"`
+	// RulesXDS is the management server's address (host:port): the rules
+	// are those it sends, instead of a file's (CONFIG_GRPC_XDS_SERVER_URL
+	// with CONFIG_TYPE=GRPC_XDS_SOTW). Empty means no xDS.
+	RulesXDS string `yaml:"rules_xds"`
+	// RulesXDSNodeID is the node id the server picks a snapshot by; empty
+	// means "default" (CONFIG_GRPC_XDS_NODE_ID).
+	RulesXDSNodeID string `yaml:"rules_xds_node_id"`
+	// RulesXDSNodeMetadata is the node's metadata, "key=value,key=value"
+	// (CONFIG_GRPC_XDS_NODE_METADATA).
+	RulesXDSNodeMetadata string `yaml:"rules_xds_node_metadata"`
+	// RulesXDSHeaders are gRPC metadata sent on the stream,
+	// "name:value,name:value" (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	RulesXDSHeaders string `yaml:"rules_xds_headers"`
+	// RulesXDSTLS reaches the server over TLS, verified against the
+	// system's CAs unless RulesXDSCA names others
+	// (CONFIG_GRPC_XDS_SERVER_USE_TLS). RulesXDSCA, RulesXDSCert and
+	// RulesXDSServerName imply it.
+	RulesXDSTLS bool `yaml:"rules_xds_tls"`
+	// RulesXDSCA is a PEM bundle of the CAs that verify the server
+	// (CONFIG_GRPC_XDS_SERVER_TLS_CACERT).
+	RulesXDSCA string `yaml:"rules_xds_ca"`
+	// RulesXDSCert is the PEM file of the certificate the client presents
+	// to a server that asks for one (CONFIG_GRPC_XDS_CLIENT_TLS_CERT); it
+	// is reloaded when it changes.
+	RulesXDSCert string `yaml:"rules_xds_cert"`
+	// RulesXDSKey is the PEM file of RulesXDSCert's private key
+	// (CONFIG_GRPC_XDS_CLIENT_TLS_KEY).
+	RulesXDSKey string `yaml:"rules_xds_key"`
+	// RulesXDSServerName is the name the server's certificate must hold,
+	// when it is not the address's host (CONFIG_GRPC_XDS_SERVER_TLS_SAN).
+	RulesXDSServerName string `yaml:"rules_xds_server_name"`
+	// RulesXDSBackoff is the first delay before reconnecting to the
+	// server; 0 means 10s (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL). Each
+	// failure doubles it, up to RulesXDSBackoffMax, less a random half.
+	RulesXDSBackoff time.Duration `yaml:"rules_xds_backoff"`
+	// RulesXDSBackoffMax bounds the delays; 0 means a minute
+	// (XDS_CLIENT_BACKOFF_MAX_INTERVAL).
+	RulesXDSBackoffMax time.Duration `yaml:"rules_xds_backoff_max"`
 	// ShadowMode makes Envoy's rate-limit service answer OK where it would
 	// answer OVER_LIMIT (envoy's SHADOW_MODE); descriptor statuses still
 	// tell.
@@ -191,7 +229,7 @@ func (c Config) Validate() error {
 	if _, err := c.Level(); err != nil {
 		return err
 	}
-	return nil
+	return c.validateXDS()
 }
 
 // storeSchemes are the beginnings of the Redis store URLs.

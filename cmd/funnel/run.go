@@ -127,6 +127,7 @@ func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	fs.StringVar(&c.GRPC, "grpc", c.GRPC, "Envoy rate-limit service (gRPC) listen `address` (empty: off)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules `file` or directory (envoyproxy/ratelimit's format), reloaded when it changes")
 	fs.BoolVar(&c.RulesMergeDomains, "rules-merge-domains", c.RulesMergeDomains, "let several rules files define one domain")
+	xdsFlags(fs, c)
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "the rate-limit service answers OK where it would answer OVER_LIMIT")
 	fs.BoolVar(&c.RLSHeaders, "rls-headers", c.RLSHeaders, "add envoy's X-RateLimit-* headers to the rate-limit service's answers")
 	fs.StringVar(&c.Store, "store", c.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,..., redis-sentinel://[user:pass@]sentinel:port,.../master[/db]")

@@ -31,11 +31,12 @@ type Daemon struct {
 	lim     *funnel.Limiter
 	metrics *metrics.Metrics
 
-	sec     security // credentials and TLS of every listener
-	respLn  net.Listener
-	respSrv *server.Server
-	edges   []edge         // HTTP, gRPC
-	watcher *rules.Watcher // the rules, when a file names them
+	sec      security // credentials and TLS of every listener
+	respLn   net.Listener
+	respSrv  *server.Server
+	edges    []edge         // HTTP, gRPC
+	watcher  *rules.Watcher // the rules, when a file names them
+	rulesXDS *rulesXDS      // the rules, when a control plane sends them
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS
@@ -213,6 +214,7 @@ func (d *Daemon) Close() error {
 	if d.watcher != nil {
 		d.watcher.Close()
 	}
+	d.rulesXDS.close()
 	d.sec.close()
 	return d.close()
 }
