@@ -129,6 +129,9 @@ type Config struct {
 	// RulesXDSBackoffMax bounds the delays; 0 means a minute
 	// (XDS_CLIENT_BACKOFF_MAX_INTERVAL).
 	RulesXDSBackoffMax time.Duration `yaml:"rules_xds_backoff_max"`
+	// RulesXDSMaxMsgSize bounds a response of the server, in bytes; 0
+	// means gRPC's 4 MiB (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES).
+	RulesXDSMaxMsgSize int `yaml:"rules_xds_max_msg_size"`
 	// ShadowMode makes Envoy's rate-limit service answer OK where it would
 	// answer OVER_LIMIT (envoy's SHADOW_MODE); descriptor statuses still
 	// tell.

@@ -54,7 +54,7 @@ func (c Config) validateXDS() error {
 	}
 	switch {
 	case x.RulesXDS == "" && (x.RulesXDSNodeID != "" || x.RulesXDSNodeMetadata != "" || x.RulesXDSHeaders != "" ||
-		x.RulesXDSUseTLS() || x.RulesXDSKey != "" || x.RulesXDSBackoff != 0 || x.RulesXDSBackoffMax != 0):
+		x.RulesXDSUseTLS() || x.RulesXDSKey != "" || x.RulesXDSBackoff != 0 || x.RulesXDSBackoffMax != 0 || x.RulesXDSMaxMsgSize != 0):
 		return bad("rules_xds_* settings without rules_xds: the management server's address is required")
 	case x.RulesXDS == "":
 		return nil
@@ -70,6 +70,8 @@ func (c Config) validateXDS() error {
 		return bad("rules_xds_backoff %v is negative", x.RulesXDSBackoff)
 	case x.RulesXDSBackoffMax < 0:
 		return bad("rules_xds_backoff_max %v is negative", x.RulesXDSBackoffMax)
+	case x.RulesXDSMaxMsgSize < 0:
+		return bad("rules_xds_max_msg_size %d is negative", x.RulesXDSMaxMsgSize)
 	case x.RulesXDSBackoffMax > 0 && x.RulesXDSBackoff > x.RulesXDSBackoffMax:
 		return bad("rules_xds_backoff %v is more than rules_xds_backoff_max %v", x.RulesXDSBackoff, x.RulesXDSBackoffMax)
 	}

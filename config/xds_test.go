@@ -17,13 +17,15 @@ func TestValidateRulesXDS(t *testing.T) {
 		{func(c *Config) {
 			c.RulesXDS, c.RulesXDSNodeID, c.RulesXDSHeaders, c.RulesXDSNodeMetadata = "cp:18000", "n", "x-a: 1, x-b:2", "k=v"
 			c.RulesXDSCA, c.RulesXDSCert, c.RulesXDSKey, c.RulesXDSServerName = "ca.crt", "c.crt", "c.key", "cp.internal"
-			c.RulesXDSBackoff, c.RulesXDSBackoffMax = time.Second, time.Second
+			c.RulesXDSBackoff, c.RulesXDSBackoffMax, c.RulesXDSMaxMsgSize = time.Second, time.Second, 16<<20
 		}, ""},
 		{func(c *Config) { c.RulesXDS, c.Rules = "cp:18000", "rules.yaml" }, `rules "rules.yaml" and rules_xds "cp:18000": the rules come from a file or from xDS, not both`},
 		{func(c *Config) { c.RulesXDS, c.GRPC = "cp:18000", "" }, `rules_xds "cp:18000": the rules serve Envoy's rate-limit service`},
 		{func(c *Config) { c.RulesXDSNodeID = "n" }, "rules_xds_* settings without rules_xds"},
 		{func(c *Config) { c.RulesXDSTLS = true }, "rules_xds_* settings without rules_xds"},
 		{func(c *Config) { c.RulesXDSBackoff = time.Second }, "rules_xds_* settings without rules_xds"},
+		{func(c *Config) { c.RulesXDSMaxMsgSize = 1 << 20 }, "rules_xds_* settings without rules_xds"},
+		{func(c *Config) { c.RulesXDS, c.RulesXDSMaxMsgSize = "cp:18000", -1 }, "rules_xds_max_msg_size -1 is negative"},
 		{func(c *Config) { c.RulesXDS, c.RulesXDSCert = "cp:18000", "c.crt" }, `rules_xds_cert "c.crt" without rules_xds_key`},
 		{func(c *Config) { c.RulesXDS, c.RulesXDSKey = "cp:18000", "c.key" }, `rules_xds_key "c.key" without rules_xds_cert`},
 		{func(c *Config) { c.RulesXDS, c.RulesXDSBackoff = "cp:18000", -time.Second }, "rules_xds_backoff -1s is negative"},

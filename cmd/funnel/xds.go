@@ -20,4 +20,5 @@ func xdsFlags(fs *flag.FlagSet, c *config.Config) {
 	fs.StringVar(&c.RulesXDSServerName, "rules-xds-server-name", c.RulesXDSServerName, "`name` the xDS server's certificate must hold, when not the address's host")
 	fs.DurationVar(&c.RulesXDSBackoff, "rules-xds-backoff", c.RulesXDSBackoff, "first delay before reconnecting to the xDS server, doubled at each failure, less a random half (0: 10s)")
 	fs.DurationVar(&c.RulesXDSBackoffMax, "rules-xds-backoff-max", c.RulesXDSBackoffMax, "bound on the delays before reconnecting to the xDS server (0: 1m)")
+	fs.IntVar(&c.RulesXDSMaxMsgSize, "rules-xds-max-msg-size", c.RulesXDSMaxMsgSize, "bound on a response of the xDS server, in `bytes` (0: gRPC's 4 MiB)")
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 
+	"google.golang.org/grpc"
+
 	"github.com/funnelrl/funnel/internal/tlsfiles"
 	"github.com/funnelrl/funnel/rules"
 	"github.com/funnelrl/funnel/rules/xds"
@@ -35,12 +37,17 @@ func (d *Daemon) openRulesXDS() (*xds.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	var dopts []grpc.DialOption
+	if n := d.cfg.RulesXDSMaxMsgSize; n > 0 {
+		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n)))
+	}
 	x.client, err = xds.Start(xds.Options{
 		Addr:         d.cfg.RulesXDS,
 		NodeID:       d.cfg.RulesXDSNodeID,
 		NodeMetadata: md,
 		Headers:      headers,
 		TLS:          tc,
+		DialOptions:  dopts,
 		Backoff:      xds.Backoff{Initial: d.cfg.RulesXDSBackoff, Max: d.cfg.RulesXDSBackoffMax},
 		Rules:        rules.Options{MergeDomains: d.cfg.RulesMergeDomains},
 		Logger:       d.log,

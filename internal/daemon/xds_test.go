@@ -82,6 +82,7 @@ func TestDaemonRulesXDS(t *testing.T) {
 	cfg.RulesXDSCA = ca.Write(t, dir, "ca")
 	cfg.RulesXDSCert, cfg.RulesXDSKey = ca.Client(t, "funnel").Write(t, dir, "client")
 	cfg.RulesXDSServerName = "localhost" // checked instead of the address
+	cfg.RulesXDSMaxMsgSize = 1 << 20
 	d, logs, stop := start(t, cfg)
 	select {
 	case ack := <-acks:
