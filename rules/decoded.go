@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"fmt"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -20,13 +21,17 @@ type DomainConfig struct {
 }
 
 // DescriptorConfig is one descriptor of a DomainConfig: the fields of the
-// same names in a rules file.
+// same names in a rules file. QuotaMode and Metadata are written as a
+// file's quota_mode and metadata are, and checked as theirs are: a field
+// the rules do not take is refused as a file's unknown field is.
 type DescriptorConfig struct {
 	Key, Value     string
 	RateLimit      *RateLimitConfig // nil: none
 	Descriptors    []DescriptorConfig
 	ShadowMode     bool
 	DetailedMetric bool
+	QuotaMode      bool
+	Metadata       map[string]any // nil: none
 }
 
 // RateLimitConfig is the rate_limit of a DescriptorConfig. Unit is a unit's
@@ -83,6 +88,12 @@ func descriptorsNode(ds []DescriptorConfig, depth int) *yaml.Node {
 		if d.DetailedMetric {
 			kv = append(kv, "detailed_metric", boolNode(true))
 		}
+		if d.QuotaMode {
+			kv = append(kv, "quota_mode", boolNode(true))
+		}
+		if d.Metadata != nil {
+			kv = append(kv, "metadata", valueNode(d.Metadata))
+		}
 		n.Content = append(n.Content, mappingNode(kv...))
 	}
 	return n
@@ -120,6 +131,17 @@ func mappingNode(kv ...any) *yaml.Node {
 		n.Content = append(n.Content, strNode(kv[i].(string)), kv[i+1].(*yaml.Node))
 	}
 	return n
+}
+
+// valueNode writes a decoded value (maps, lists, strings, numbers, bools,
+// nil: what a protobuf Struct holds) as YAML would decode to it.
+func valueNode(v any) *yaml.Node {
+	var n yaml.Node
+	if err := n.Encode(v); err != nil {
+		// Only values of other kinds fail, which a Struct never holds.
+		return strNode(fmt.Sprint(v))
+	}
+	return &n
 }
 
 func strNode(s string) *yaml.Node {

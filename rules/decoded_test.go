@@ -129,3 +129,66 @@ func TestBuildErrors(t *testing.T) {
 		t.Errorf("deep nesting: %v", err)
 	}
 }
+
+// quota_mode and metadata in a decoded configuration are what they are in
+// a file: the same errors (field and reason), or the same rules.
+func TestBuildAsParseQuotaModeMetadata(t *testing.T) {
+	const file = `domain: ai
+descriptors:
+  - key: model
+    quota_mode: true
+    metadata:
+      tier: gold
+      weights: [0.5, 2.5]
+      nested: {on: true}
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+`
+	parsed, perr := Parse(strings.NewReader(file), "ai.yaml", Options{})
+	built, berr := Build([]DomainConfig{{Name: "xds:ai", Domain: "ai", Descriptors: []DescriptorConfig{{
+		Key: "model", QuotaMode: true,
+		Metadata:  map[string]any{"tier": "gold", "weights": []any{0.5, 2.5}, "nested": map[string]any{"on": true}},
+		RateLimit: &RateLimitConfig{Unit: "MINUTE", RequestsPerUnit: 3},
+	}}}}, Options{})
+	if (perr == nil) != (berr == nil) {
+		t.Fatalf("parsed: %v; built: %v", perr, berr)
+	}
+	if perr != nil {
+		t.Logf("both refused: %v", berr)
+		pe, be := problems(perr), problems(berr)
+		if strings.Join(pe, "\n") != strings.Join(be, "\n") {
+			t.Fatalf("parsed:\n%s\nbuilt:\n%s", strings.Join(pe, "\n"), strings.Join(be, "\n"))
+		}
+		return
+	}
+	p, b := parsed.All(), built.All()
+	if len(p) != len(b) {
+		t.Fatalf("%d rules built, %d parsed", len(b), len(p))
+	}
+	for i := range p {
+		pr, br := *p[i], *b[i]
+		pr.File, pr.Line, br.File, br.Line = "", 0, "", 0
+		if !reflect.DeepEqual(pr, br) {
+			t.Errorf("rule %d:\nbuilt  %+v\nparsed %+v", i, br, pr)
+		}
+	}
+}
+
+// problems lists the field and reason of each *Error in err.
+func problems(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		var e *Error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+		} else if errors.As(err, &e) {
+			out = append(out, e.Field+": "+e.Msg)
+		}
+	}
+	walk(err)
+	return out
+}

@@ -322,6 +322,10 @@ func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []rules.DescriptorConfig {
 			Descriptors:    descriptors(d.GetDescriptors()),
 			ShadowMode:     d.GetShadowMode(),
 			DetailedMetric: d.GetDetailedMetric(),
+			QuotaMode:      d.GetQuotaMode(),
+		}
+		if md := d.GetMetadata(); md != nil {
+			out[i].Metadata = md.AsMap()
 		}
 		if p := d.GetRateLimit(); p != nil {
 			rl := &rules.RateLimitConfig{RequestsPerUnit: p.RequestsPerUnit, Unlimited: p.Unlimited, Name: p.Name}

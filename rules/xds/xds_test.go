@@ -438,6 +438,36 @@ func TestConvert(t *testing.T) {
 	if err != nil || !set.HasDomain("api") || set.Files()[0] != "xds:a" {
 		t.Fatalf("Convert: %v, %v", set, err)
 	}
+	// The units of the current protocol, week (7) after day (4), month (5)
+	// and year (6), are envoy's.
+	for unit, want := range map[rlsconfv3.RateLimitUnit]rules.Unit{
+		rlsconfv3.RateLimitUnit_SECOND: rules.UnitSecond, rlsconfv3.RateLimitUnit_DAY: rules.UnitDay,
+		rlsconfv3.RateLimitUnit_WEEK: rules.UnitWeek, rlsconfv3.RateLimitUnit_MONTH: rules.UnitMonth, rlsconfv3.RateLimitUnit_YEAR: rules.UnitYear,
+	} {
+		c := perMinute("a", 1)
+		c.Descriptors[0].RateLimit.Unit = unit
+		a, err := anypb.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := xds.Convert(&discoveryv3.DiscoveryResponse{TypeUrl: xds.TypeURL, Resources: []*anypb.Any{a}}, rules.Options{})
+		if err != nil || set.All()[0].Unit != want {
+			t.Errorf("unit %v: %v, %v", unit, set.All(), err)
+		}
+	}
+	// quota_mode and metadata reach the rules as a file's do: in a file,
+	// the rules refuse them or take them, and so here.
+	qm := perMinute("q", 1)
+	qm.Descriptors[0].QuotaMode = true
+	a, err := anypb.New(qm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, qerr := xds.Convert(&discoveryv3.DiscoveryResponse{TypeUrl: xds.TypeURL, Resources: []*anypb.Any{a}}, rules.Options{})
+	_, ferr := rules.Parse(strings.NewReader("domain: api\ndescriptors:\n  - key: user\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"), "q.yaml", rules.Options{})
+	if (qerr == nil) != (ferr == nil) || qerr != nil && !strings.Contains(qerr.Error(), "descriptors[0].quota_mode") {
+		t.Errorf("quota_mode over xDS: %v; in a file: %v", qerr, ferr)
+	}
 	empty, err := xds.Convert(&discoveryv3.DiscoveryResponse{TypeUrl: xds.TypeURL}, rules.Options{})
 	if err != nil || len(empty.Domains()) != 0 {
 		t.Fatalf("no resources: %v, %v", empty, err)
