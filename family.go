@@ -148,9 +148,9 @@ func (l Limit) check() (Checked, error) {
 
 // checkInto is check writing into *c (left undefined on error), so that a
 // decision checks its limit in place, in the op it sends to the store.
-func (l Limit) checkInto(c *Checked) error {
+func (l *Limit) checkInto(c *Checked) error {
 	// Field by field: a composite literal would be built aside and copied.
-	c.Limit, c.Window = l, algo.WindowParams{}
+	c.Limit, c.Window = *l, algo.WindowParams{}
 	if l.Algorithm == GCRA && l.Ban == 0 && l.Delay == 0 && l.Calendar == NoCalendar && l.Location == nil {
 		// The plain funnel, the commonest limit, checked on every decision.
 		var err error
@@ -159,7 +159,7 @@ func (l Limit) checkInto(c *Checked) error {
 	}
 	c.GCRA = gcra.Params{}
 	bad := func(err error) error {
-		return fmt.Errorf("%w %v: %w", ErrInvalidLimit, l, err)
+		return fmt.Errorf("%w %v: %w", ErrInvalidLimit, *l, err)
 	}
 	if l.Ban < 0 {
 		return bad(algo.ErrNegative)

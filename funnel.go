@@ -162,10 +162,10 @@ func (l Limit) Params() (gcra.Params, error) {
 }
 
 // gcraParams returns the GCRA parameters of l.
-func (l Limit) gcraParams() (gcra.Params, error) {
+func (l *Limit) gcraParams() (gcra.Params, error) {
 	p, err := gcra.NewParams(l.Burst, l.Count, l.Period)
 	if err != nil {
-		return gcra.Params{}, fmt.Errorf("%w %v: %w", ErrInvalidLimit, l, err)
+		return gcra.Params{}, fmt.Errorf("%w %v: %w", ErrInvalidLimit, *l, err)
 	}
 	return p, nil
 }

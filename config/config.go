@@ -136,6 +136,14 @@ type Config struct {
 	// answer OVER_LIMIT (envoy's SHADOW_MODE); descriptor statuses still
 	// tell.
 	ShadowMode bool `yaml:"shadow_mode"`
+	// QuotaMode puts every descriptor of Envoy's rate-limit service in
+	// quota mode (envoy's QUOTA_MODE): a request is refused only when all
+	// of its descriptors are over their limits.
+	QuotaMode bool `yaml:"quota_mode"`
+	// RLSDynamicMetadata makes the rate-limit service answer with dynamic
+	// metadata, the rules' metadata among it (envoy's
+	// RESPONSE_DYNAMIC_METADATA).
+	RLSDynamicMetadata bool `yaml:"rls_dynamic_metadata"`
 	// RLSHeaders adds envoy's X-RateLimit-* headers to the rate-limit
 	// service's answers.
 	RLSHeaders bool `yaml:"rls_headers"`

@@ -22,9 +22,7 @@ import (
 
 // familySource is the script of the limiter family beyond the plain funnel
 // (the funnel itself too when it comes with a ban or with other limits).
-//
-//go:embed family.lua
-var familySource string
+var familySource = include("family.lua")
 
 var _ funnel.Store = (*Store)(nil)
 
@@ -461,9 +459,15 @@ func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	octx := ctx
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	v, err := s.runner.eval(ctx, unbanScript, []string{bk}, args[1:3])
 	if err != nil {
-		return false, s.unavailable(ctx, err)
+		return false, s.unavailable(octx, err)
 	}
 	return len(v) == 1 && v[0] > 0, nil
 }

@@ -54,12 +54,8 @@
 
 local E9 = 1000000000
 local nh, nl
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  nh, nl = t[1] + 0, t[2] * 1000
-else
-  nh, nl = ARGV[1] + 0, ARGV[2] + 0
-end
+local ti = 1
+--> now.lua
 local nowsub = nl % 1000000
 local nowms = nh * 1000 + (nl - nowsub) / 1000000
 -- the millisecond at or after now

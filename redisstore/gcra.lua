@@ -75,12 +75,8 @@
 -- 15% more: each local function is a closure made at every call.
 
 local nh, nl
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  nh, nl = t[1] + 0, t[2] * 1000
-else
-  nh, nl = ARGV[2] + 0, ARGV[3] + 0
-end
+local ti = 2
+--> now.lua
 local nk = #KEYS
 local slack = ARGV[4] + 0
 -- The last value and expiry written, as strings (see store.lua).

@@ -15,12 +15,8 @@
 -- is left as it is.
 
 local nh, nl
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  nh, nl = t[1] + 0, t[2] * 1000
-else
-  nh, nl = ARGV[2] + 0, ARGV[3] + 0
-end
+local ti = 2
+--> now.lua
 local key = KEYS[1]
 local t = redis.call('TYPE', key).ok
 local empty, reply = -1, nil

@@ -264,6 +264,21 @@ func testTimeoutWhenPaused(t *testing.T, oc outageClient) {
 	if d := time.Duration(slowest.Load()); d > time.Second {
 		t.Errorf("slowest decision took %v with a 50ms timeout", d)
 	}
+	// The key operations are bounded by the timeout as well.
+	lim := funnel.New(s)
+	for name, op := range map[string]func() error{
+		"Reset": func() error { _, err := lim.Reset(ctx, "k"); return err },
+		"TTL":   func() error { _, _, err := lim.TTL(ctx, "k"); return err },
+		"Unban": func() error { _, err := lim.Unban(ctx, "k"); return err },
+	} {
+		start := time.Now()
+		if err := op(); !errors.Is(err, funnel.ErrUnavailable) {
+			t.Errorf("%s on a paused Redis: %v, want ErrUnavailable", name, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s on a paused Redis took %v with a 50ms timeout", name, d)
+		}
+	}
 	// The caller's own deadline is not an outage: its error is returned.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()

@@ -65,8 +65,10 @@
 //
 // # When Redis cannot be reached
 //
-// Do, TTL and Reset are bounded by Options.Timeout, a decision's wait for a
-// batch included (Unban and Bans by their context only). When Redis cannot
+// Do, TTL, Reset and Unban are bounded by Options.Timeout, a decision's
+// wait for a batch included. Bans, which scans every master's keys, is
+// bounded by its context only: on a large database it may take longer than
+// a decision should. When Redis cannot
 // be reached in time, the takes of Do do not fail: they return the
 // configured fail-open or fail-closed
 // answer with Result.Fallback set, and the failure is logged at most once a

@@ -59,7 +59,8 @@ func fuzzDescriptors(spec string, descHits uint64) []*ratelimit.RateLimitDescrip
 }
 
 // FuzzShouldRateLimit runs requests built from the fuzz input through a
-// server over a memory store and the rules of extRules, on a fake clock that
+// server over a memory store and the rules of extRules, and through one with
+// the rules of quotaRules, its dynamic metadata on, on a fake clock that
 // advances between requests. The server must not panic, and must answer
 // either a response whose overall code and every descriptor's code is OK or
 // OVER_LIMIT, one status per descriptor, or a client's error
@@ -79,6 +80,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 	f.Add("", uint32(0), "a=1", uint64(0), int64(0))
 	f.Add("other", uint32(1), "k=v,k2=v2", uint64(0), int64(0))
 	f.Add("ext", uint32(1), "=|,|==", uint64(0), int64(0))
+	f.Add("q", uint32(1), "quota1=x|quota2=x|regular=y", uint64(0), int64(0))
+	f.Add("q", uint32(1), "quota_block=x|+shadow_quota=1|unlimited=u|@other=z", uint64(2), int64(0))
 
 	set, err := rules.Parse(strings.NewReader(extRules), "ext.yaml", rules.Options{})
 	if err != nil {
@@ -90,6 +93,15 @@ func FuzzShouldRateLimit(f *testing.F) {
 	srv := rls.New(funnel.New(store), rls.Static(set), rls.Options{
 		Now:    func() time.Time { return time.Unix(0, clock.Now()) },
 		Logger: slog.New(slog.DiscardHandler),
+	})
+	qset, err := rules.Parse(strings.NewReader(quotaRules), "q.yaml", rules.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	qsrv := rls.New(funnel.New(store), rls.Static(qset), rls.Options{
+		Now:             func() time.Time { return time.Unix(0, clock.Now()) },
+		Logger:          slog.New(slog.DiscardHandler),
+		DynamicMetadata: true,
 	})
 
 	f.Fuzz(func(t *testing.T, domain string, hits uint32, spec string, descHits uint64, advance int64) {
@@ -103,39 +115,50 @@ func FuzzShouldRateLimit(f *testing.F) {
 			Descriptors: fuzzDescriptors(spec, descHits),
 			HitsAddend:  hits,
 		}
-		resp, err := srv.ShouldRateLimit(context.Background(), req)
-		if err != nil {
-			switch c := status.Code(err); c {
-			case codes.InvalidArgument, codes.FailedPrecondition:
-			default:
-				t.Fatalf("%v: code %v (%v), want InvalidArgument or FailedPrecondition", req, c, err)
-			}
+		if domain == "q" {
+			checkResponse(t, qsrv, req)
 			return
 		}
-		if resp == nil {
-			t.Fatalf("%v: no response and no error", req)
+		checkResponse(t, srv, req)
+	})
+}
+
+// checkResponse asks srv and checks the answer's invariants: see
+// FuzzShouldRateLimit.
+func checkResponse(t *testing.T, srv *rls.Server, req *rlsv3.RateLimitRequest) {
+	t.Helper()
+	resp, err := srv.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		switch c := status.Code(err); c {
+		case codes.InvalidArgument, codes.FailedPrecondition:
+		default:
+			t.Fatalf("%v: code %v (%v), want InvalidArgument or FailedPrecondition", req, c, err)
 		}
-		if len(resp.Statuses) != len(req.Descriptors) {
-			t.Fatalf("%v: %d statuses for %d descriptors", req, len(resp.Statuses), len(req.Descriptors))
-		}
-		over := false
-		for i, st := range resp.Statuses {
-			switch st.GetCode() {
-			case rlsv3.RateLimitResponse_OK:
-			case rlsv3.RateLimitResponse_OVER_LIMIT:
-				over = true
-			default:
-				t.Fatalf("%v: descriptor %d has code %v", req, i, st.GetCode())
-			}
-		}
-		switch resp.OverallCode {
+		return
+	}
+	if resp == nil {
+		t.Fatalf("%v: no response and no error", req)
+	}
+	if len(resp.Statuses) != len(req.Descriptors) {
+		t.Fatalf("%v: %d statuses for %d descriptors", req, len(resp.Statuses), len(req.Descriptors))
+	}
+	over := false
+	for i, st := range resp.Statuses {
+		switch st.GetCode() {
 		case rlsv3.RateLimitResponse_OK:
 		case rlsv3.RateLimitResponse_OVER_LIMIT:
-			if !over {
-				t.Fatalf("%v: OVER_LIMIT overall with no descriptor over its limit", req)
-			}
+			over = true
 		default:
-			t.Fatalf("%v: overall code %v", req, resp.OverallCode)
+			t.Fatalf("%v: descriptor %d has code %v", req, i, st.GetCode())
 		}
-	})
+	}
+	switch resp.OverallCode {
+	case rlsv3.RateLimitResponse_OK:
+	case rlsv3.RateLimitResponse_OVER_LIMIT:
+		if !over {
+			t.Fatalf("%v: OVER_LIMIT overall with no descriptor over its limit", req)
+		}
+	default:
+		t.Fatalf("%v: overall code %v", req, resp.OverallCode)
+	}
 }

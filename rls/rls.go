@@ -14,6 +14,14 @@
 // shows in the metrics and in a LimitRemaining of 0), and does not refuse
 // the request, which is then charged to the limits that admitted it.
 //
+// A rule in quota mode (quota_mode, or every descriptor with
+// Options.QuotaMode, as envoy's QUOTA_MODE) refuses the request only when
+// every quota descriptor of the request is over its limit: the request is
+// OVER_LIMIT when a rule that is not a quota is over, or when all its quota
+// descriptors are, and a quota over its limit still says OVER_LIMIT in its
+// own status. When the request goes on, it is charged to the limits that
+// admitted it (envoy's service charges them all).
+//
 //	srv := rls.New(limiter, watcher, rls.Options{})
 //	go srv.Serve(ctx, listener)
 package rls
@@ -94,6 +102,18 @@ type Options struct {
 	// global SHADOW_MODE); descriptor statuses still say which limit
 	// refused.
 	ShadowMode bool
+	// QuotaMode puts every descriptor in quota mode (envoy's global
+	// QUOTA_MODE): the request is refused only when all of its
+	// descriptors that are not unlimited are over their limits (one that
+	// no rule matches is never over).
+	QuotaMode bool
+	// DynamicMetadata sets the response's dynamic_metadata as envoy's
+	// RESPONSE_DYNAMIC_METADATA does: the domain, the descriptors (their
+	// entries as "key=value", their limit override and hits_addend), the
+	// request's hits_addend, and under "metadata" the metadata of the
+	// rules whose descriptors passed, merged (nested mappings merged, the
+	// first descriptor's value kept where two differ).
+	DynamicMetadata bool
 	// ResponseHeaders, when set, adds these headers to every answer that
 	// has a limit (response_headers_to_add); nil adds none, as envoy by
 	// default.
@@ -265,7 +285,8 @@ type item struct {
 	hits      int64
 	negative  bool
 	unlimited bool
-	op        int // index in ops, or -1
+	quota     bool // counts among the request's quota descriptors
+	op        int  // index in ops, or -1
 	res       funnel.Result
 	over      bool
 }
@@ -273,9 +294,19 @@ type item struct {
 // op is one distinct key charged by a request.
 type op struct {
 	req      funnel.Request
-	enforced bool // a rule not in shadow mode charges it
+	enforced bool // a rule not in shadow mode and not a quota charges it
+	quota    bool // a quota not in shadow mode charges it
 	res      funnel.Result
 }
+
+// quotas counts the quota descriptors of a request that plan found:
+// total, and sure, those that pass whatever the store says (no rule, a
+// refund, shadow mode). When there are some and none is sure, the request
+// is refused if every op of a quota refuses.
+type quotas struct{ total, sure int }
+
+// decisive reports whether the quotas may refuse the request.
+func (q quotas) decisive() bool { return q.total > 0 && q.sure == 0 }
 
 // maxHits bounds one descriptor's hits_addend.
 const maxHits = math.MaxInt64 / 1024
@@ -313,12 +344,12 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		return nil, err
 	}
 	var opBuf [4]op
-	ops, denied, err := s.plan(ctx, items, replacing, opBuf[:0])
+	ops, q, denied, err := s.plan(ctx, items, replacing, opBuf[:0])
 	if err != nil {
 		return nil, err
 	}
 	if len(ops) > 0 {
-		if err := s.charge(ctx, ops, denied); err != nil {
+		if err := s.charge(ctx, ops, q, denied); err != nil {
 			for i := range items {
 				if items[i].op >= 0 {
 					s.observe(items[i].metric, funnel.Result{}, err)
@@ -327,7 +358,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 			return nil, err
 		}
 	}
-	return s.respond(items, ops), nil
+	return s.respond(req, items, ops), nil
 }
 
 // match fills items, one per descriptor of req and in their order, with
@@ -358,6 +389,7 @@ func (s *Server) match(req *rlsv3.RateLimitRequest, items []item) (map[string]bo
 			it.hits = int64(h.Value)
 		}
 		it.negative = d.GetIsNegativeHits()
+		it.quota = s.opts.QuotaMode
 		if !known {
 			continue // an unknown domain is not limited, as in envoy
 		}
@@ -378,6 +410,7 @@ func (s *Server) match(req *rlsv3.RateLimitRequest, items []item) (map[string]bo
 		if it.rule == nil {
 			continue
 		}
+		it.quota = it.quota || it.rule.QuotaMode
 		if len(it.rule.Replaces) > 0 {
 			if replacing == nil {
 				replacing = map[string]bool{}
@@ -387,7 +420,7 @@ func (s *Server) match(req *rlsv3.RateLimitRequest, items []item) (map[string]bo
 			}
 		}
 		if it.rule.Unlimited {
-			it.unlimited, it.rule = true, nil
+			it.unlimited, it.rule, it.quota = true, nil, false
 		}
 	}
 	return replacing, nil
@@ -412,53 +445,71 @@ func ruleOf(set *rules.Set, domain string, d *ratelimit.RateLimitDescriptor, ent
 }
 
 // plan drops the rules that other matched rules replace, then gathers the
-// keys that items charge into ops, which it returns: see addOp. A rule
-// that refuses everything charges nothing and is over its limit; denied
-// reports that such a rule is enforced (neither it nor the server is in
-// shadow mode). A descriptor with negative hits is refunded at once, as
-// there is nothing to decide, and its error ends the request.
-func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bool, ops []op) (_ []op, denied bool, _ error) {
+// keys that items charge into ops, which it returns with the request's
+// quotas: see addOp. A rule that refuses everything charges nothing and is
+// over its limit; denied reports that the request is refused whatever the
+// store says: such a rule is enforced (neither it nor the server is in
+// shadow mode, and it is not a quota), or every quota is such a rule. A
+// descriptor with negative hits is refunded at once, as there is nothing
+// to decide, and its error ends the request.
+func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bool, ops []op) (_ []op, q quotas, denied bool, _ error) {
 	var byKey map[string]int
+	quotaOps := 0
 	for i := range items {
 		it := &items[i]
+		if it.rule != nil && it.rule.Name != "" && replacing[it.rule.Name] {
+			it.rule, it.quota = nil, s.opts.QuotaMode
+		}
+		if it.quota {
+			q.total++
+		}
 		if it.rule == nil {
+			if it.quota {
+				q.sure++ // no rule: never over
+			}
 			continue
 		}
-		if it.rule.Name != "" && replacing[it.rule.Name] {
-			it.rule = nil
-			continue
+		shadow := it.rule.ShadowMode || s.opts.ShadowMode
+		if it.quota && (shadow || it.negative) {
+			q.sure++
 		}
-		enforced := !it.rule.ShadowMode && !s.opts.ShadowMode
 		if it.rule.Deny() {
 			it.over = true
-			denied = denied || enforced
+			denied = denied || !shadow && !it.quota
 			s.observe(it.metric, funnel.Result{}, nil)
 			continue
 		}
 		if it.negative {
 			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+httplimit.BoundKey(it.key), it.rule.Limit, it.hits); err != nil {
 				s.observe(it.metric, funnel.Result{}, err)
-				return nil, false, err
+				return nil, q, false, err
 			}
 			it.res = funnel.Result{Allowed: true}
 			continue
 		}
 		key := s.opts.KeyPrefix + httplimit.BoundKey(it.key)
-		ops, byKey = addOp(ops, byKey, len(items), it, key, enforced)
+		ops, byKey = addOp(ops, byKey, len(items), it, key, !shadow && !it.quota, !shadow && it.quota)
+		if it.quota && !shadow {
+			quotaOps++
+		}
 	}
-	return ops, denied, nil
+	if q.decisive() && quotaOps == 0 {
+		denied = true // every quota refuses everything
+	}
+	return ops, q, denied, nil
 }
 
 // addOp charges the hits of it to key, in ops, and records the op in it.
 // Two descriptors on one key make one op of both quantities (at most
 // math.MaxInt64, which no limit admits: many descriptors must not wrap
-// the sum around to a small charge), enforced when either is. Past
+// the sum around to a small charge), enforced or a quota when either is. Past
 // smallRequest ops, byKey indexes them, sized for n; addOp returns ops
 // and byKey as they are after it.
-func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced bool) ([]op, map[string]int) {
+func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced, quota bool) ([]op, map[string]int) {
 	if j := findKey(ops, byKey, key); j >= 0 {
 		ops[j].req.N = addHits(ops[j].req.N, it.hits)
 		ops[j].enforced = ops[j].enforced || enforced
+		ops[j].quota = ops[j].quota || quota
 		it.op = j
 		return ops, byKey
 	}
@@ -472,7 +523,7 @@ func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced
 		byKey[key] = len(ops)
 	}
 	it.op = len(ops)
-	ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, enforced: enforced})
+	ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, enforced: enforced, quota: quota})
 	return ops, byKey
 }
 
@@ -491,26 +542,36 @@ func (c *lazyNow) get() time.Time {
 }
 
 // respond builds the response of decided items, whose charges are ops:
-// a status per descriptor (see status), OVER_LIMIT overall when a limit
-// that is not in shadow mode refuses (never when the server is), and the
-// configured headers of the status closest to its limit, which is the
-// last enforced refusal or else the one with the fewest remaining.
-func (s *Server) respond(items []item, ops []op) *rlsv3.RateLimitResponse {
+// a status per descriptor (see status); OVER_LIMIT overall when a limit
+// that is neither a quota nor in shadow mode refuses, or when the request
+// has quotas and all of them refuse (never when the server is in shadow
+// mode); the configured headers of the status closest to its limit, which
+// is the last such refusal or else the one with the fewest remaining; and
+// with Options.DynamicMetadata, the dynamic metadata (see dynamicMetadata).
+func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus // for the headers
 	closestOver := false
+	var q quotas // here sure counts the quotas that passed
 	clock := lazyNow{read: s.opts.Now}
 	for i := range items {
 		it := &items[i]
 		st := s.status(it, ops, &clock)
 		resp.Statuses[i] = st
+		over := st.Code == rlsv3.RateLimitResponse_OVER_LIMIT // not in shadow mode
+		if it.quota {
+			q.total++
+			if !over {
+				q.sure++
+			}
+		}
 		if it.rule == nil {
 			continue
 		}
-		enforcedOver := it.over && !it.rule.ShadowMode
+		enforcedOver := over && !it.quota
 		if enforcedOver {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -520,6 +581,9 @@ func (s *Server) respond(items []item, ops []op) *rlsv3.RateLimitResponse {
 		case !closestOver && (closest == nil || st.LimitRemaining < closest.LimitRemaining):
 			closest = st
 		}
+	}
+	if q.decisive() {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT // every quota refused
 	}
 	if s.opts.ShadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
@@ -531,6 +595,9 @@ func (s *Server) respond(items []item, ops []op) *rlsv3.RateLimitResponse {
 		if h := s.opts.RequestHeaders; h != nil {
 			resp.RequestHeadersToAdd = headers(h, closest)
 		}
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, items, resp.Statuses)
 	}
 	return resp
 }
@@ -580,13 +647,13 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 }
 
 // charge decides ops together. If every one admits, all are charged. If
-// an enforced one refuses, none is. If only limits in shadow mode refuse,
-// the request goes on, so it is charged to the others, together again
-// (which a concurrent request may have filled meanwhile: then the
-// decision is taken again on those that still admit, at most a few
-// times). When denied, a rule that refuses everything was matched: the
-// others are only peeked, for their statuses.
-func (s *Server) charge(ctx context.Context, ops []op, denied bool) error {
+// the request is refused (see refused), none is. If only limits in shadow
+// mode or some quotas refuse, the request goes on, so it is charged to the
+// others, together again (which a concurrent request may have filled
+// meanwhile: then the decision is taken again on those that still admit,
+// at most a few times). When denied, the request is refused whatever the
+// store says: the ops are only peeked, for their statuses.
+func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) error {
 	if len(ops) == 1 {
 		// One key: the same decision, without AllowAll's bookkeeping.
 		r := ops[0].req
@@ -618,21 +685,16 @@ func (s *Server) charge(ctx context.Context, ops []op, denied bool) error {
 		if err != nil {
 			return err
 		}
-		enforcedRefusal := false
 		for j, r := range m.Results {
 			if r.Fallback && !r.Allowed {
 				return errFallback
 			}
-			o := &ops[idx[j]]
-			o.res = r
-			if !r.Allowed && o.enforced {
-				enforcedRefusal = true
-			}
+			ops[idx[j]].res = r
 		}
-		if m.Allowed || enforcedRefusal || attempt == 3 {
+		if m.Allowed || refused(ops, q) || attempt == 3 {
 			return nil
 		}
-		// Only shadow rules refused: charge the others.
+		// Only shadow rules or some quotas refused: charge the others.
 		k := 0
 		for j, r := range m.Results {
 			if r.Allowed {
@@ -643,6 +705,22 @@ func (s *Server) charge(ctx context.Context, ops []op, denied bool) error {
 		reqs, idx = reqs[:k], idx[:k]
 	}
 	return nil
+}
+
+// refused reports whether the results of ops refuse the request: an
+// enforced one refuses, or the quotas are decisive and every op of a quota
+// refuses.
+func refused(ops []op, q quotas) bool {
+	quotaPassed := false
+	for i := range ops {
+		switch {
+		case ops[i].res.Allowed:
+			quotaPassed = quotaPassed || ops[i].quota
+		case ops[i].enforced:
+			return true
+		}
+	}
+	return q.decisive() && !quotaPassed
 }
 
 // smallRequest is the number of keys up to which a request's keys are

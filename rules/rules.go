@@ -102,6 +102,17 @@ type Rule struct {
 	// DetailedMetric names the rule's metric after the request's values
 	// (detailed_metric): unbounded cardinality, as the user chose.
 	DetailedMetric bool
+	// QuotaMode makes the rule a quota (quota_mode): when it is over its
+	// limit the request is refused only if every quota of the request is
+	// over too, as envoy's service decides. Its descriptor status still
+	// says OVER_LIMIT.
+	QuotaMode bool
+	// Metadata is the descriptor's metadata, which the rate-limit service
+	// can merge into its response's dynamic metadata when the rule passes.
+	// Its values are as encoding/json decodes into an any: nil, bool,
+	// float64, string, []any and map[string]any. It is nil when the
+	// descriptor has none, and must not be modified.
+	Metadata map[string]any
 	// File and Line are where the rule's descriptor is written.
 	File string
 	Line int
@@ -152,8 +163,10 @@ type Match struct {
 //	          requests_per_unit: 5
 //
 // Every field of that format is read: domain; descriptors with key, value
-// (a trailing '*' makes it a prefix wildcard), rate_limit, descriptors,
-// shadow_mode, detailed_metric, value_to_metric and share_threshold;
+// (each '*' in it matches any run of characters, so that "foo*" is a
+// prefix, "/api/*/action" a prefix and a suffix, and "foo*bar*baz" three
+// parts in order), rate_limit, descriptors, shadow_mode, quota_mode,
+// metadata, detailed_metric, value_to_metric and share_threshold;
 // rate_limit with unit (second, minute, hour, day, week, month, year),
 // requests_per_unit, unlimited, name and replaces. A rule written in that
 // format is a fixed window of one unit aligned to the Unix epoch (a month is
@@ -176,8 +189,9 @@ type Match struct {
 // no way to release a lease. Time zones are read from the system's time
 // zone database (or the one a binary embeds with time/tzdata).
 //
-// Not supported: quota_mode, a recent addition to envoy's service for AI
-// gateways, is refused as an unknown field rather than silently ignored.
+// Funnel checks each level of the file for the fields that belong there,
+// where envoy's service accepts any of its field names at any level and
+// ignores those out of place.
 type Set struct {
 	domains map[string]*node
 	rules   []*Rule
@@ -187,20 +201,44 @@ type Set struct {
 // node is a descriptor of the tree (a domain's root has no key).
 type node struct {
 	key, value     string
-	wildcard       bool // value ends with '*'; prefix is value without it
-	prefix         string
+	wildcard       bool     // value has a '*'
+	parts          []string // value split at each '*', for a wildcard
 	rule           *Rule
 	shareThreshold bool
 	valueToMetric  bool
 	detailedMetric bool
 	line           int
 
-	exact     map[Entry]*node // children with a value
+	exact     map[Entry]*node // children with a value, wildcards by their literal value too
 	keyOnly   map[string]*node
 	wildcards []*node // children with a wildcard value, in file order
 }
 
 func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.keyOnly) == 0 && len(n.wildcards) == 0 }
+
+// wildcardMatch reports whether value matches a wildcard value split at
+// its '*'s into parts: it starts with the first part, ends with the last,
+// and holds the others in order between them, each '*' standing for any
+// run of characters, the empty one included.
+func wildcardMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if !strings.HasPrefix(value, first) {
+		return false
+	}
+	rest := value[len(first):]
+	if !strings.HasSuffix(rest, last) {
+		return false
+	}
+	rest = rest[:len(rest)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
 
 // Domains returns the domains the rules define, sorted.
 func (r *Set) Domains() []string {
@@ -242,9 +280,10 @@ func (r *Set) Files() []string {
 
 // Match finds the rule for a request's descriptor in domain, as
 // envoyproxy/ratelimit does: the entries are walked in order down the
-// descriptor tree; at each level an exact key and value is preferred, then
-// the first wildcard value (in file order) that is a prefix of the value,
-// then the key alone. The rule applies only if it sits at the level of the
+// descriptor tree; at each level an exact key and value is preferred (a
+// wildcard value written with its '*'s matches itself exactly), then the
+// first wildcard value (in file order) that matches the value, then the
+// key alone. The rule applies only if it sits at the level of the
 // descriptor's last entry. It reports false when nothing matches (the
 // request is not limited by this descriptor).
 func (r *Set) Match(domain string, entries []Entry) (Match, bool) {
@@ -266,7 +305,7 @@ func (r *Set) Match(domain string, entries []Entry) (Match, bool) {
 		next := lvl.exact[e]
 		if next == nil {
 			for _, w := range lvl.wildcards {
-				if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
+				if w.key == e.Key && wildcardMatch(w.parts, e.Value) {
 					next = w
 					if w.shareThreshold && i < 64 {
 						shared |= 1 << i
@@ -377,6 +416,10 @@ type Options struct {
 	// descriptors merged (envoy's MERGE_DOMAIN_CONFIG); by default a
 	// domain defined twice is an error.
 	MergeDomains bool
+	// MaxErrors bounds the problems reported for one load (the first
+	// ones, then one that says there were more): 0 means 20, a negative
+	// number no bound.
+	MaxErrors int
 }
 
 // ErrInvalid is wrapped by every error that a rules file is not valid.
@@ -417,8 +460,9 @@ func (e *Error) Error() string {
 // Unwrap returns ErrInvalid.
 func (e *Error) Unwrap() error { return ErrInvalid }
 
-// maxErrors bounds the problems reported for one load.
-const maxErrors = 20
+// defaultMaxErrors bounds the problems reported for one load unless
+// Options.MaxErrors says otherwise.
+const defaultMaxErrors = 20
 
 // Parse reads one rules file (one domain) from r; name is the file's
 // name in errors. The error, if any, joins one *Error per problem.
@@ -496,12 +540,13 @@ func readRulesFile(name string) ([]byte, error) {
 
 // builder accumulates files into a Set and their problems.
 type builder struct {
-	opts  Options
-	rules *Set
-	errs  []error
-	name  string            // current file
-	where map[string]string // the file of each domain
-	count int               // descriptors read, against maxDescriptors
+	opts      Options
+	rules     *Set
+	errs      []error
+	name      string            // current file
+	where     map[string]string // the file of each domain
+	count     int               // descriptors read, against maxDescriptors
+	metaCount int               // metadata values read, against maxMetadataValues
 }
 
 func newBuilder(opts Options) *builder {
@@ -517,10 +562,14 @@ func (b *builder) finish() (*Set, error) {
 
 // fail records a problem at n (nil: the whole file).
 func (b *builder) fail(n *yaml.Node, field, format string, a ...any) {
-	if len(b.errs) == maxErrors {
+	limit := b.opts.MaxErrors
+	if limit == 0 {
+		limit = defaultMaxErrors
+	}
+	if len(b.errs) == limit {
 		b.errs = append(b.errs, &Error{File: b.name, Msg: "too many errors"})
 	}
-	if len(b.errs) > maxErrors {
+	if limit > 0 && len(b.errs) > limit {
 		return
 	}
 	e := &Error{File: b.name, Field: field, Msg: fmt.Sprintf(format, a...)}
@@ -542,7 +591,7 @@ func (b *builder) file(name string, data []byte) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			b.fail(nil, "domain", "the file is empty; a domain is required")
+			b.fail(&yaml.Node{Line: 1, Column: 1}, "domain", "the file is empty; a domain is required")
 			return
 		}
 		b.yamlError(err)
@@ -814,7 +863,7 @@ func (b *builder) descriptors(parent *node, n *yaml.Node, path, domain, fullKey 
 }
 
 var descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode",
-	"detailed_metric", "value_to_metric", "share_threshold"}
+	"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 
 var rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "period", "burst", "delay", "ban", "calendar", "time_zone"}
@@ -836,15 +885,17 @@ func (b *builder) descriptor(parent *node, n *yaml.Node, path, domain, parentKey
 		return
 	}
 	d.value = b.str(f["value"], join(path, "value"))
-	if strings.HasSuffix(d.value, "*") {
-		d.wildcard, d.prefix = true, strings.TrimSuffix(d.value, "*")
+	if strings.Contains(d.value, "*") {
+		d.wildcard, d.parts = true, strings.Split(d.value, "*")
 	}
 	d.shareThreshold = b.boolean(f["share_threshold"], join(path, "share_threshold"))
 	d.valueToMetric = b.boolean(f["value_to_metric"], join(path, "value_to_metric"))
 	d.detailedMetric = b.boolean(f["detailed_metric"], join(path, "detailed_metric"))
 	shadow := b.boolean(f["shadow_mode"], join(path, "shadow_mode"))
+	quota := b.boolean(f["quota_mode"], join(path, "quota_mode"))
+	metadata := b.metadata(f["metadata"], join(path, "metadata"))
 	if d.shareThreshold && !d.wildcard {
-		b.fail(f["share_threshold"], join(path, "share_threshold"), "only a wildcard value (ending with '*') can share its limit")
+		b.fail(f["share_threshold"], join(path, "share_threshold"), "only a wildcard value (with a '*') can share its limit")
 	}
 	full := parentKey + "." + d.key
 	if d.value != "" {
@@ -853,16 +904,9 @@ func (b *builder) descriptor(parent *node, n *yaml.Node, path, domain, parentKey
 	// Duplicates: the same key and value (or the same key without value)
 	// twice at one level.
 	var prev *node
-	switch {
-	case d.wildcard:
-		for _, w := range parent.wildcards {
-			if w.key == d.key && w.value == d.value {
-				prev = w
-			}
-		}
-	case d.value != "":
+	if d.value != "" {
 		prev = parent.exact[Entry{d.key, d.value}]
-	default:
+	} else {
 		prev = parent.keyOnly[d.key]
 	}
 	if prev != nil {
@@ -872,15 +916,16 @@ func (b *builder) descriptor(parent *node, n *yaml.Node, path, domain, parentKey
 	if rl := f["rate_limit"]; !isNull(rl) {
 		d.rule = b.rateLimit(rl, join(path, "rate_limit"), domain, full)
 		if d.rule != nil {
-			d.rule.ShadowMode = shadow
+			d.rule.ShadowMode, d.rule.QuotaMode, d.rule.Metadata = shadow, quota, metadata
 			d.rule.DetailedMetric = d.detailedMetric
 			d.rule.File, d.rule.Line = b.name, n.Line
 			b.rules.rules = append(b.rules.rules, d.rule)
 		}
 	}
-	switch {
-	case d.wildcard:
+	if d.wildcard {
 		parent.wildcards = append(parent.wildcards, d)
+	}
+	switch {
 	case d.value != "":
 		if parent.exact == nil {
 			parent.exact = map[Entry]*node{}

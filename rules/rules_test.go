@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -359,7 +360,7 @@ func TestRuleErrors(t *testing.T) {
 		{"domain: d\nbogus: 1\n", "rules.yaml:2:1: bogus: unknown field"},
 		{"domain: d\ndomain: e\n", "rules.yaml:2:1: domain: defined twice (first at line 1)"},
 		{"descriptors: []\n", "rules.yaml:1:1: domain: a domain is required"},
-		{"", "rules.yaml: domain: the file is empty"},
+		{"", "rules.yaml:1:1: domain: the file is empty"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
 			`rules.yaml:4:24: descriptors[0].rate_limit.unit: invalid rate limit unit "fortnight"`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
@@ -404,7 +405,10 @@ func TestRuleErrors(t *testing.T) {
 			`descriptors[0].rate_limit.replaces[0].name: a rule cannot replace itself`},
 		{"domain: d\ndescriptors:\n  key: a\n", `rules.yaml:3:3: descriptors: want a list of descriptors, not a mapping`},
 		{"domain: d\ndescriptors:\n  - key: [a]\n", `descriptors[0].key: want a string, not a list`},
-		{"domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", `descriptors[0].quota_mode: unknown field`},
+		{"domain: d\ndescriptors:\n  - key: a\n    quota_mode: 1\n", `descriptors[0].quota_mode: want true or false, not int "1"`},
+		{"domain: d\ndescriptors:\n  - key: a\n    metadata: [a]\n", `rules.yaml:4:15: descriptors[0].metadata: want a mapping, not a list`},
+		{"domain: d\ndescriptors:\n  - key: a\n    metadata: {[a]: 1}\n", `descriptors[0].metadata: a metadata key must be a scalar, not a list`},
+		{"domain: d\ndescriptors:\n  - key: a\n    metadata: {a: !!binary \"/w==\"}\n", `descriptors[0].metadata.a: text is not valid UTF-8`},
 		{"domain: d\n  bad: indent\n", `rules.yaml:2:1: mapping values are not allowed`},
 		{"domain: d\n---\ndomain: e\n", `rules.yaml:3:1: a second YAML document`},
 	} {
@@ -497,6 +501,14 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add("domain: d\ndescriptors:\n  - key: a\n    value: b*\n    share_threshold: true\n    rate_limit: {algorithm: gcra, period: 1s, requests_per_unit: 5, burst: 2, ban: 1m}\n")
 	f.Add("domain: d\ndescriptors: &a\n  - key: a\n    descriptors: *a\n")
+	for _, p := range []string{"share_threshold.yaml", "metadata.yaml", "wildcard.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "upstream", "config", p))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(data))
+	}
+	f.Add("domain: d\ndescriptors:\n  - key: a\n    value: x*y*\n    quota_mode: true\n    metadata: &m {a: [1, {b: *m}], <<: {c: !!binary aGk=}}\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		r, err := Parse(strings.NewReader(in), "fuzz.yaml", Options{})
 		if err != nil {
@@ -540,5 +552,24 @@ descriptors:
 	_, err := parse(t, "domain: d\ndescriptors: &x\n  - key: a\n    descriptors: *x\n")
 	if err == nil || !strings.Contains(err.Error(), "rules.yaml:4:18: descriptors[0].descriptors: an alias cannot stand for descriptors") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// Past Options.MaxErrors problems (20 by default), one more says there
+// were too many; a negative bound reports them all.
+func TestMaxErrors(t *testing.T) {
+	in := "domain: d\n"
+	for i := range 25 {
+		in += "x" + strconv.Itoa(i) + ": 1\n"
+	}
+	for _, c := range []struct {
+		max, want int
+		more      bool
+	}{{0, 20, true}, {3, 3, true}, {-1, 25, false}} {
+		_, err := Parse(strings.NewReader(in), "r.yaml", Options{MaxErrors: c.max})
+		got := strings.Count(err.Error(), "unknown field")
+		if more := strings.Contains(err.Error(), "too many errors"); got != c.want || more != c.more {
+			t.Errorf("MaxErrors %d: %d problems, too many %v; want %d, %v", c.max, got, more, c.want, c.more)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -11,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/funnelrl/funnel/internal/filewatch"
 )
 
 // WatchOptions configure a Watcher. The zero value is a good default.
@@ -50,15 +51,14 @@ type Watcher struct {
 	log  *slog.Logger
 	cur  atomic.Pointer[Set]
 
-	fs     *fsnotify.Watcher
-	done   chan struct{}
+	fw     *filewatch.Watcher
+	stop   context.CancelFunc
 	exited chan struct{}
 	close  sync.Once
 
 	mu      sync.Mutex        // serializes reloads; guards what follows
 	digest  [sha256.Size]byte // of the files last read
 	lastErr error             // why they were refused, or nil
-	watched map[string]bool
 }
 
 // Watch loads the rules at path and watches them until Close. It
@@ -67,22 +67,16 @@ func Watch(path string, opts WatchOptions) (*Watcher, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 50 * time.Millisecond
 	}
-	w := &Watcher{
-		path:    path,
-		opts:    opts,
-		log:     opts.Logger,
-		done:    make(chan struct{}),
-		exited:  make(chan struct{}),
-		watched: map[string]bool{},
-	}
+	w := &Watcher{path: path, opts: opts, log: opts.Logger, exited: make(chan struct{})}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
-	fs, err := fsnotify.NewWatcher()
+	fw, err := filewatch.New(filewatch.Options{Name: "rules watch", Debounce: opts.Debounce, Poll: opts.Poll, Logger: w.log})
 	if err != nil {
+		fw.Close()
 		return nil, fmt.Errorf("rules: watching %s: %w", path, err)
 	}
-	w.fs = fs
+	w.fw = fw
 	w.mu.Lock()
 	r, files, digest, err := w.load()
 	if err == nil {
@@ -92,10 +86,15 @@ func Watch(path string, opts WatchOptions) (*Watcher, error) {
 	w.sync(files)
 	w.mu.Unlock()
 	if err != nil {
-		fs.Close()
+		fw.Close()
 		return nil, err
 	}
-	go w.run()
+	ctx, stop := context.WithCancel(context.Background())
+	w.stop = stop
+	go func() {
+		defer close(w.exited)
+		fw.Run(ctx, func() { w.Reload() })
+	}()
 	return w, nil
 }
 
@@ -114,53 +113,11 @@ func (w *Watcher) Reload() error {
 func (w *Watcher) Close() error {
 	var err error
 	w.close.Do(func() {
-		close(w.done)
-		err = w.fs.Close()
+		w.stop()
 		<-w.exited
+		err = w.fw.Close()
 	})
 	return err
-}
-
-// run reloads after each burst of changes, and at each poll.
-func (w *Watcher) run() {
-	defer close(w.exited)
-	var poll <-chan time.Time
-	if w.opts.Poll > 0 {
-		t := time.NewTicker(w.opts.Poll)
-		defer t.Stop()
-		poll = t.C
-	}
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	pending := false
-	for {
-		select {
-		case <-w.done:
-			return
-		case _, ok := <-w.fs.Events:
-			if !ok {
-				return
-			}
-			// The first event of a burst starts the wait; later ones do
-			// not extend it, so a steady stream of events cannot delay
-			// the reload for ever.
-			if !pending {
-				pending = true
-				debounce.Reset(w.opts.Debounce)
-			}
-		case err, ok := <-w.fs.Errors:
-			if !ok {
-				return
-			}
-			w.log.Warn("rules watch error", "path", w.path, "err", err)
-		case <-debounce.C:
-			pending = false
-			w.Reload()
-		case <-poll:
-			w.Reload()
-		}
-	}
 }
 
 // reload loads the files if they changed and puts them in force, or logs
@@ -229,28 +186,9 @@ func (w *Watcher) load() (*Set, []string, [sha256.Size]byte, error) {
 // (where it is edited in place). Directories no longer needed are
 // forgotten. w.mu is held.
 func (w *Watcher) sync(files []string) {
-	want := map[string]bool{filepath.Dir(w.path): true}
+	dirs := append(filewatch.Dirs(files...), filepath.Dir(w.path))
 	if fi, err := os.Stat(w.path); err == nil && fi.IsDir() {
-		want[w.path] = true
+		dirs = append(dirs, w.path)
 	}
-	for _, f := range files {
-		if real, err := filepath.EvalSymlinks(f); err == nil {
-			want[filepath.Dir(real)] = true
-		}
-	}
-	for d := range w.watched {
-		if !want[d] {
-			w.fs.Remove(d) // it may be gone already, taking its watch with it
-			delete(w.watched, d)
-		}
-	}
-	for d := range want {
-		// Adding a watched directory again is harmless, and watches a
-		// directory that was removed and made again.
-		if err := w.fs.Add(d); err != nil {
-			w.log.Warn("rules watch: cannot watch a directory", "dir", d, "err", err)
-			continue
-		}
-		w.watched[d] = true
-	}
+	w.fw.Set(dirs)
 }

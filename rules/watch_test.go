@@ -129,7 +129,8 @@ func TestWatchFileEdits(t *testing.T) {
 
 	// Fixed, it loads.
 	writeFile(t, path, rulesYAML("d", 5))
-	waitFor(t, "fix", func() bool { return count(w, "d") == 5 })
+	// OnReload follows the rules' swap: wait for both.
+	waitFor(t, "fix", func() bool { ok, _ := rec.counts(); return count(w, "d") == 5 && ok == 3 })
 	ok, bad := rec.counts()
 	if ok != 3 || bad != 1 {
 		t.Fatalf("OnReload: %d successes, %d failures; want 3 and 1", ok, bad)
@@ -266,7 +267,7 @@ func TestWatchPoll(t *testing.T) {
 	}
 	defer w.Close()
 	// Stop the notifications, so that only the poll can see the change.
-	w.fs.Remove(dir)
+	w.fw.Set(nil)
 	writeFile(t, path, rulesYAML("d", 2))
 	waitFor(t, "poll", func() bool { return count(w, "d") == 2 })
 	if err := w.Close(); err != nil {

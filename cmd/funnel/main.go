@@ -1,6 +1,7 @@
 // Command funnel runs the Funnel rate limiter.
 //
 //	funnel serve [flags]   serve rate-limit decisions
+//	funnel rules check FILE|DIR...   check rules files
 //	funnel version         print the version
 package main
 

@@ -15,6 +15,8 @@ import (
 
 const usage = `Usage:
   funnel serve [flags]   serve rate-limit decisions
+  funnel rules check FILE|DIR...
+                         check rules files, starting nothing
   funnel version         print the version
 
 Run 'funnel serve -h' for the flags of serve.
@@ -30,6 +32,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stdout, stderr, nil)
+	case "rules":
+		return rulesCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "funnel", version.Version)
 		return 0
@@ -129,6 +133,8 @@ func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	fs.BoolVar(&c.RulesMergeDomains, "rules-merge-domains", c.RulesMergeDomains, "let several rules files define one domain")
 	xdsFlags(fs, c)
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "the rate-limit service answers OK where it would answer OVER_LIMIT")
+	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every descriptor is a quota: the rate-limit service refuses a request only when all its descriptors are over")
+	fs.BoolVar(&c.RLSDynamicMetadata, "rls-dynamic-metadata", c.RLSDynamicMetadata, "the rate-limit service answers with dynamic metadata, the rules' metadata of the descriptors that passed among it")
 	fs.BoolVar(&c.RLSHeaders, "rls-headers", c.RLSHeaders, "add envoy's X-RateLimit-* headers to the rate-limit service's answers")
 	fs.StringVar(&c.Store, "store", c.Store, "`store`: memory, redis://[user:pass@]host:port[/db], rediss://..., redis-cluster://host:port,..., redis-sentinel://[user:pass@]sentinel:port,.../master[/db]")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "bound on the memory store's keys (0: none)")

@@ -84,6 +84,9 @@ func (d *Daemon) openGRPC() error {
 	opts := rls.Options{
 		Logger:     d.log,
 		ShadowMode: d.cfg.ShadowMode,
+		// envoy's QUOTA_MODE and RESPONSE_DYNAMIC_METADATA
+		QuotaMode:       d.cfg.QuotaMode,
+		DynamicMetadata: d.cfg.RLSDynamicMetadata,
 		Observe: func(rule string, r funnel.Result, err error) {
 			if err != nil {
 				d.metrics.ObserveError(rule)

@@ -47,12 +47,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/funnelrl/funnel/internal/filewatch"
 )
 
 // DefaultPoll is how often Run rereads the files when Options.Poll is 0,
@@ -342,100 +341,20 @@ func wholePEM(data []byte) error {
 // ctx ends, or an error at once when it can neither watch the files nor
 // poll them. Call it once, in a goroutine of its own.
 func (w *Watcher) Run(ctx context.Context) error {
-	fs, err := fsnotify.NewWatcher()
+	fw, err := filewatch.New(filewatch.Options{Name: "tls", Debounce: w.opts.Debounce, Poll: w.opts.Poll, Logger: w.log})
 	if err != nil {
 		if w.opts.Poll < 0 {
-			return fmt.Errorf("tlsfiles: watching the files: %w", err)
+			fw.Close()
+			return fmt.Errorf("tlsfiles: %w", err)
 		}
 		w.log.Warn("tls: cannot watch the files; polling them only", "every", w.opts.Poll, "err", err)
-		fs = nil
 	}
-	var (
-		events <-chan fsnotify.Event
-		errs   <-chan error
-		dirs   = map[string]bool{}
-	)
-	if fs != nil {
-		defer fs.Close()
-		events, errs = fs.Events, fs.Errors
-		w.watch(fs, dirs)
-	}
-	var poll <-chan time.Time
-	if w.opts.Poll > 0 {
-		t := time.NewTicker(w.opts.Poll)
-		defer t.Stop()
-		poll = t.C
-	}
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	pending := false
-	reload := func() {
+	files := []string{w.opts.CertFile, w.opts.KeyFile, w.opts.ClientCAFile}
+	fw.Set(filewatch.Dirs(files...))
+	fw.Run(ctx, func() {
 		w.Reload()
-		if fs != nil {
-			w.watch(fs, dirs)
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			// The first event of a burst starts the wait; later ones do
-			// not extend it, so that a stream of events cannot put the
-			// reload off for ever.
-			if !pending {
-				pending = true
-				debounce.Reset(w.opts.Debounce)
-			}
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			w.log.Warn("tls: watch error", "err", err)
-		case <-debounce.C:
-			pending = false
-			reload()
-		case <-poll:
-			reload()
-		}
-	}
-}
-
-// watch watches the directories whose changes can change the files: the
-// directory of each file (where a file is replaced, or a Kubernetes
-// volume's ..data link swapped) and the directory it resolves to through
-// symbolic links (where it is edited in place). Directories no longer
-// needed are forgotten; dirs is what is watched.
-func (w *Watcher) watch(fs *fsnotify.Watcher, dirs map[string]bool) {
-	want := map[string]bool{}
-	for _, f := range []string{w.opts.CertFile, w.opts.KeyFile, w.opts.ClientCAFile} {
-		if f == "" {
-			continue
-		}
-		want[filepath.Dir(f)] = true
-		if real, err := filepath.EvalSymlinks(f); err == nil {
-			want[filepath.Dir(real)] = true
-		}
-	}
-	for d := range dirs {
-		if !want[d] {
-			fs.Remove(d) // it may be gone already, and its watch with it
-			delete(dirs, d)
-		}
-	}
-	for d := range want {
-		// Adding a directory again is harmless, and watches one that was
-		// removed and made again.
-		if err := fs.Add(d); err != nil {
-			w.log.Warn("tls: cannot watch a directory", "dir", d, "err", err)
-			continue
-		}
-		dirs[d] = true
-	}
+		// A file may now resolve elsewhere (a volume's link swapped).
+		fw.Set(filewatch.Dirs(files...))
+	})
+	return nil
 }

@@ -1,0 +1,75 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/funnelrl/funnel/gcra"
+)
+
+// leaseScript is gcra.Lease on a Redis key (see lease.lua).
+var leaseScript = newScript(include("lease.lua"))
+
+// Grant is the answer to Lease.
+type Grant struct {
+	// Now is Redis's time of the call, in nanoseconds since the Unix epoch
+	// (Options.Now's in tests).
+	Now int64
+	// Units is the number of units granted (0 when fewer than the request's
+	// Min fit).
+	Units int64
+	// TAT is the key's TAT after the call, 0 for an absent key. When Units
+	// is positive it is the lease's end, the LeaseRequest.BackEnd that gives
+	// its unspent tail back.
+	TAT int64
+}
+
+// Lease applies gcra.Lease to key at Redis's time, atomically, in one
+// script call: it gives back req's unspent tail if the key's TAT is still
+// req.BackEnd, then takes up to req.Want units of the funnel p. The key
+// keeps redis-cell's format, so that it is shared with plain decisions of
+// this store and of redis-cell. p.Tolerance must not exceed
+// gcra.MaxLeaseTolerance.
+//
+// It is the primitive of package leasestore, bounded by Options.Timeout
+// as Do is. A key of another type is an error that wraps ErrWrongType;
+// when Redis cannot be reached the error wraps funnel.ErrUnavailable (a
+// lease has no fallback: the caller decides what a failed lease means).
+func (s *Store) Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (Grant, error) {
+	if _, _, err := gcra.Lease(0, 0, p, req); err != nil {
+		return Grant{}, err
+	}
+	args, err := s.args("l", 0)
+	if err != nil {
+		return Grant{}, err
+	}
+	back := ""
+	if req.BackUnits > 0 && req.BackEnd > 0 {
+		back = strconv.FormatInt(req.BackEnd, 10)
+	}
+	args = append(args, limb(p.Interval), limb(p.Tolerance), limb(req.Want), limb(req.Min),
+		back, limb(req.BackUnits*p.Interval))
+	octx := ctx
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	v, err := s.runner.eval(ctx, leaseScript, []string{s.prefix + key}, args)
+	if err != nil {
+		return Grant{}, s.unavailable(octx, err)
+	}
+	if len(v) != 5 || v[2] < 0 || v[2] > req.Want {
+		return Grant{}, fmt.Errorf("%w: lease reply %v", errInternal, v)
+	}
+	_, now, err := decodeLimbs(0, v[0], v[1])
+	if err != nil {
+		return Grant{}, err
+	}
+	_, tat, err := decodeLimbs(0, v[3], v[4])
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Now: now, Units: v[2], TAT: tat}, nil
+}
