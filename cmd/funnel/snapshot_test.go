@@ -49,14 +49,6 @@ func funnelBinary(t *testing.T) string {
 	return binPath
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
-
 // proc is a running `funnel serve`.
 type proc struct {
 	t    *testing.T
