@@ -57,6 +57,14 @@ type Config struct {
 	// decision; "refuse" answers the command's refusal with a retry after
 	// of one second, for clients that need its integers.
 	RESPFailClosed string `yaml:"resp_fail_closed"`
+	// Lease, when positive, makes the Redis store's funnels leased (see
+	// package leasestore): decisions spend blocks of units leased from
+	// Redis, from memory, and each lease lives at most Lease. 0 decides
+	// every request in Redis.
+	Lease time.Duration `yaml:"lease"`
+	// LeaseMax caps the units of one lease; 0 means no cap but the rate's
+	// and the burst's.
+	LeaseMax int64 `yaml:"lease_max"`
 	// KeyPrefix is prepended to every key the Redis store writes.
 	KeyPrefix string `yaml:"key_prefix"`
 	// RequirePass is the password of the "default" user; empty means no
@@ -255,6 +263,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validateSnapshot(); err != nil {
+		return err
+	}
+	if err := c.validateLease(); err != nil {
 		return err
 	}
 	return c.validateXDS()

@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -22,7 +23,8 @@ const maxLeases = 4
 // entry is a key's leases and what the store knows of its shared state.
 // Its fields are guarded by its shard's lock.
 type entry struct {
-	p gcra.Params // the funnel's own parameters, which the state is for
+	key string      // a copy: the caller's may alias a buffer it reuses
+	p   gcra.Params // the funnel's own parameters, which the state is for
 	// leases holds the key's leases, the older first: typically the
 	// current one and the one a prefetch brought; a decision of several
 	// units may need more.
@@ -66,8 +68,8 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 			if e != nil {
 				s.forfeit(e, now) // the limit changed: start afresh
 			}
-			e = &entry{p: p, size: 1}
-			sh.keys[key] = e
+			e = &entry{key: strings.Clone(key), p: p, size: 1}
+			sh.keys[e.key] = e
 		}
 		e.used = now
 		s.expire(e, now)
@@ -229,7 +231,7 @@ func (s *Store) maybePrefetch(key string, e *entry, r gcra.Params, now int64) {
 	s.prefetchs.Add(1)
 	go func() {
 		defer s.prefetchs.Done()
-		s.call(context.Background(), key, e, r, f, req, 1, now)
+		s.call(context.Background(), e.key, e, r, f, req, 1, now)
 	}()
 }
 

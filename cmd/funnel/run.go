@@ -145,6 +145,8 @@ func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	fs.BoolVar(&c.FailOpen, "fail-open", c.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
 	fs.StringVar(&c.RESPFailClosed, "resp-fail-closed", c.RESPFailClosed, "RESP `reply` to a request refused because the store could not decide: error (-TRYAGAIN) or refuse (the command's refusal, retry after 1s)")
 	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "`prefix` of every key the Redis store writes")
+	fs.DurationVar(&c.Lease, "lease", c.Lease, "lease the Redis store's funnels to this process, each lease living `duration` (e.g. 200ms; 0: decide every request in Redis)")
+	fs.Int64Var(&c.LeaseMax, "lease-max", c.LeaseMax, "most `units` of one lease (0: the rate's and the burst's bounds only)")
 	fs.StringVar(&c.RequirePass, "requirepass", c.RequirePass, "`password` of the default user, required on every listener: RESP AUTH, HTTP \"Authorization: Bearer\", gRPC \"authorization\" metadata (better in the config file, which ps does not show)")
 	fs.StringVar(&c.UsersFile, "users-file", c.UsersFile, "`file` of users, one \"name password\" per line, for every listener: RESP AUTH name password, HTTP and gRPC Basic")
 	fs.BoolVar(&c.MetricsOpen, "metrics-open", c.MetricsOpen, "serve /metrics without credentials (/healthz, /readyz and gRPC health always are)")

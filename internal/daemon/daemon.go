@@ -122,6 +122,9 @@ func (d *Daemon) openStore() error {
 		// memory store's decisions take nanoseconds, and timing them would
 		// cost more than the decisions.
 		d.store, d.close = metrics.InstrumentStore(s, d.metrics), s.Close
+		if d.cfg.Lease > 0 {
+			return d.openLeases(s)
+		}
 		return nil
 	}
 	return fmt.Errorf("daemon: unknown store %q", redact(d.cfg.Store))
