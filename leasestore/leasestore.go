@@ -45,10 +45,14 @@
 // is asked for in the background when its leases run low, so that its
 // decisions rarely wait.
 //
-// The size of a lease adapts per key: 1 for a cold key (a lease call per
-// decision, as the plain store does), doubled when a lease is spent before
-// it expires, halved when most of one is forfeited, and never above
-// MaxLease, R·L, nor a quarter of the reduced burst.
+// A key is leased only once it is warm here: a cold key (fewer than 8
+// decisions within one lifetime, in this process) is decided in the Redis
+// store as a plain decision under the reduced funnel, where the store
+// batches it with others: the same admission as a lease of its units spent
+// at once, with the store's exact result. The first lease of a warm key is
+// as large as its decisions in the last lifetime; then a lease doubles when
+// it is spent before it expires and halves when most of it is forfeited,
+// never above MaxLease, R·L, nor a quarter of the reduced burst.
 //
 // The Remaining and ResetAfter of a decision made from memory are estimated
 // from the key's TAT at the last lease call, plus the time since and this
@@ -131,6 +135,9 @@ type Stats struct {
 	// Calls is the number of lease calls, Prefetches of them made in the
 	// background, and Failed of them failed.
 	Calls, Prefetches, Failed int64
+	// Direct is the number of decisions of cold keys sent to the store as
+	// plain decisions (under the reduced funnel), one store call each.
+	Direct int64
 	// Leased is the units granted; Spent of them were admitted, Forfeited
 	// expired unspent, and GivenBack were sent back with a later call (they
 	// go back only if no other charge came after their lease).
@@ -154,8 +161,8 @@ type Store struct {
 	failLog  *lograte.Sometimes
 	log      *slog.Logger
 	stats    struct {
-		decisions, local, localRefusals, calls, prefetches, failed atomic.Int64
-		leased, spent, forfeited, givenBack, fallbacks             atomic.Int64
+		decisions, local, localRefusals, calls, prefetches, failed, direct atomic.Int64
+		leased, spent, forfeited, givenBack, fallbacks                     atomic.Int64
 	}
 	stop      chan struct{}
 	done      chan struct{}
@@ -208,7 +215,7 @@ func (s *Store) Stats() Stats {
 	st := &s.stats
 	return Stats{
 		Decisions: st.decisions.Load(), Local: st.local.Load(), LocalRefusals: st.localRefusals.Load(),
-		Calls: st.calls.Load(), Prefetches: st.prefetches.Load(), Failed: st.failed.Load(),
+		Calls: st.calls.Load(), Prefetches: st.prefetches.Load(), Failed: st.failed.Load(), Direct: st.direct.Load(),
 		Leased: st.leased.Load(), Spent: st.spent.Load(), Forfeited: st.forfeited.Load(),
 		GivenBack: st.givenBack.Load(), Fallbacks: st.fallbacks.Load(),
 	}

@@ -3,6 +3,7 @@ package leasestore
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -48,6 +49,11 @@ type entry struct {
 	flight *flight
 	// used is the local time of the key's last decision, for the sweeper.
 	used int64
+	// window is the local time a cold key's current window began, and
+	// count its decisions since.
+	window, count int64
+	// reduced is the funnel the key is leased under.
+	reduced gcra.Params
 }
 
 // flight is one lease call, which the decisions that need units wait for.
@@ -68,7 +74,7 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 			if e != nil {
 				s.forfeit(e, now) // the limit changed: start afresh
 			}
-			e = &entry{key: strings.Clone(key), p: p, size: 1}
+			e = &entry{key: strings.Clone(key), p: p, reduced: r, size: 1}
 			sh.keys[e.key] = e
 		}
 		e.used = now
@@ -110,6 +116,10 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 			sh.mu.Lock()
 			continue
 		}
+		if s.cold(e, now) {
+			sh.mu.Unlock()
+			return s.direct(ctx, key, e, r, q, res)
+		}
 		f, req := s.start(e, r, need, now)
 		sh.mu.Unlock()
 		err := s.call(ctx, key, e, r, f, req, need, now)
@@ -126,6 +136,75 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 		sh.mu.Lock()
 	}
 }
+
+// warm is the number of decisions of a key, within one lifetime, that
+// make it lease: fewer go to the store one by one, where the store
+// batches them with others (a lease call is a round trip of its own).
+const warm = 8
+
+// cold reports whether e's key is cold here: it holds nothing, and fewer
+// than warm of its decisions came within the current lifetime-long window.
+// A cold key's decision goes to the store as a plain decision under the
+// reduced funnel (see direct). Once warm, the key leases, its first lease
+// as large as its decisions in the window (its rate times the lifetime).
+// e's shard lock is held.
+func (s *Store) cold(e *entry, now int64) bool {
+	if e.size > 1 || e.nl > 0 || e.back.BackUnits > 0 {
+		return false
+	}
+	if now-e.window >= s.lifetime {
+		e.window, e.count = now, 0
+	}
+	e.count++
+	if e.count >= warm {
+		e.size = min(e.count, s.maxLease(e.reduced))
+		return e.size <= 1
+	}
+	return true
+}
+
+// direct decides q units of a cold key in the store, as a plain decision
+// under the reduced funnel r: the same admission as a lease of q units
+// spent at once (the unit is spent when it is debited, so the lifetime
+// does not come into it), but through the store's batched path, with the
+// store's exact result, and nothing held after it.
+func (s *Store) direct(ctx context.Context, key string, e *entry, r gcra.Params, q int64, res *funnel.Result) error {
+	s.stats.direct.Add(1)
+	b := directs.Get().(*directOp)
+	b.ops[0] = funnel.Op{Kind: funnel.OpTake, Key: key, N: q, Limit: funnel.Checked{GCRA: r}}
+	err := s.b.Do(ctx, b.ops[:], b.res[:])
+	*res = b.res[0]
+	b.ops[0].Key = ""
+	directs.Put(b)
+	if err != nil {
+		*res = funnel.Result{}
+		return err
+	}
+	if res.Fallback {
+		s.stats.fallbacks.Add(1)
+		return nil
+	}
+	if !res.Allowed && res.RetryAfter > 0 {
+		sh := s.shard(key)
+		sh.mu.Lock()
+		if sh.keys[key] == e {
+			e.refusedUntil, e.refusedQ = satAdd(s.now(), int64(res.RetryAfter)), q
+		}
+		sh.mu.Unlock()
+	} else if res.Allowed {
+		s.stats.spent.Add(q)
+	}
+	return nil
+}
+
+// directOp is the buffers of a direct decision, pooled: slices passed
+// through the Backend interface escape.
+type directOp struct {
+	ops [1]funnel.Op
+	res [1]funnel.Result
+}
+
+var directs = sync.Pool{New: func() any { return new(directOp) }}
 
 // held is the units e holds.
 func (s *Store) held(e *entry) int64 {

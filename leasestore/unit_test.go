@@ -67,16 +67,17 @@ func TestReduced(t *testing.T) {
 	}
 }
 
-func TestColdKeyLeasesOneThenGrows(t *testing.T) {
+func TestColdKeyDecidesInTheStoreThenLeases(t *testing.T) {
 	o := newOne(t, p100(t), leasestore.Options{})
-	// A cold key: one unit per call, as the plain store.
+	// A cold key: a plain decision in the store, under the reduced burst.
 	if r := o.take("k", 1); !r.Allowed || r.Limit != 80 || r.Remaining != 79 {
 		t.Fatalf("first: %+v", r)
 	}
-	if st := o.s.Stats(); st.Calls != 1 || st.Leased != 1 {
+	if st := o.s.Stats(); st.Calls != 0 || st.Direct != 1 || st.Leased != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	// A hot key: leases double as they are spent out, up to 20 units.
+	// Warm (8 decisions in a lifetime), it leases; leases double as they
+	// are spent out, up to 20 units.
 	for range 60 {
 		if r := o.take("k", 1); !r.Allowed {
 			t.Fatalf("refused within the burst: %+v", r)
@@ -98,14 +99,15 @@ func TestColdKeyLeasesOneThenGrows(t *testing.T) {
 }
 
 func TestLeaseEndsAtItsLifetime(t *testing.T) {
-	// Leases of at most 10 units (R·L); 1+2+4+8 units spent, then one of a
-	// lease of 10: 9 held, the TAT 250 ms ahead.
+	// Leases of at most 10 units (R·L); a cold decision, then leases of
+	// 2+4+8 units spent, then one of a lease of 10: 9 held, the TAT 250 ms
+	// ahead.
 	o := newOne(t, p100(t), leasestore.Options{Lifetime: 100 * time.Millisecond})
 	for range 16 {
 		o.take("k", 1)
 	}
 	st := o.s.Stats()
-	held, end := st.Leased-st.Spent, o.tat("k")
+	held, end := st.Leased-(st.Spent-st.Direct), o.tat("k")
 	if held != 9 || end != o.c.now()+250*int64(time.Millisecond) {
 		t.Fatalf("held %d, TAT %d ahead: %+v", held, end-o.c.now(), st)
 	}
@@ -137,10 +139,10 @@ func TestGiveBackOnlyOnItsOwnEnd(t *testing.T) {
 			t.Fatalf("%+v %v", res[0], err)
 		}
 	}
-	for range 4 {
-		take(a) // a's leases: 1, 2, then 4 with 3 left
+	for range 8 {
+		take(a) // 7 decisions of a cold key in the store, then a lease of 4: 3 left
 	}
-	take(b) // b leases after a: the TAT is no longer a's lease's end
+	take(b) // b decides after a: the TAT is no longer a's lease's end
 	before := m.tats["k"]
 	leased := a.Stats().Leased
 	c.t.Add(int64(200 * time.Millisecond))
@@ -218,6 +220,14 @@ func (f *failing) Lease(ctx context.Context, key string, p gcra.Params, req gcra
 	return f.model.Lease(ctx, key, p, req)
 }
 
+func (f *failing) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	if f.down {
+		res[0] = funnel.Result{Fallback: true}
+		return nil
+	}
+	return f.model.Do(ctx, ops, res)
+}
+
 func TestRedisDownSpendsWhatItHolds(t *testing.T) {
 	for _, open := range []bool{false, true} {
 		c := &clock{}
@@ -236,7 +246,8 @@ func TestRedisDownSpendsWhatItHolds(t *testing.T) {
 			take() // leases of 1, 2, 4, then 8 with 7 left
 		}
 		f.down = true
-		held := s.Stats().Leased - s.Stats().Spent
+		st := s.Stats()
+		held := st.Leased - (st.Spent - st.Direct)
 		for i := int64(0); i < held; i++ {
 			if r := take(); !r.Allowed || r.Fallback {
 				t.Fatalf("a held unit: %+v", r)
