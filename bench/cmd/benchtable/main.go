@@ -223,6 +223,7 @@ func render(w io.Writer, r *results, cpu string) {
 	familyRedisTable(w, r)
 	rlsTable(w, r)
 	snapshotTable(w, r)
+	leaseTables(w, r)
 }
 
 // familyTable prints the family on the memory store: per scenario and
