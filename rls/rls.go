@@ -74,24 +74,44 @@ type static struct{ r *rules.Set }
 
 func (s static) Rules() *rules.Set { return s.r }
 
-// Headers names the X-RateLimit-* headers that envoyproxy/ratelimit can add
-// to responses (RESPONSE_HEADERS_ENABLED): the limit, the remaining count
-// and the seconds to reset of the descriptor closest to its limit (or of
-// the one that refused the request).
+// Headers names the headers that envoyproxy/ratelimit adds to responses
+// (LIMIT_RESPONSE_HEADERS_ENABLED) or to the requests Envoy forwards: the
+// limit, the remaining count and the seconds to reset of the descriptor
+// closest to its limit (or of the last one that refused the request).
+// With IETF, the fields of draft-ietf-httpapi-ratelimit-headers replace
+// the three.
 type Headers struct {
-	// Limit names the header of the limit (requests per unit).
+	// Limit names the header of the limit (requests per unit), envoy's
+	// LIMIT_LIMIT_HEADER.
 	Limit string
-	// Remaining names the header of the requests left.
+	// Remaining names the header of the requests left, envoy's
+	// LIMIT_REMAINING_HEADER.
 	Remaining string
-	// Reset names the header of the whole seconds until the reset.
+	// Reset names the header of the whole seconds until the reset, envoy's
+	// LIMIT_RESET_HEADER.
 	Reset string
+	// IETF sends, instead of the three headers above, the RateLimit-Policy
+	// and RateLimit fields of the same descriptor (see package httplimit),
+	// named after its rule: its name, or else its full key.
+	IETF bool
 }
 
-// DefaultHeaders returns envoy's default names: X-RateLimit-Limit,
-// X-RateLimit-Remaining and X-RateLimit-Reset.
+// DefaultHeaders returns envoyproxy/ratelimit's default names:
+// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
 func DefaultHeaders() *Headers {
+	return &Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+}
+
+// LegacyHeaders returns the names that envoyproxy/ratelimit used before
+// it took the IETF draft's: X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset.
+func LegacyHeaders() *Headers {
 	return &Headers{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset"}
 }
+
+// IETFHeaders returns Headers that send the RateLimit-Policy and RateLimit
+// fields.
+func IETFHeaders() *Headers { return &Headers{IETF: true} }
 
 // Options configure a Server. The zero value is a good default.
 type Options struct {
@@ -554,6 +574,7 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus // for the headers
+	var closestItem *item
 	closestOver := false
 	var q quotas // here sure counts the quotas that passed
 	clock := lazyNow{read: s.opts.Now}
@@ -577,9 +598,9 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 		}
 		switch {
 		case enforcedOver:
-			closest, closestOver = st, true
+			closest, closestItem, closestOver = st, it, true
 		case !closestOver && (closest == nil || st.LimitRemaining < closest.LimitRemaining):
-			closest = st
+			closest, closestItem = st, it
 		}
 	}
 	if q.decisive() {
@@ -590,10 +611,10 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 	}
 	if closest != nil {
 		if h := s.opts.ResponseHeaders; h != nil {
-			resp.ResponseHeadersToAdd = headers(h, closest)
+			resp.ResponseHeadersToAdd = headers(h, closestItem, closest)
 		}
 		if h := s.opts.RequestHeaders; h != nil {
-			resp.RequestHeadersToAdd = headers(h, closest)
+			resp.RequestHeadersToAdd = headers(h, closestItem, closest)
 		}
 	}
 	if s.opts.DynamicMetadata {
@@ -835,14 +856,45 @@ func unitReset(r *rules.Rule, now time.Time) time.Duration {
 	return p - time.Duration(ns)%p
 }
 
-// headers builds the X-RateLimit-* headers of a status: the limit, the
-// remaining count and the whole seconds to reset (rounded up).
-func headers(h *Headers, st *rlsv3.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
+// headers builds the headers of status st of item it: the limit, the
+// remaining count and the whole seconds to reset (rounded up), or with
+// h.IETF the RateLimit-Policy and RateLimit fields.
+func headers(h *Headers, it *item, st *rlsv3.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
 	reset := st.GetDurationUntilReset().AsDuration()
-	secs := int64((reset + time.Second - 1) / time.Second)
+	if h.IETF {
+		return ietfHeaders(it, st, reset)
+	}
 	return []*core.HeaderValue{
 		{Key: h.Limit, Value: strconv.FormatUint(uint64(st.GetCurrentLimit().GetRequestsPerUnit()), 10)},
 		{Key: h.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-		{Key: h.Reset, Value: strconv.FormatInt(secs, 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(httplimit.Seconds(reset), 10)},
+	}
+}
+
+// ietfHeaders builds the RateLimit-Policy and RateLimit fields of status
+// st of item it, whose reset is reset: the policy of its rule's limit, and
+// its decision's result when the store took one (t is then, for a
+// refusal, the wait until the same request would pass), else what the
+// status says.
+func ietfHeaders(it *item, st *rlsv3.RateLimitResponse_DescriptorStatus, reset time.Duration) []*core.HeaderValue {
+	name := it.rule.Name
+	if name == "" {
+		name = it.rule.FullKey
+	}
+	res := it.res
+	if it.op < 0 {
+		res = funnel.Result{Allowed: true, Remaining: int64(st.LimitRemaining), ResetAfter: reset}
+	}
+	var policy []byte
+	if it.rule.Deny() {
+		// No request ever passes: the quota is 0 in the rule's period.
+		policy = httplimit.AppendPolicy(nil, name, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 0,
+			Period: it.rule.Unit.Duration() * time.Duration(max(it.rule.UnitMultiplier, 1))})
+	} else {
+		policy = httplimit.AppendPolicy(nil, name, it.rule.Limit)
+	}
+	return []*core.HeaderValue{
+		{Key: httplimit.HeaderPolicy, Value: string(policy)},
+		{Key: httplimit.HeaderRateLimit, Value: string(httplimit.AppendRateLimit(nil, name, res))},
 	}
 }

@@ -89,7 +89,8 @@ func (d *Daemon) openGRPC() error {
 		},
 	}
 	if d.cfg.RLSHeaders {
-		opts.ResponseHeaders = rls.DefaultHeaders()
+		opts.ResponseHeaders = &rls.Headers{Limit: d.cfg.RLSHeaderLimit, Remaining: d.cfg.RLSHeaderRemaining,
+			Reset: d.cfg.RLSHeaderReset, IETF: d.cfg.RLSHeadersFormat == "ietf"}
 	}
 	srv := rls.New(d.lim, src, opts)
 	// The health service answers probes, which send no metadata, without
