@@ -34,6 +34,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -164,6 +165,8 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	health *health.Server
+	// serving is what SetServing set last, for HealthHandler.
+	serving atomic.Bool
 	// Each kind of failure is logged at most once a second.
 	warnDown, warnSetup, warnBug *lograte.Sometimes
 }
@@ -194,12 +197,14 @@ func (s *Server) Register(g *grpc.Server) {
 }
 
 // SetServing sets what the health service reports, for the whole server
-// ("") and for ServiceName: SERVING or NOT_SERVING.
+// ("") and for ServiceName: SERVING or NOT_SERVING; HealthHandler answers
+// the same.
 func (s *Server) SetServing(ok bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
+	s.serving.Store(ok)
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(ServiceName, st)
 }

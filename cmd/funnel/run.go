@@ -148,7 +148,7 @@ func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "`prefix` of every key the Redis store writes")
 	fs.StringVar(&c.RequirePass, "requirepass", c.RequirePass, "`password` of the default user, required on every listener: RESP AUTH, HTTP \"Authorization: Bearer\", gRPC \"authorization\" metadata (better in the config file, which ps does not show)")
 	fs.StringVar(&c.UsersFile, "users-file", c.UsersFile, "`file` of users, one \"name password\" per line, for every listener: RESP AUTH name password, HTTP and gRPC Basic")
-	fs.BoolVar(&c.MetricsOpen, "metrics-open", c.MetricsOpen, "serve /metrics without credentials (/healthz, /readyz and gRPC health always are)")
+	fs.BoolVar(&c.MetricsOpen, "metrics-open", c.MetricsOpen, "serve /metrics without credentials (/healthz, /readyz, /healthcheck and gRPC health always are)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate `file` (and intermediates): RESP, HTTP and gRPC speak TLS only; reloaded when it changes")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "PEM `file` of client CAs: every listener requires a client certificate signed by one (mutual TLS)")

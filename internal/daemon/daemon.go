@@ -21,6 +21,7 @@ import (
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/resp/server"
+	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
 )
 
@@ -39,6 +40,7 @@ type Daemon struct {
 	respSrv *server.Server
 	edges   []edge         // HTTP, gRPC
 	watcher *rules.Watcher // the rules, when a file names them
+	rls     *rls.Server    // Envoy's rate-limit service, when gRPC is on
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS

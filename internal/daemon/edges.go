@@ -34,16 +34,17 @@ type edge struct {
 
 func (e edge) addr() net.Addr { return e.ln.Addr() }
 
-// openEdges binds the HTTP and gRPC listeners that the configuration asks
-// for (an empty address turns one off).
+// openEdges binds the gRPC and HTTP listeners that the configuration asks
+// for (an empty address turns one off): gRPC first, as the HTTP listener
+// serves the rate-limit service's /json and /healthcheck too.
 func (d *Daemon) openEdges() error {
-	if d.cfg.HTTP != "" {
-		if err := d.openHTTP(); err != nil {
+	if d.cfg.GRPC != "" {
+		if err := d.openGRPC(); err != nil {
 			return err
 		}
 	}
-	if d.cfg.GRPC != "" {
-		if err := d.openGRPC(); err != nil {
+	if d.cfg.HTTP != "" {
+		if err := d.openHTTP(); err != nil {
 			return err
 		}
 	}
@@ -93,6 +94,7 @@ func (d *Daemon) openGRPC() error {
 			Reset: d.cfg.RLSHeaderReset, IETF: d.cfg.RLSHeadersFormat == "ietf"}
 	}
 	srv := rls.New(d.lim, src, opts)
+	d.rls = srv
 	// The health service answers probes, which send no metadata, without
 	// credentials; the rate-limit service and reflection need them.
 	gopts := d.sec.creds.ServerOptions(auth.GRPCOptions{Exempt: auth.HealthMethods, Logger: d.log})
@@ -127,9 +129,10 @@ func (d *Daemon) openGRPC() error {
 	return nil
 }
 
-// openHTTP binds the HTTP API: decisions, health, readiness and /metrics,
-// all behind the credentials but health, readiness and, with
-// metrics_open, /metrics.
+// openHTTP binds the HTTP API: decisions, health, readiness, /metrics and,
+// with the rate-limit service, its /json and /healthcheck; all behind the
+// credentials but health, readiness, /healthcheck and, with metrics_open,
+// /metrics.
 func (d *Daemon) openHTTP() error {
 	ln, err := net.Listen("tcp", d.cfg.HTTP)
 	if err != nil {
@@ -148,7 +151,7 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:           guard(api),
+		Handler:           guard(withRLS(api, d.rls)),
 		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		// A body is at most httpapi.DefaultMaxBody: a client that takes
@@ -187,6 +190,19 @@ func (d *Daemon) openHTTP() error {
 		close:    func() { srv.Close(); ln.Close() },
 	})
 	return nil
+}
+
+// withRLS serves, beside api, envoyproxy/ratelimit's HTTP endpoints of the
+// rate-limit service srv, when there is one: POST /json and /healthcheck.
+func withRLS(api http.Handler, srv *rls.Server) http.Handler {
+	if srv == nil {
+		return api
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/json", srv.JSONHandler())
+	mux.Handle("/healthcheck", srv.HealthHandler())
+	mux.Handle("/", api)
+	return mux
 }
 
 // httpErrors writes the HTTP server's own errors into a slog.Logger: a
