@@ -1,6 +1,8 @@
 // Package metrics exposes Funnel's Prometheus metrics: decisions by rule and
 // outcome, the store's latency and errors, fail-open answers, rule reloads
-// and connected clients.
+// and connected clients; and for Envoy's rate-limit service, the statistics
+// of envoyproxy/ratelimit under the names of its Prometheus mapping (see
+// ObserveRateLimit).
 //
 // Cardinality is bounded: decisions are labelled by rule (a name from the
 // configuration, at most Options.MaxRules of them) and outcome, never by
@@ -96,6 +98,8 @@ type Metrics struct {
 	nrule int      // entries in rules, under mu
 
 	ops [numOps]opMetrics
+
+	rateLimits *rateLimitCollector // envoy's statistics, by statistics key
 }
 
 // ruleCounters are one rule's counters, looked up once.
@@ -163,7 +167,8 @@ func New(opts Options) *Metrics {
 		desc:  prometheus.NewDesc(prometheus.BuildFQName(ns, "", "fail_open_total"), FailOpenHelp, []string{"rule"}, nil),
 		funcs: map[string]func() float64{},
 	}
-	m.reg.MustRegister(m.decisions, m.failOpenAll, m.storeTime, m.storeErrors, m.reloads, m.lastReload)
+	m.rateLimits = newRateLimitCollector(m.maxRules)
+	m.reg.MustRegister(m.decisions, m.failOpenAll, m.storeTime, m.storeErrors, m.reloads, m.lastReload, m.rateLimits)
 	if !opts.NoRuntimeMetrics {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

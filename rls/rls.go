@@ -152,6 +152,14 @@ type Options struct {
 	// rule's metric name (rules.Match.Metric) and the result or error,
 	// for metrics by rule.
 	Observe func(rule string, r funnel.Result, err error)
+	// Count, when set, is called once per decided descriptor that has a
+	// limit with the rule's metric name (rules.Match.Metric: envoy's
+	// statistics key, "domain.key_value…") and the hits it counts as
+	// envoyproxy/ratelimit counts them (see Counts), for its statistics.
+	Count func(metric string, c Counts)
+	// NearLimitRatio is the share of a limit past which admitted hits
+	// count as near the limit (envoy's NEAR_LIMIT_RATIO); 0 means 0.8.
+	NearLimitRatio float64
 	// StopTimeout bounds the graceful stop in Serve; 0 means 5 seconds.
 	StopTimeout time.Duration
 }
@@ -178,6 +186,9 @@ func New(lim *funnel.Limiter, src RulesSource, opts Options) *Server {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.NearLimitRatio <= 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
 	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 5 * time.Second
@@ -502,6 +513,7 @@ func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bo
 			it.over = true
 			denied = denied || !shadow && !it.quota
 			s.observe(it.metric, funnel.Result{}, nil)
+			s.count(it, funnel.Result{})
 			continue
 		}
 		if it.negative {
@@ -651,6 +663,7 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 	case it.op >= 0:
 		it.res = ops[it.op].res
 		s.observe(it.metric, it.res, nil)
+		s.count(it, it.res)
 		it.over = !it.res.Allowed
 		if it.over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT

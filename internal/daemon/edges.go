@@ -88,6 +88,9 @@ func (d *Daemon) openGRPC() error {
 				d.metrics.ObserveDecision(rule, r)
 			}
 		},
+		// envoy's statistics, under the names of its Prometheus mapping
+		NearLimitRatio: d.cfg.NearLimitRatio,
+		Count:          func(key string, c rls.Counts) { d.metrics.ObserveRateLimit(key, metrics.RateLimitCounts(c)) },
 	}
 	if d.cfg.RLSHeaders {
 		opts.ResponseHeaders = &rls.Headers{Limit: d.cfg.RLSHeaderLimit, Remaining: d.cfg.RLSHeaderRemaining,

@@ -132,7 +132,9 @@ func TestDaemonRLSHeaders(t *testing.T) {
 		want string
 	}{
 		{func(*config.Config) {}, "RateLimit-Limit=2 RateLimit-Remaining=1 RateLimit-Reset="},
-		{func(c *config.Config) { c.RLSHeaderLimit, c.RLSHeaderRemaining = "X-RateLimit-Limit", "X-RateLimit-Remaining" },
+		{func(c *config.Config) {
+			c.RLSHeaderLimit, c.RLSHeaderRemaining = "X-RateLimit-Limit", "X-RateLimit-Remaining"
+		},
 			"X-RateLimit-Limit=2 X-RateLimit-Remaining=1 RateLimit-Reset="},
 		{func(c *config.Config) { c.RLSHeadersFormat = "ietf" }, `RateLimit-Policy="api.user";q=2;w=60 RateLimit="api.user";r=1;t=`},
 	} {
@@ -150,6 +152,79 @@ func TestDaemonRLSHeaders(t *testing.T) {
 		}
 		if s := strings.Join(got, " "); !strings.HasPrefix(s, c.want) {
 			t.Errorf("headers %q, want %q…", s, c.want)
+		}
+	}
+}
+
+// TestDaemonRLSStatistics: after real gRPC (and /json) requests, /metrics
+// has envoyproxy/ratelimit's statistics under the names of its Prometheus
+// mapping, by rule, never by request value (but with detailed_metric).
+func TestDaemonRLSStatistics(t *testing.T) {
+	t.Parallel()
+	cfg := envoyConfig(t, `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tenant
+    detailed_metric: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	d, _, _ := start(t, cfg)
+	client := dialRLS(t, d.GRPCAddr().String())
+	ask := func(hits uint32, kv ...string) {
+		t.Helper()
+		req := &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: hits, Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}
+		for i := 0; i < len(kv); i += 2 {
+			req.Descriptors[0].Entries = append(req.Descriptors[0].Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		if _, err := client.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// user: 10 a minute for each user, near from 8.
+	ask(7, "user", "alice") // 7 within
+	ask(2, "user", "bob")   // 2 within (bob has a limit of his own)
+	ask(3, "user", "alice") // 3 within, 2 near (alice's 9th and 10th)
+	ask(2, "user", "alice") // 2 over
+	// path under user: 1 a minute.
+	ask(1, "user", "alice", "path", "/a")
+	ask(1, "user", "carol", "path", "/b")
+	// tenant: detailed, in shadow mode.
+	ask(2, "tenant", "t1")
+	base := "http://" + d.HTTPAddr().String()
+	if code, _ := httpDo(t, "POST", base+"/json", "", `{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"t1"}]}]}`); code != 200 {
+		t.Fatalf("/json: %d", code)
+	}
+	code, body := httpDo(t, "GET", base+"/metrics", "", "")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`ratelimit_service_rate_limit_total_hits{domain="api",key1="user"} 14`,
+		`ratelimit_service_rate_limit_within_limit{domain="api",key1="user"} 12`,
+		`ratelimit_service_rate_limit_near_limit{domain="api",key1="user"} 2`,
+		`ratelimit_service_rate_limit_over_limit{domain="api",key1="user"} 2`,
+		`ratelimit_service_rate_limit_total_hits{domain="api",key1="user",key2="path"} 2`,
+		`ratelimit_service_rate_limit_within_limit{domain="api",key1="user",key2="path"} 2`,
+		// 2 hits of a limit of 1, refused (1 over, 1 near, as envoy counts
+		// them); then 1, admitted, as Funnel charged nothing for them.
+		`ratelimit_service_rate_limit_total_hits{domain="api",key1="tenant_t1"} 3`,
+		`ratelimit_service_rate_limit_over_limit{domain="api",key1="tenant_t1"} 1`,
+		`ratelimit_service_rate_limit_near_limit{domain="api",key1="tenant_t1"} 2`,
+		`ratelimit_service_rate_limit_shadow_mode{domain="api",key1="tenant_t1"} 1`,
+		`ratelimit_service_rate_limit_within_limit{domain="api",key1="tenant_t1"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, never := range []string{"alice", "bob", "carol", `"/a"`} {
+		if strings.Contains(body, never) {
+			t.Errorf("/metrics has a request value, %s", never)
 		}
 	}
 }
