@@ -75,3 +75,12 @@ func TestObserveRateLimitNil(t *testing.T) {
 	var m *metrics.Metrics
 	m.ObserveRateLimit("d.k", metrics.RateLimitCounts{TotalHits: 1})
 }
+
+func BenchmarkObserveRateLimit(b *testing.B) {
+	m := metrics.New(metrics.Options{NoRuntimeMetrics: true})
+	c := metrics.RateLimitCounts{TotalHits: 1, WithinLimit: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.ObserveRateLimit("api.user", c)
+	}
+}

@@ -22,6 +22,11 @@
 // own status. When the request goes on, it is charged to the limits that
 // admitted it (envoy's service charges them all).
 //
+// Besides gRPC, JSONHandler and HealthHandler serve envoy's HTTP endpoints
+// (POST /json and /healthcheck); Options.ResponseHeaders adds envoy's
+// rate-limit headers, or the IETF draft's fields; Options.Count receives
+// envoy's per-rule statistics (Counts).
+//
 //	srv := rls.New(limiter, watcher, rls.Options{})
 //	go srv.Serve(ctx, listener)
 package rls
