@@ -99,7 +99,8 @@ type Metrics struct {
 
 	ops [numOps]opMetrics
 
-	rateLimits *rateLimitCollector // envoy's statistics, by statistics key
+	rateLimits  *rateLimitCollector   // envoy's statistics, by statistics key
+	configLoads [2]prometheus.Counter // envoy's config_load_success and _error
 }
 
 // ruleCounters are one rule's counters, looked up once.
@@ -168,7 +169,17 @@ func New(opts Options) *Metrics {
 		funcs: map[string]func() float64{},
 	}
 	m.rateLimits = newRateLimitCollector(m.maxRules)
-	m.reg.MustRegister(m.decisions, m.failOpenAll, m.storeTime, m.storeErrors, m.reloads, m.lastReload, m.rateLimits)
+	// envoy's names of the same loads, for dashboards written for it
+	m.configLoads[0] = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_config_load_success",
+		Help: "Successful loads of the rules (envoyproxy/ratelimit's config_load_success; funnel_rules_reloads_total's success).",
+	})
+	m.configLoads[1] = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_config_load_error",
+		Help: "Failed loads of the rules (envoyproxy/ratelimit's config_load_error; funnel_rules_reloads_total's failure).",
+	})
+	m.reg.MustRegister(m.decisions, m.failOpenAll, m.storeTime, m.storeErrors, m.reloads, m.lastReload, m.rateLimits,
+		m.configLoads[0], m.configLoads[1])
 	if !opts.NoRuntimeMetrics {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -288,9 +299,11 @@ func (m *Metrics) rulesReloadedAt(now time.Time, err error) {
 	}
 	if err != nil {
 		m.reloads.WithLabelValues("failure").Inc()
+		m.configLoads[1].Inc()
 		return
 	}
 	m.reloads.WithLabelValues("success").Inc()
+	m.configLoads[0].Inc()
 	m.lastReload.Set(float64(now.UnixNano()) / 1e9)
 }
 

@@ -107,14 +107,17 @@ func (c *rateLimitCollector) get(key string) *rateLimitSeries {
 var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
 // statLabels returns the labels of statistics key as envoy's statsd
-// exporter mapping gives them: the key sanitized as envoy sanitizes its
-// statistics names (':' and '|' become '_', and so do the dots of an IPv4
+// exporter mapping gives them: the key made valid UTF-8, sanitized as envoy
+// sanitizes its statistics names (':' and '|' become '_', and so do the dots of an IPv4
 // address), then split on its dots: domain, key1 and, when there are more
 // parts, key2 (the rest is dropped). OtherRule is {domain,key1} "_other".
 func statLabels(key string) []string {
 	if key == OtherRule {
 		return []string{OtherRule, OtherRule}
 	}
+	// Label values must be UTF-8; keys of the rules and of gRPC requests
+	// are, but a bad one must not break every scrape.
+	key = strings.ToValidUTF8(key, "\uFFFD")
 	key = strings.NewReplacer(":", "_", "|", "_").Replace(key)
 	key = ipv4.ReplaceAllStringFunc(key, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 	parts := strings.SplitN(key, ".", 4)

@@ -84,3 +84,38 @@ func BenchmarkObserveRateLimit(b *testing.B) {
 		m.ObserveRateLimit("api.user", c)
 	}
 }
+
+// FuzzObserveRateLimit: whatever the key, the registry gathers, and every
+// series has the labels domain, key1 and maybe key2.
+func FuzzObserveRateLimit(f *testing.F) {
+	for _, s := range []string{"d.k", "d.k_v.k2_v2.k3", "d", "", ".", "..", "d.remote_address_1.2.3.4", "a:b|c.d", "d.\xff\xfe", "_other"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		m := metrics.New(metrics.Options{NoRuntimeMetrics: true})
+		m.ObserveRateLimit(key, metrics.RateLimitCounts{TotalHits: 2, OverLimit: 1})
+		mfs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatalf("%q: %v", key, err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			if !strings.HasPrefix(mf.GetName(), "ratelimit_service_rate_limit_") {
+				continue
+			}
+			for _, s := range mf.Metric {
+				n++
+				names := ""
+				for _, l := range s.Label {
+					names += l.GetName() + ","
+				}
+				if names != "domain,key1," && names != "domain,key1,key2," {
+					t.Fatalf("%q: labels %s", key, names)
+				}
+			}
+		}
+		if n != 5 {
+			t.Fatalf("%q: %d series, want 5", key, n)
+		}
+	})
+}
