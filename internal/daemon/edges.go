@@ -197,15 +197,22 @@ func (d *Daemon) openHTTP() error {
 
 // withRLS serves, beside api, envoyproxy/ratelimit's HTTP endpoints of the
 // rate-limit service srv, when there is one: POST /json and /healthcheck.
+// Other paths go to api as they came (a mux would clean them first).
 func withRLS(api http.Handler, srv *rls.Server) http.Handler {
 	if srv == nil {
 		return api
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/json", srv.JSONHandler())
-	mux.Handle("/healthcheck", srv.HealthHandler())
-	mux.Handle("/", api)
-	return mux
+	json, health := srv.JSONHandler(), srv.HealthHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/json":
+			json.ServeHTTP(w, r)
+		case "/healthcheck":
+			health.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
+		}
+	})
 }
 
 // httpErrors writes the HTTP server's own errors into a slog.Logger: a
