@@ -51,6 +51,17 @@ bench-server: deps
 	$(GO) build -o "$$tmp/funnel" ./cmd/funnel && \
 	cd bench && $(GO) run ./cmd/benchserver -funnel "$$tmp/funnel" $(if $(PERF),-perf $(abspath $(PERF)))
 
+# bench-snapshot measures CL.THROTTLE under redis-benchmark -P 16 on
+# `funnel serve` restored from a snapshot of 1,000,000 keys, with no snapshot
+# under way and with snapshots written back to back, and prints p50, p99 and
+# the ratio of the p99s. About a minute. (BenchmarkSnapshot in `make bench`
+# measures the write and restore times and the bytes per key.)
+.PHONY: bench-snapshot
+bench-snapshot: deps
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(GO) build -o "$$tmp/funnel" ./cmd/funnel && \
+	cd bench && $(GO) run ./cmd/benchserver -funnel "$$tmp/funnel" -snapshot -r 1000000 $(BENCH_SNAPSHOT_FLAGS)
+
 # chaos runs the fault drills against real servers and prints what each
 # held, lost and recovered: Redis stopped, frozen (SIGSTOP) and restarted
 # under load, a Sentinel failover, shutdown (as on SIGTERM) under pipelined

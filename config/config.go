@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,17 +20,32 @@ import (
 // Config is the configuration of the daemon. Its YAML form uses the names in
 // the yaml tags; every field is optional.
 type Config struct {
-	// RESP is the Redis-protocol listen address.
+	// RESP is the Redis-protocol listen address; empty turns it off. At
+	// least one of RESP, HTTP and GRPC is needed.
 	RESP string `yaml:"resp"`
 	// HTTP is the HTTP/JSON listen address.
 	HTTP string `yaml:"http"`
 	// GRPC is the Envoy rate-limit service listen address.
 	GRPC string `yaml:"grpc"`
 	// Store is "memory" or a Redis URL (redis://, rediss://,
-	// redis-cluster://, rediss-cluster://).
+	// redis-cluster://, rediss-cluster://, redis-sentinel://,
+	// rediss-sentinel://; see redisstore.ParseURL).
 	Store string `yaml:"store"`
 	// MaxKeys bounds the memory store's keys; 0 means no bound.
 	MaxKeys int `yaml:"max_keys"`
+	// Snapshot names the file that the memory store is restored from at
+	// start, before any listener accepts a connection, and written to
+	// every SnapshotInterval and at a graceful shutdown, after the last
+	// decision. Empty means no snapshots: a restart forgets every limit.
+	Snapshot string `yaml:"snapshot"`
+	// SnapshotInterval is how often the snapshot is written; 0 means only
+	// at a graceful shutdown.
+	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
+	// SnapshotIgnoreCorrupt starts the daemon empty when the snapshot is
+	// bad (truncated, corrupt, not a snapshot, of a newer version), after
+	// moving it aside to FILE.corrupt-<time>; by default the daemon does
+	// not start.
+	SnapshotIgnoreCorrupt bool `yaml:"snapshot_ignore_corrupt"`
 	// StoreTimeout bounds each operation of the Redis store; 0 means 100 ms.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// FailOpen makes the Redis store admit requests while Redis cannot be
@@ -41,6 +57,14 @@ type Config struct {
 	// decision; "refuse" answers the command's refusal with a retry after
 	// of one second, for clients that need its integers.
 	RESPFailClosed string `yaml:"resp_fail_closed"`
+	// Lease, when positive, makes the Redis store's funnels leased (see
+	// package leasestore): decisions spend blocks of units leased from
+	// Redis, from memory, and each lease lives at most Lease. 0 decides
+	// every request in Redis.
+	Lease time.Duration `yaml:"lease"`
+	// LeaseMax caps the units of one lease; 0 means no cap but the rate's
+	// and the burst's.
+	LeaseMax int64 `yaml:"lease_max"`
 	// KeyPrefix is prepended to every key the Redis store writes.
 	KeyPrefix string `yaml:"key_prefix"`
 	// RequirePass is the password of the "default" user; empty means no
@@ -88,6 +112,47 @@ type Config struct {
 	// RulesMergeDomains lets several rules files define one domain (envoy's
 	// MERGE_DOMAIN_CONFIG).
 	RulesMergeDomains bool `yaml:"rules_merge_domains"`
+	// RulesXDS is the management server's address (host:port): the rules
+	// are those it sends, instead of a file's (CONFIG_GRPC_XDS_SERVER_URL
+	// with CONFIG_TYPE=GRPC_XDS_SOTW). Empty means no xDS.
+	RulesXDS string `yaml:"rules_xds"`
+	// RulesXDSNodeID is the node id the server picks a snapshot by; empty
+	// means "default" (CONFIG_GRPC_XDS_NODE_ID).
+	RulesXDSNodeID string `yaml:"rules_xds_node_id"`
+	// RulesXDSNodeMetadata is the node's metadata, "key=value,key=value"
+	// (CONFIG_GRPC_XDS_NODE_METADATA).
+	RulesXDSNodeMetadata string `yaml:"rules_xds_node_metadata"`
+	// RulesXDSHeaders are gRPC metadata sent on the stream,
+	// "name:value,name:value" (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	RulesXDSHeaders string `yaml:"rules_xds_headers"`
+	// RulesXDSTLS reaches the server over TLS, verified against the
+	// system's CAs unless RulesXDSCA names others
+	// (CONFIG_GRPC_XDS_SERVER_USE_TLS). RulesXDSCA, RulesXDSCert and
+	// RulesXDSServerName imply it.
+	RulesXDSTLS bool `yaml:"rules_xds_tls"`
+	// RulesXDSCA is a PEM bundle of the CAs that verify the server
+	// (CONFIG_GRPC_XDS_SERVER_TLS_CACERT).
+	RulesXDSCA string `yaml:"rules_xds_ca"`
+	// RulesXDSCert is the PEM file of the certificate the client presents
+	// to a server that asks for one (CONFIG_GRPC_XDS_CLIENT_TLS_CERT); it
+	// is reloaded when it changes.
+	RulesXDSCert string `yaml:"rules_xds_cert"`
+	// RulesXDSKey is the PEM file of RulesXDSCert's private key
+	// (CONFIG_GRPC_XDS_CLIENT_TLS_KEY).
+	RulesXDSKey string `yaml:"rules_xds_key"`
+	// RulesXDSServerName is the name the server's certificate must hold,
+	// when it is not the address's host (CONFIG_GRPC_XDS_SERVER_TLS_SAN).
+	RulesXDSServerName string `yaml:"rules_xds_server_name"`
+	// RulesXDSBackoff is the first delay before reconnecting to the
+	// server; 0 means 10s (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL). Each
+	// failure doubles it, up to RulesXDSBackoffMax, less a random half.
+	RulesXDSBackoff time.Duration `yaml:"rules_xds_backoff"`
+	// RulesXDSBackoffMax bounds the delays; 0 means a minute
+	// (XDS_CLIENT_BACKOFF_MAX_INTERVAL).
+	RulesXDSBackoffMax time.Duration `yaml:"rules_xds_backoff_max"`
+	// RulesXDSMaxMsgSize bounds a response of the server, in bytes; 0
+	// means gRPC's 4 MiB (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES).
+	RulesXDSMaxMsgSize int `yaml:"rules_xds_max_msg_size"`
 	// ShadowMode makes Envoy's rate-limit service answer OK where it would
 	// answer OVER_LIMIT (envoy's SHADOW_MODE); descriptor statuses still
 	// tell.
@@ -127,13 +192,14 @@ type Config struct {
 // Default returns the configuration of a plain `funnel serve`.
 func Default() Config {
 	return Config{
-		RESP:            "127.0.0.1:6380",
-		HTTP:            "127.0.0.1:8080",
-		GRPC:            "127.0.0.1:8081",
-		Store:           "memory",
-		RESPFailClosed:  "error",
-		ShutdownTimeout: 10 * time.Second,
-		LogLevel:        "info",
+		RESP:             "127.0.0.1:6380",
+		HTTP:             "127.0.0.1:8080",
+		GRPC:             "127.0.0.1:8081",
+		Store:            "memory",
+		SnapshotInterval: 30 * time.Second,
+		RESPFailClosed:   "error",
+		ShutdownTimeout:  10 * time.Second,
+		LogLevel:         "info",
 
 		RLSHeaderLimit:     "RateLimit-Limit",
 		RLSHeaderRemaining: "RateLimit-Remaining",
@@ -191,14 +257,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)
 	}
 	switch {
-	case c.RESP == "":
-		return bad("resp: an address is required")
+	case c.RESP == "" && c.HTTP == "" && c.GRPC == "":
+		return bad("resp, http and grpc are all off: at least one listener is needed")
 	case c.Store == "":
 		return bad("store: memory or a Redis URL is required")
-	case c.Store != "memory" && !strings.HasPrefix(c.Store, "redis://") &&
-		!strings.HasPrefix(c.Store, "rediss://") && !strings.HasPrefix(c.Store, "redis-cluster://") &&
-		!strings.HasPrefix(c.Store, "rediss-cluster://"):
-		return bad("store %q: want memory, redis://, rediss://, redis-cluster:// or rediss-cluster://", c.Store)
+	case c.Store != "memory" && !slices.ContainsFunc(storeSchemes, func(p string) bool { return strings.HasPrefix(c.Store, p) }):
+		return bad("store %q: want memory, %s", c.Store, strings.Join(storeSchemes, ", "))
 	case c.MaxKeys < 0:
 		return bad("max_keys %d is negative", c.MaxKeys)
 	case c.StoreTimeout < 0:
@@ -223,11 +287,20 @@ func (c Config) Validate() error {
 	if _, err := c.Level(); err != nil {
 		return err
 	}
-	if err := c.validateRLS(); err != nil {
+	if err := c.validateSnapshot(); err != nil {
 		return err
 	}
-	return nil
+	if err := c.validateLease(); err != nil {
+		return err
+	}
+	if err := c.validateXDS(); err != nil {
+		return err
+	}
+	return c.validateRLS()
 }
+
+// storeSchemes are the beginnings of the Redis store URLs.
+var storeSchemes = []string{"redis://", "rediss://", "redis-cluster://", "rediss-cluster://", "redis-sentinel://", "rediss-sentinel://"}
 
 // validateRLS checks the rate-limit service's header names (which may be
 // empty only when RLSHeaders is off) and format, and its near-limit ratio.

@@ -74,7 +74,13 @@ func TestValidate(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.RESP = "" }, "resp: an address is required"},
+		{func(c *Config) { c.RESP, c.HTTP, c.GRPC = "", "", "" }, "resp, http and grpc are all off: at least one listener is needed"},
+		{func(c *Config) { c.RESP = "" }, ""},
+		{func(c *Config) { c.RESP, c.HTTP = "", "" }, ""},
+		{func(c *Config) { c.HTTP, c.GRPC = "", "" }, ""},
+		{func(c *Config) { c.Store = "redis-sentinel://127.0.0.1:26379/mymaster" }, ""},
+		{func(c *Config) { c.Store = "rediss-sentinel://s1,s2/mymaster/1" }, ""},
+		{func(c *Config) { c.Store = "sentinel://s1/mymaster" }, `store "sentinel://s1/mymaster": want memory, redis://`},
 		{func(c *Config) { c.Store = "etcd://x" }, `store "etcd://x"`},
 		{func(c *Config) { c.MaxKeys = -1 }, "max_keys -1 is negative"},
 		{func(c *Config) { c.MaxClients = -1 }, "max_clients -1 is negative"},

@@ -47,6 +47,60 @@
 // (see funnel.Limit). Bans lists them, Unban lifts one, the sweep drops
 // those that have ended; Reset forgets a key's state but not its ban. Bans
 // are not counted against MaxKeys: evicting one would lift it.
+//
+// # Snapshots
+//
+// WriteSnapshot writes the live states of every algorithm and the bans to
+// an io.Writer without stopping decisions; ReadSnapshot restores them into
+// a new store, so that a restart does not hand every key a fresh burst.
+// Making the file durable is the caller's part: write to a temporary file
+// in the same directory, fsync it, rename it over the old snapshot and
+// fsync the directory (funnel serve does).
+//
+// The format, version 1. Integers in the header and the block frames are
+// big-endian; the fields of records are varints (encoding/binary's Uvarint
+// for counts and lengths, Varint for signed numbers). A snapshot is a
+// header, blocks, and nothing after the block that holds the end record.
+//
+//	header (32 bytes)
+//	  0  magic "FUNLSNAP"
+//	  8  uint16 format version (1)
+//	 10  uint16 flags (0)
+//	 12  int64  wall-clock time of the write, ns since the Unix epoch
+//	 20  uint64 keys held when the write began (a hint: the end record counts)
+//	 28  uint32 CRC-32C (Castagnoli) of bytes 0 to 27
+//	block
+//	  0  uint32 payload length n (1 to 64 MiB)
+//	  4  uint32 CRC-32C of the length's 4 bytes and the payload
+//	  8  payload: n bytes of whole records
+//
+// A record is a kind byte, a version byte (of that kind's fields, so that a
+// kind can gain fields while readers keep reading its older versions), and
+// its fields. Every record but the end record starts with its key (a length
+// and the bytes) and the time its state empties, then the kind's own
+// fields:
+//
+//	kind 1 funnel or leaky bucket  instant: the TAT
+//	kind 2 fixed window            window end; window start; count
+//	kind 3 sliding window          window end; window start; previous count; current count
+//	kind 4 sliding log             instant: state empty; n; n times, each from the one before (the first from the write's ms)
+//	kind 5 concurrency             instant: state empty; n; n leases: id (length, bytes), expiry (from the write's ms)
+//	kind 6 ban                     instant: the ban's end
+//	kind 0 end                     number of key records; number of ban records
+//
+// Instants are nanoseconds after the store's time at the write, so a
+// snapshot is read the same whatever clock the store that wrote it ran on:
+// as wall-clock times, they are the header's time plus the instant. Times in
+// milliseconds (log entries, lease expiries) are milliseconds after the
+// write's. Window starts and ends name windows of the wall clock (aligned
+// to the epoch or the calendar): they are milliseconds after the header's
+// time, in ms, and are restored unchanged (but from a snapshot from the
+// future, see ReadSnapshot). States and bans that are empty at the
+// write are not written. A key may have two records (it was dropped and
+// added again while its shard was read): the later one holds its newer
+// state, and is the one restored. The end record is the last record of
+// the last block: a snapshot cut at a block boundary lacks it, one cut
+// elsewhere lacks bytes, and a changed bit fails a checksum.
 package memstore
 
 import (

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -117,4 +118,47 @@ func cachedScripts(t *testing.T, srv *redistest.Server) int {
 		t.Fatalf("INFO memory: number_of_cached_scripts %q", info["number_of_cached_scripts"])
 	}
 	return n
+}
+
+// Open with a redis-sentinel:// URL: the first Sentinel of the list is not
+// there, the second tells where the master is, the store decides in the
+// database the path names, and follows the master when the Sentinel fails
+// it over to the replica.
+func TestOpenSentinelURL(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master)
+	sentinel := redistest.StartSentinel(t, "mymaster", master)
+	dead, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("redis-sentinel://127.0.0.1:%d,%s/mymaster/2?dial_timeout=1s", dead, sentinel.Addr)
+	s, err := redisstore.Open(url, redisstore.Options{Prefix: "url:", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	p := mkParams(t, 0, 1, time.Hour)
+	if r, err := storetest.Throttle(ctx, s, "k", p, 1); err != nil || !r.Allowed || r.Fallback {
+		t.Fatalf("first decision: %+v, %v", r, err)
+	}
+	db2 := redis.NewClient(&redis.Options{Addr: master.Addr, DB: 2})
+	defer db2.Close()
+	if n := db2.Exists(ctx, "url:k").Val(); n != 1 {
+		t.Fatal("key not in the master's db 2 under the prefix")
+	}
+	// The replica has the key too; once promoted, it still refuses.
+	replica2 := redis.NewClient(&redis.Options{Addr: replica.Addr, DB: 2})
+	defer replica2.Close()
+	waitFor(t, "the key on the replica", 10*time.Second, func() bool { return replica2.Exists(ctx, "url:k").Val() == 1 })
+	master.Stop()
+	if err := sentinel.WaitMaster("mymaster", replica.Addr, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a decision on the promoted replica", 30*time.Second, func() bool {
+		r, err := storetest.Throttle(ctx, s, "k", p, 1)
+		return err == nil && !r.Fallback && !r.Allowed
+	})
 }

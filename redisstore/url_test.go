@@ -61,6 +61,18 @@ func TestParseURL(t *testing.T) {
 		"redis-cluster://a:1,,b:2",
 		"redis-cluster://a:1?bogus=1",
 		"redis://user:hunter2@h:1/?bogus=1",
+		"redis-sentinel://s:26379",
+		"redis-sentinel://s:26379/",
+		"redis-sentinel://s:26379/m/x",
+		"redis-sentinel://s:26379/m/1/2",
+		"redis-sentinel://s:26379,/m",
+		"redis-sentinel://u:hunter2@s/m?bogus=1",
+		"redis-sentinel://s/m?master_name=other",
+		"redis-sentinel://s/m?db=1",
+		"redis-sentinel://s/m?password=hunter2",
+		"redis-sentinel://s/m?sentinel_password=hunter2&bogus=1",
+		"redis-sentinel://s/m#frag",
+		"sentinel://s/m",
 	} {
 		_, err := redisstore.ParseURL(bad)
 		if err == nil {
@@ -71,6 +83,74 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: error %q", bad, err)
 		}
 	}
+}
+
+// The Sentinel forms: the Sentinels in the authority (port 26379 by
+// default), the master's name and database in the path, the master's
+// credentials as the user and password, the Sentinels' as options.
+func TestParseSentinelURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url              string
+		addrs            []string
+		master           string
+		db               int
+		user, password   string
+		sUser, sPassword string
+		tls              bool
+		dialTimeout      time.Duration
+	}{
+		{url: "redis-sentinel://s1/mymaster", addrs: []string{"s1:26379"}, master: "mymaster"},
+		{url: "redis-sentinel://s1:5000,s2,[::1]:5001/mymaster/3", addrs: []string{"s1:5000", "s2:26379", "[::1]:5001"}, master: "mymaster", db: 3},
+		{url: "redis-sentinel://u:p%40ss@s1:5000/my%20master", addrs: []string{"s1:5000"}, master: "my master", user: "u", password: "p@ss"},
+		{url: "redis-sentinel://:pw@s1/m?sentinel_password=spw&dial_timeout=2s", addrs: []string{"s1:26379"}, master: "m", password: "pw", sPassword: "spw", dialTimeout: 2 * time.Second},
+		{url: "redis-sentinel://s1/m/0?sentinel_username=su&sentinel_password=a%26b", addrs: []string{"s1:26379"}, master: "m", sUser: "su", sPassword: "a&b"},
+		{url: "rediss-sentinel://s1:5000,s2:5001/m", addrs: []string{"s1:5000", "s2:5001"}, master: "m", tls: true},
+	} {
+		o, err := redisstore.ParseURL(tc.url)
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		if strings.Join(o.Addrs, " ") != strings.Join(tc.addrs, " ") || o.MasterName != tc.master || o.IsClusterMode ||
+			o.DB != tc.db || o.Username != tc.user || o.Password != tc.password ||
+			o.SentinelUsername != tc.sUser || o.SentinelPassword != tc.sPassword ||
+			(o.TLSConfig != nil) != tc.tls || o.DialTimeout != tc.dialTimeout {
+			t.Errorf("%s: addrs %q master %q db %d user %q password %q sentinel %q/%q TLS %v dial %v", tc.url, o.Addrs, o.MasterName,
+				o.DB, o.Username, o.Password, o.SentinelUsername, o.SentinelPassword, o.TLSConfig != nil, o.DialTimeout)
+		}
+	}
+}
+
+// Passwords never show in errors or in what is logged.
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"memory":                          "memory",
+		"redis://h:1/2":                   "redis://h:1/2",
+		"redis://u:pw@h:1/2":              "redis://u:xxxxx@h:1/2",
+		"redis-cluster://:pw@a:1,b:2?x=1": "redis-cluster://:xxxxx@a:1,b:2?x=1",
+		"redis-sentinel://u:pw@s/m?sentinel_password=spw&dial_timeout=1s": "redis-sentinel://u:xxxxx@s/m?sentinel_password=xxxxx&dial_timeout=1s",
+	} {
+		if got := redisstore.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// ParseURL never panics, and accepts only the schemes IsURL names.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"redis://h:1/2", "rediss://u:p@h", "redis-cluster://a:1,b:2?max_redirects=3",
+		"redis-sentinel://u:p@s1,s2:5000/m/1?sentinel_password=sp", "rediss-sentinel://s/m", "redis-sentinel://s/",
+		"redis-sentinel://s/m?addr=x", "x://", "memory"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := redisstore.ParseURL(s)
+		if err == nil && !redisstore.IsURL(s) {
+			t.Fatalf("%q parsed, yet IsURL is false", s)
+		}
+	})
 }
 
 // Open connects to the database the URL names.

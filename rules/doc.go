@@ -7,5 +7,7 @@
 // Parse and Load build an immutable Set, whose Match finds the rule for a
 // descriptor; Watch returns a Watcher that reloads the rules when their
 // files change and keeps the last good ones in force when a change does
-// not load. Every problem in a file is an *Error that wraps ErrInvalid.
+// not load. Build makes a Set from configurations already decoded (as
+// package rules/xds receives them from a control plane), with the same
+// checks. Every problem in a file is an *Error that wraps ErrInvalid.
 package rules

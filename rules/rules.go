@@ -609,6 +609,12 @@ func (b *builder) file(name string, data []byte) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
 		root = root.Content[0]
 	}
+	b.domain(name, root)
+}
+
+// domain adds the domain of one file, or of one decoded configuration,
+// whose root mapping is root.
+func (b *builder) domain(name string, root *yaml.Node) {
 	fields := b.mapping(root, "", "domain", "descriptors")
 	if fields == nil {
 		return

@@ -15,14 +15,6 @@ import (
 
 // TestMain lets a test run this test binary as the funnel command itself
 // (with FUNNEL_RUN_MAIN=1 in its environment), to see a real exit status.
-func TestMain(m *testing.M) {
-	if os.Getenv("FUNNEL_RUN_MAIN") == "1" {
-		main()
-		return
-	}
-	os.Exit(m.Run())
-}
-
 func writeFile(t *testing.T, dir, name, text string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)

@@ -174,6 +174,8 @@ func TestServeFlagsCoverConfig(t *testing.T) {
 			v = strconv.FormatBool(!d)
 		case int:
 			v = strconv.Itoa(d + 7)
+		case int64:
+			v = strconv.FormatInt(d+7, 10)
 		case time.Duration:
 			v = (d + 7*time.Second).String()
 		case float64:

@@ -4,15 +4,12 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
@@ -35,12 +32,14 @@ type Daemon struct {
 	lim     *funnel.Limiter
 	metrics *metrics.Metrics
 
-	sec     security // credentials and TLS of every listener
-	respLn  net.Listener
-	respSrv *server.Server
-	edges   []edge         // HTTP, gRPC
-	watcher *rules.Watcher // the rules, when a file names them
-	rls     *rls.Server    // Envoy's rate-limit service, when gRPC is on
+	sec      security // credentials and TLS of every listener
+	respLn   net.Listener
+	respSrv  *server.Server
+	edges    []edge         // HTTP, gRPC
+	watcher  *rules.Watcher // the rules, when a file names them
+	rulesXDS *rulesXDS      // the rules, when a control plane sends them
+	snap     *snapshots     // the memory store's snapshots, when a file is named
+	rls      *rls.Server    // Envoy's rate-limit service, when gRPC is on
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS
@@ -69,53 +68,11 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		d.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.RESP)
-	if err != nil {
-		d.Close()
-		return nil, fmt.Errorf("daemon: resp listener: %w", err)
-	}
-	if tc := d.sec.tlsConfig(); tc != nil {
-		// Connections of a TLS listener are served by a goroutine each,
-		// not by the event loops.
-		ln = tls.NewListener(ln, tc)
-		if cfg.EventLoops > 0 {
-			log.Info("RESP over TLS serves a goroutine per connection: event_loops is not used", "event_loops", cfg.EventLoops)
-		}
-	}
-	d.respLn = ln
-	d.respSrv = server.New(d.store, server.Config{
-		Credentials: d.sec.creds,
-		MaxClients:  cfg.MaxClients,
-		IdleTimeout: cfg.IdleTimeout,
-		EventLoops:  cfg.EventLoops,
-		Logger:      log,
-		FailClosed:  respFailClosed(cfg.RESPFailClosed),
-	})
-	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
-		d.Close()
-		return nil, err
-	}
-	// Decisions over RESP have no rule to label them by: they are counted
-	// apart, from the server's own counters.
-	// Fallbacks (the store could not decide) are counted apart from the
-	// decisions, as the other edges count them, and fail-open ones in
-	// funnel_fail_open_total too, under the rule "resp".
-	stat := func(f func(server.Stats) int64) func() float64 {
-		return func() float64 { return float64(f(d.respSrv.Stats())) }
-	}
-	for _, c := range []prometheus.Collector{
-		respDecisions("allowed", stat(func(st server.Stats) int64 { return st.Allowed - st.FailOpen })),
-		respDecisions("refused", stat(func(st server.Stats) int64 { return st.Limited - st.FailClosed })),
-		respDecisions("fallback", stat(func(st server.Stats) int64 { return st.FailOpen + st.FailClosed })),
-	} {
-		if err := d.metrics.Registry().Register(c); err != nil {
+	if cfg.RESP != "" {
+		if err := d.openRESP(); err != nil {
 			d.Close()
 			return nil, err
 		}
-	}
-	if err := d.metrics.FailOpenFunc("resp", stat(func(st server.Stats) int64 { return st.FailOpen })); err != nil {
-		d.Close()
-		return nil, err
 	}
 	if err := d.openEdges(); err != nil {
 		d.Close()
@@ -127,31 +84,19 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 // storeCheckTimeout bounds the check of a Redis store at start.
 const storeCheckTimeout = 5 * time.Second
 
-// respDecisions counts the RESP server's decisions of one outcome.
-func respDecisions(outcome string, f func() float64) prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name:        "funnel_resp_decisions_total",
-		Help:        "Decisions made over the Redis protocol (CL.THROTTLE and FUNNEL.*), by outcome (allowed, refused, fallback: the store could not decide).",
-		ConstLabels: prometheus.Labels{"outcome": outcome},
-	}, f)
-}
-
-// respFailClosed maps the configuration's resp_fail_closed to the server's.
-func respFailClosed(s string) server.FailClosedReply {
-	if s == "refuse" {
-		return server.FailClosedRefuse
-	}
-	return server.FailClosedError
-}
-
 func (d *Daemon) openStore() error {
 	switch {
 	case d.cfg.Store == "memory":
 		s := memstore.New(memstore.Options{MaxKeys: d.cfg.MaxKeys})
+		if d.cfg.Snapshot != "" {
+			if err := d.openSnapshots(s); err != nil {
+				s.Close()
+				return err
+			}
+		}
 		d.store, d.close = s, s.Close
 		return nil
-	case strings.HasPrefix(d.cfg.Store, "redis://"), strings.HasPrefix(d.cfg.Store, "rediss://"),
-		strings.HasPrefix(d.cfg.Store, "redis-cluster://"), strings.HasPrefix(d.cfg.Store, "rediss-cluster://"):
+	case redisstore.IsURL(d.cfg.Store):
 		redisstore.SetGoRedisLogger(d.log) // go-redis logs every failed dial otherwise
 		s, err := redisstore.Open(d.cfg.Store, redisstore.Options{
 			Prefix:   d.cfg.KeyPrefix,
@@ -179,23 +124,24 @@ func (d *Daemon) openStore() error {
 		// memory store's decisions take nanoseconds, and timing them would
 		// cost more than the decisions.
 		d.store, d.close = metrics.InstrumentStore(s, d.metrics), s.Close
+		if d.cfg.Lease > 0 {
+			return d.openLeases(s)
+		}
 		return nil
 	}
 	return fmt.Errorf("daemon: unknown store %q", redact(d.cfg.Store))
 }
 
-// redact hides the password of a store URL.
+// redact hides the passwords of a store URL: the user's and, in the
+// Sentinel forms, the Sentinels'.
 func redact(u string) string {
 	at := strings.LastIndex(u, "@")
 	scheme := strings.Index(u, "://")
 	if at < 0 || scheme < 0 || at < scheme {
-		return u
+		return redisstore.Redact(u)
 	}
-	return u[:scheme+3] + "xxxxx" + u[at:]
+	return redisstore.Redact(u[:scheme+3] + "xxxxx" + u[at:])
 }
-
-// RESPAddr returns the address the RESP listener is bound to.
-func (d *Daemon) RESPAddr() net.Addr { return d.respLn.Addr() }
 
 // Store returns the daemon's store.
 func (d *Daemon) Store() funnel.Store { return d.store }
@@ -205,8 +151,11 @@ func (d *Daemon) Store() funnel.Store { return d.store }
 // have sent, flushes their replies and closes their connections, waiting at
 // most the configured shutdown timeout.
 func (d *Daemon) Run(ctx context.Context) error {
-	attrs := []any{"version", version.Version, "store", redact(d.cfg.Store), "resp", d.respLn.Addr().String()}
-	d.warnExposed("resp", d.respLn.Addr())
+	attrs := []any{"version", version.Version, "store", redact(d.cfg.Store)}
+	if d.respLn != nil {
+		attrs = append(attrs, "resp", d.respLn.Addr().String())
+		d.warnExposed("resp", d.respLn.Addr())
+	}
 	for _, e := range d.edges {
 		attrs = append(attrs, e.name, e.addr().String())
 		d.warnExposed(e.name, e.addr())
@@ -214,11 +163,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	attrs = append(attrs, "auth", d.sec.creds.Enabled(), "tls", d.sec.tls != nil, "client_certs", d.cfg.TLS() && d.cfg.TLSCA != "")
 	d.log.Info("funnel started", attrs...)
 	errc := make(chan error, 1+len(d.edges))
-	go func() {
-		if err := d.respSrv.Serve(d.respLn); err != nil {
-			errc <- fmt.Errorf("daemon: resp server: %w", err)
-		}
-	}()
+	d.snap.start()
+	if d.respSrv != nil {
+		go func() {
+			if err := d.respSrv.Serve(d.respLn); err != nil {
+				errc <- fmt.Errorf("daemon: resp server: %w", err)
+			}
+		}()
+	}
 	for _, e := range d.edges {
 		go func() {
 			if err := e.serve(); err != nil {
@@ -239,7 +191,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	errs := make(chan error, 1+len(d.edges))
-	go func() { errs <- d.respSrv.Shutdown(sctx) }()
+	go func() {
+		if d.respSrv == nil {
+			errs <- nil
+			return
+		}
+		errs <- d.respSrv.Shutdown(sctx)
+	}()
 	for _, e := range d.edges {
 		go func() { errs <- e.shutdown(sctx) }()
 	}
@@ -250,6 +208,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if serr != nil {
 		d.log.Warn("shutdown did not finish in time; connections closed", "err", serr)
 	}
+	// Every listener is shut down: the snapshot holds the last decision.
+	err = errors.Join(err, d.snap.final())
 	d.log.Info("funnel stopped")
 	return err
 }
@@ -269,6 +229,7 @@ func (d *Daemon) Close() error {
 	if d.watcher != nil {
 		d.watcher.Close()
 	}
+	d.rulesXDS.close()
 	d.sec.close()
 	return d.close()
 }

@@ -233,6 +233,10 @@ func TestDaemonNewErrors(t *testing.T) {
 		{"RedisWrongPassword", func(c *config.Config) { c.Store = "redis://:hunter2@" + locked.Addr + "/0" }, "WRONGPASS", funnel.ErrUnavailable},
 		{"RedisMissingDB", func(c *config.Config) { c.Store = "redis://:s3cret@" + locked.Addr + "/99" }, "DB index is out of range", funnel.ErrUnavailable},
 		{"RedisDown", func(c *config.Config) { c.Store = "redis://" + down.Addr }, "connection refused", funnel.ErrUnavailable},
+		{"SentinelDown", func(c *config.Config) {
+			c.Store = "redis-sentinel://u:hunter2@" + down.Addr + "/mymaster?sentinel_password=hunter2"
+		}, "redis-sentinel://xxxxx@" + down.Addr + "/mymaster?sentinel_password=xxxxx", nil},
+		{"BadSentinelURL", func(c *config.Config) { c.Store = "redis-sentinel://u:hunter2@127.0.0.1:1/" }, "the path names the master", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()

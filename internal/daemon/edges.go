@@ -55,7 +55,14 @@ func (d *Daemon) openEdges() error {
 // (with gRPC health and reflection).
 func (d *Daemon) openGRPC() error {
 	var src rls.RulesSource
-	if d.cfg.Rules != "" {
+	switch {
+	case d.cfg.RulesXDS != "":
+		c, err := d.openRulesXDS()
+		if err != nil {
+			return err
+		}
+		src = c
+	case d.cfg.Rules != "":
 		w, err := rules.Watch(d.cfg.Rules, rules.WatchOptions{
 			Options:  rules.Options{MergeDomains: d.cfg.RulesMergeDomains},
 			Logger:   d.log,
@@ -67,7 +74,7 @@ func (d *Daemon) openGRPC() error {
 		d.metrics.RulesReloaded(nil)
 		d.watcher = w
 		src = w
-	} else {
+	default:
 		d.log.Info("no rules (--rules): the rate-limit service allows every descriptor")
 		src = rls.Static(&rules.Set{})
 	}

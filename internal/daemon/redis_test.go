@@ -87,3 +87,32 @@ func TestDaemonRedisStore(t *testing.T) {
 		t.Fatalf("FUNNEL.RELEASE = %v, %v", held, err)
 	}
 }
+
+// The daemon over a master that a Sentinel watches, named by a
+// redis-sentinel:// store URL: CL.THROTTLE lands in the master's database
+// that the URL names.
+func TestDaemonSentinelStore(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartServer(t)
+	sentinel := redistest.StartSentinel(t, "mymaster", master)
+	cfg := testConfig()
+	cfg.HTTP, cfg.GRPC = "", ""
+	cfg.Store = "redis-sentinel://" + sentinel.Addr + "/mymaster/1"
+	d, _, stop := start(t, cfg)
+	front := redis.NewClient(&redis.Options{Addr: d.RESPAddr().String()})
+	defer front.Close()
+	back := redis.NewClient(&redis.Options{Addr: master.Addr, DB: 1})
+	defer back.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := front.Do(ctx, "CL.THROTTLE", "user123", 15, 30, 60).Int64Slice()
+	if err != nil || !slices.Equal(got, []int64{0, 16, 15, -1, 2}) {
+		t.Fatalf("CL.THROTTLE = %v, %v", got, err)
+	}
+	if n, err := back.Exists(ctx, "user123").Result(); err != nil || n != 1 {
+		t.Fatalf("the key is not in the master's db 1: %v, %v", n, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -990,6 +990,9 @@ func cmdInfo(c *conn, args [][]byte) {
 		"connected_clients:"+strconv.Itoa(st.Clients),
 		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
 	)
+	if s.cfg.Persistence != nil {
+		section("Persistence", s.cfg.Persistence()...)
+	}
 	section("Stats",
 		"total_connections_received:"+strconv.FormatInt(st.Accepted, 10),
 		"total_commands_processed:"+strconv.FormatInt(st.Commands+c.batch.commands, 10),

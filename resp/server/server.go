@@ -89,6 +89,11 @@ type Config struct {
 	// time). The zero value, FailClosedError, is the one that cannot be
 	// mistaken for a decision.
 	FailClosed FailClosedReply
+	// Persistence, when not nil, returns the lines ("name:value") of
+	// INFO's Persistence section, as a program that saves the store fills
+	// them (Redis's rdb_last_save_time, rdb_last_bgsave_status, ...). Nil
+	// leaves the section out.
+	Persistence func() []string
 }
 
 // FailClosedReply is how a Server answers a fail-closed fallback.

@@ -222,6 +222,7 @@ func render(w io.Writer, r *results, cpu string) {
 	familyTable(w, r)
 	familyRedisTable(w, r)
 	rlsTable(w, r)
+	snapshotTable(w, r)
 }
 
 // familyTable prints the family on the memory store: per scenario and

@@ -1,0 +1,25 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// validateSnapshot reports whether the snapshot settings can be served.
+func (c Config) validateSnapshot() error {
+	switch {
+	case c.SnapshotInterval < 0:
+		return fmt.Errorf("%w: snapshot_interval %v is negative", ErrInvalid, c.SnapshotInterval)
+	case c.Snapshot != "" && c.Store != "memory":
+		return fmt.Errorf("%w: snapshot %q: snapshots keep the memory store; the store is %s, which keeps its own state", ErrInvalid, c.Snapshot, redactURL(c.Store))
+	}
+	return nil
+}
+
+// redactURL hides the password of a store URL.
+func redactURL(u string) string {
+	if i, j := strings.Index(u, "://"), strings.LastIndex(u, "@"); i >= 0 && j > i {
+		return u[:i+3] + "xxxxx" + u[j:]
+	}
+	return u
+}

@@ -1,0 +1,4 @@
+package daemon
+
+// SnapshotCause exports snapshotCause to the tests.
+var SnapshotCause = snapshotCause

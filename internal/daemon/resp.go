@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/funnelrl/funnel/resp/server"
+)
+
+// openRESP binds the Redis-protocol listener and builds its server, with
+// its metrics.
+func (d *Daemon) openRESP() error {
+	ln, err := net.Listen("tcp", d.cfg.RESP)
+	if err != nil {
+		return fmt.Errorf("daemon: resp listener: %w", err)
+	}
+	if tc := d.sec.tlsConfig(); tc != nil {
+		// Connections of a TLS listener are served by a goroutine each,
+		// not by the event loops.
+		ln = tls.NewListener(ln, tc)
+		if d.cfg.EventLoops > 0 {
+			d.log.Info("RESP over TLS serves a goroutine per connection: event_loops is not used", "event_loops", d.cfg.EventLoops)
+		}
+	}
+	d.respLn = ln
+	d.respSrv = server.New(d.store, server.Config{
+		Credentials: d.sec.creds,
+		MaxClients:  d.cfg.MaxClients,
+		IdleTimeout: d.cfg.IdleTimeout,
+		EventLoops:  d.cfg.EventLoops,
+		Logger:      d.log,
+		FailClosed:  respFailClosed(d.cfg.RESPFailClosed),
+		Persistence: d.snap.persistence(),
+	})
+	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
+		return err
+	}
+	// Decisions over RESP have no rule to label them by: they are counted
+	// apart, from the server's own counters.
+	// Fallbacks (the store could not decide) are counted apart from the
+	// decisions, as the other edges count them, and fail-open ones in
+	// funnel_fail_open_total too, under the rule "resp".
+	stat := func(f func(server.Stats) int64) func() float64 {
+		return func() float64 { return float64(f(d.respSrv.Stats())) }
+	}
+	for _, c := range []prometheus.Collector{
+		respDecisions("allowed", stat(func(st server.Stats) int64 { return st.Allowed - st.FailOpen })),
+		respDecisions("refused", stat(func(st server.Stats) int64 { return st.Limited - st.FailClosed })),
+		respDecisions("fallback", stat(func(st server.Stats) int64 { return st.FailOpen + st.FailClosed })),
+	} {
+		if err := d.metrics.Registry().Register(c); err != nil {
+			return err
+		}
+	}
+	if err := d.metrics.FailOpenFunc("resp", stat(func(st server.Stats) int64 { return st.FailOpen })); err != nil {
+		return err
+	}
+	return nil
+}
+
+// respDecisions counts the RESP server's decisions of one outcome.
+func respDecisions(outcome string, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "funnel_resp_decisions_total",
+		Help:        "Decisions made over the Redis protocol (CL.THROTTLE and FUNNEL.*), by outcome (allowed, refused, fallback: the store could not decide).",
+		ConstLabels: prometheus.Labels{"outcome": outcome},
+	}, f)
+}
+
+// respFailClosed maps the configuration's resp_fail_closed to the server's.
+func respFailClosed(s string) server.FailClosedReply {
+	if s == "refuse" {
+		return server.FailClosedRefuse
+	}
+	return server.FailClosedError
+}
+
+// RESPAddr returns the address the RESP listener is bound to, or nil when
+// it is off.
+func (d *Daemon) RESPAddr() net.Addr {
+	if d.respLn == nil {
+		return nil
+	}
+	return d.respLn.Addr()
+}

@@ -1,0 +1,277 @@
+// Package leasestore shares one funnel among a fleet of processes at memory
+// speed, without ever admitting more than the funnel would: each process
+// leases blocks of a key's units from the Redis store (package redisstore,
+// gcra.Lease) and spends them from memory, with no round trip.
+//
+// # The guarantee
+//
+// Replay every request that the fleet admitted, at the instant it was
+// admitted, through one exact funnel with the configured limit: it admits
+// every one of them. Three rules make it so:
+//
+//   - A lease lives at most Options.Lifetime (L), timed from when its
+//     request was sent; a unit not spent by then is forfeited.
+//   - The shared funnel is leased with its tolerance shrunk by L: the burst
+//     is reduced by R·L units (R the rate), the sustained rate unchanged. A
+//     unit debited at t and spent up to L later shifts an admission later
+//     in time; the reduced burst pays for that shift.
+//   - Unspent units go back only if the key's TAT is still the lease's end
+//     (a compare-and-set in the lease call); otherwise they are forfeited.
+//
+// What the fleet gives up is under-admission: the R·L units of burst, and
+// the units leased but not spent (at most one lease per process and key,
+// each at most Options.MaxLease units, forfeited when its process stops or
+// its key goes quiet). A limit whose burst is too small to pay R·L (L more
+// than half the tolerance) is not leased: its decisions go to the Redis
+// store one by one, exactly as without this package.
+//
+// # What is leased
+//
+// One decision of the funnel (GCRA) without a ban, for one key, taking at
+// least one unit: Allow and CL.THROTTLE. Everything else — peeks, refunds,
+// the other algorithms, bans, several limits at once — goes to the Redis
+// store as it is. A key's format stays redis-cell's, so that leasing
+// processes, plain Redis stores and the redis-cell module can share keys.
+//
+// # Decisions
+//
+// A decision spends from the key's leases in memory. When they are spent,
+// it waits for one lease call (calls for one key are shared: one in flight
+// at a time); it is never refused from local state while the shared bucket
+// may have room. A lease call that grants nothing answers the refusal with
+// its exact RetryAfter, and the key is then refused from memory until that
+// time has passed (the store saw no room before it; a Reset through this
+// store forgets it, a reset elsewhere is not seen). A hot key's next lease
+// is asked for in the background when its leases run low, so that its
+// decisions rarely wait.
+//
+// The size of a lease adapts per key: 1 for a cold key (a lease call per
+// decision, as the plain store does), doubled when a lease is spent before
+// it expires, halved when most of one is forfeited, and never above
+// MaxLease, R·L, nor a quarter of the reduced burst.
+//
+// The Remaining and ResetAfter of a decision made from memory are estimated
+// from the key's TAT at the last lease call, plus the time since and this
+// process's own spending: other processes' spending since that call is not
+// seen, so they can be stale by up to one lease's lifetime of the fleet's
+// traffic. Limit is the reduced burst plus one.
+//
+// # When Redis cannot be reached
+//
+// A process keeps spending the units it holds until their leases end
+// (they were debited, so this is exact), then answers Options.FailOpen's
+// fallback (Result.Fallback set) until Redis answers again; nothing needs a
+// restart. After a Redis failover that lost recent writes, the keys lose
+// what the failover loses, as the plain store does: the guarantee then holds
+// from the failover on.
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/lograte"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// DefaultLifetime is the lifetime of a lease when Options.Lifetime is 0.
+const DefaultLifetime = 200 * time.Millisecond
+
+// Backend is the shared store that leases come from: a *redisstore.Store.
+// Decisions that are not leased go to its Do.
+type Backend interface {
+	funnel.Store
+	// Lease applies gcra.Lease to key at the store's time, atomically.
+	Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error)
+}
+
+var _ Backend = (*redisstore.Store)(nil)
+
+// Options configure a Store. The zero value is a good default.
+type Options struct {
+	// Lifetime is how long a lease lives, from when its request is sent
+	// (DefaultLifetime if 0). Longer leases make fewer calls for keys of
+	// low rates, and cost R·Lifetime units of each leased limit's burst.
+	Lifetime time.Duration
+	// MaxLease caps the units of one lease (0: no cap but the rate's and
+	// the burst's, see the package doc).
+	MaxLease int64
+	// NoPrefetch turns off the background lease calls of hot keys: each
+	// lease is then asked for by the decision that finds none, which
+	// waits for it.
+	NoPrefetch bool
+	// FailOpen makes decisions admit requests when Redis cannot be reached
+	// and the key holds no units (fail-open). By default it refuses them.
+	// It should match the Redis store's own FailOpen.
+	FailOpen bool
+	// Now is the process's monotonic clock in nanoseconds, for tests; nil
+	// means the time since the store was made. Only its differences count:
+	// the shared funnel runs on the Redis store's clock.
+	Now func() int64
+	// Logger receives a warning when a lease call fails, at most once a
+	// second (slog.Default() if nil).
+	Logger *slog.Logger
+}
+
+// Stats counts what a Store has done since it was made.
+type Stats struct {
+	// Decisions is the number of leased decisions; Local of them were
+	// answered from memory without waiting for a lease call.
+	Decisions, Local int64
+	// LocalRefusals were refused from memory (a recent refusal's
+	// RetryAfter had not passed).
+	LocalRefusals int64
+	// Calls is the number of lease calls, Prefetches of them made in the
+	// background, and Failed of them failed.
+	Calls, Prefetches, Failed int64
+	// Leased is the units granted; Spent of them were admitted, Forfeited
+	// expired unspent, and GivenBack were sent back with a later call (they
+	// go back only if no other charge came after their lease).
+	Leased, Spent, Forfeited, GivenBack int64
+	// Fallbacks were answered with the fallback because a lease call failed.
+	Fallbacks int64
+}
+
+// shards is the number of locks the keys' state is spread over.
+const shards = 64
+
+// Store is a funnel.Store that leases plain funnel decisions from a
+// Backend and sends everything else to it. It is safe for concurrent use.
+type Store struct {
+	b        Backend
+	opts     Options
+	lifetime int64
+	now      func() int64
+	seed     maphash.Seed
+	shards   [shards]shard
+	failLog  *lograte.Sometimes
+	log      *slog.Logger
+	stats    struct {
+		decisions, local, localRefusals, calls, prefetches, failed atomic.Int64
+		leased, spent, forfeited, givenBack, fallbacks             atomic.Int64
+	}
+	stop      chan struct{}
+	done      chan struct{}
+	once      sync.Once
+	prefetchs sync.WaitGroup // lease calls in the background
+}
+
+type shard struct {
+	mu   sync.Mutex
+	keys map[string]*entry
+}
+
+// New returns a Store that leases from b. Close stops its sweeper.
+func New(b Backend, opts Options) *Store {
+	if opts.Lifetime <= 0 {
+		opts.Lifetime = DefaultLifetime
+	}
+	s := &Store{b: b, opts: opts, lifetime: int64(opts.Lifetime), now: opts.Now, seed: maphash.MakeSeed(),
+		log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.failLog = lograte.New(time.Second)
+	if s.now == nil {
+		start := time.Now()
+		s.now = func() int64 { return int64(time.Since(start)) }
+	}
+	for i := range s.shards {
+		s.shards[i].keys = map[string]*entry{}
+	}
+	go s.sweep()
+	return s
+}
+
+// Close stops the sweeper and waits for the lease calls made in the
+// background. Units held are forfeited (they stay debited in Redis, and
+// the keys refill at their rate). It does not close the Backend; the Store
+// must not be used after it.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.prefetchs.Wait()
+	})
+	return nil
+}
+
+// Stats returns the store's counts.
+func (s *Store) Stats() Stats {
+	st := &s.stats
+	return Stats{
+		Decisions: st.decisions.Load(), Local: st.local.Load(), LocalRefusals: st.localRefusals.Load(),
+		Calls: st.calls.Load(), Prefetches: st.prefetches.Load(), Failed: st.failed.Load(),
+		Leased: st.leased.Load(), Spent: st.spent.Load(), Forfeited: st.forfeited.Load(),
+		GivenBack: st.givenBack.Load(), Fallbacks: st.fallbacks.Load(),
+	}
+}
+
+// Reduced returns the funnel that p is leased under, with its tolerance
+// shrunk by lifetime, and whether p is leased at all: a limit whose
+// tolerance is under twice the lifetime, or above gcra.MaxLeaseTolerance,
+// is not.
+func Reduced(p gcra.Params, lifetime time.Duration) (gcra.Params, bool) {
+	l := int64(lifetime)
+	if p.Interval <= 0 || p.Tolerance > gcra.MaxLeaseTolerance || p.Tolerance < 2*l || p.Tolerance-l < p.Interval {
+		return gcra.Params{}, false
+	}
+	r := p
+	r.Tolerance = p.Tolerance - l
+	r.Limit = r.Tolerance / r.Interval
+	r.Burst = r.Limit - 1
+	return r, true
+}
+
+// Do decides one plain funnel take from the key's leases, and sends
+// anything else to the Backend (see the package doc).
+func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	if len(ops) == 1 && len(res) > 0 {
+		op := &ops[0]
+		if op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 && op.N > 0 {
+			if r, ok := Reduced(op.Limit.GCRA, s.opts.Lifetime); ok {
+				return s.take(ctx, op.Key, op.Limit.GCRA, r, op.N, &res[0])
+			}
+		}
+	}
+	return s.b.Do(ctx, ops, res)
+}
+
+// Reset forgets the key here (its leases are forfeited) and in Redis.
+func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	if e := sh.keys[key]; e != nil {
+		s.forfeit(e, s.now())
+		e.refusedUntil = 0
+		e.back = gcra.LeaseRequest{}
+	}
+	sh.mu.Unlock()
+	return s.b.Reset(ctx, key)
+}
+
+// TTL is the Backend's.
+func (s *Store) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
+	return s.b.TTL(ctx, key)
+}
+
+// Bans is the Backend's.
+func (s *Store) Bans(ctx context.Context) ([]funnel.Ban, error) { return s.b.Bans(ctx) }
+
+// Unban is the Backend's.
+func (s *Store) Unban(ctx context.Context, key string) (bool, error) { return s.b.Unban(ctx, key) }
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shards]
+}
+
+// errFailed marks a lease call that failed, for take to answer the
+// fallback.
+var errFailed = errors.New("leasestore: lease call failed")

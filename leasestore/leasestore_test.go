@@ -1,0 +1,390 @@
+package leasestore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/leasestore"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// clock is the simulation's one clock, in Unix nanoseconds.
+type clock struct{ t atomic.Int64 }
+
+func (c *clock) now() int64 { return c.t.Load() }
+
+// model is the shared store as the lease protocol sees it: gcra.Lease and
+// gcra.Decide on a map of TATs, on the simulation's clock.
+type model struct {
+	mu   sync.Mutex
+	c    *clock
+	tats map[string]int64
+	// rtt, when set, draws the two halves of a call's round trip: the
+	// clock moves by the first before the store decides and by the second
+	// before the answer is back.
+	rtt func() (int64, int64)
+}
+
+func newModel(c *clock) *model { return &model{c: c, tats: map[string]int64{}} }
+
+func (m *model) Lease(_ context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error) {
+	var up, down int64
+	if m.rtt != nil {
+		up, down = m.rtt()
+	}
+	m.c.t.Add(up)
+	m.mu.Lock()
+	now := m.c.now()
+	tat, n, err := gcra.Lease(now, m.tats[key], p, req)
+	if err == nil {
+		m.tats[key] = tat
+	}
+	m.mu.Unlock()
+	m.c.t.Add(down)
+	if err != nil {
+		return redisstore.Grant{}, err
+	}
+	if tat <= now {
+		tat = 0
+	}
+	return redisstore.Grant{Now: now, Units: n, TAT: tat}, nil
+}
+
+func (m *model) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	op := ops[0]
+	if len(ops) != 1 || op.Kind != funnel.OpTake || op.Limit.Algorithm != funnel.GCRA {
+		return fmt.Errorf("the model takes one funnel op")
+	}
+	tat, r, err := gcra.Decide(m.c.now(), m.tats[op.Key], op.Limit.GCRA, op.N)
+	if err != nil {
+		return err
+	}
+	m.tats[op.Key] = tat
+	res[0] = funnel.ResultOf(op.Limit.GCRA, r)
+	return nil
+}
+
+func (m *model) Reset(_ context.Context, key string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	had := m.tats[key] > m.c.now()
+	delete(m.tats, key)
+	return had, nil
+}
+
+func (m *model) TTL(context.Context, string) (time.Duration, bool, error) { return 0, false, nil }
+func (m *model) Bans(context.Context) ([]funnel.Ban, error)               { return nil, nil }
+func (m *model) Unban(context.Context, string) (bool, error)              { return false, nil }
+
+// delayed is a real Redis store whose calls take simulated time.
+type delayed struct {
+	*redisstore.Store
+	c   *clock
+	rtt func() (int64, int64)
+}
+
+func (d delayed) Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error) {
+	up, down := d.rtt()
+	d.c.t.Add(up)
+	g, err := d.Store.Lease(ctx, key, p, req)
+	d.c.t.Add(down)
+	return g, err
+}
+
+// admission is one admitted request, at the instant it was answered.
+type admission struct {
+	at, q int64
+}
+
+// sim is a fleet of leasing stores on one backend, driven one request at
+// a time on the simulation's clock.
+type sim struct {
+	t       testing.TB
+	c       *clock
+	nodes   []*leasestore.Store
+	p       gcra.Params
+	keys    int
+	adm     map[string][]admission
+	arrived map[string][]admission // every request, at its arrival
+	refused int
+}
+
+func newSim(t testing.TB, c *clock, b leasestore.Backend, nodes int, p gcra.Params, keys int, opts leasestore.Options) *sim {
+	s := &sim{t: t, c: c, p: p, keys: keys, adm: map[string][]admission{}, arrived: map[string][]admission{}}
+	for i := range nodes {
+		o := opts
+		skew := int64(i%3-1) * int64(2*time.Second) // local clocks off by ±2 s: only differences count
+		o.Now = func() int64 { return c.now() + skew }
+		n := leasestore.New(b, o)
+		t.Cleanup(func() { n.Close() })
+		s.nodes = append(s.nodes, n)
+	}
+	return s
+}
+
+// request sends q units of key to node i.
+func (s *sim) request(i int, key string, q int64) {
+	s.t.Helper()
+	s.arrived[key] = append(s.arrived[key], admission{s.c.now(), q})
+	c, err := funnel.Limit{Count: 1, Period: time.Duration(s.p.Interval), Burst: s.p.Burst}.Check()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c.GCRA = s.p
+	res := make([]funnel.Result, 1)
+	if err := s.nodes[i].Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: key, N: q, Limit: c}}, res); err != nil {
+		s.t.Fatal(err)
+	}
+	if res[0].Fallback {
+		s.t.Fatalf("a fallback with the store up: %+v", res[0])
+	}
+	if res[0].Allowed {
+		s.adm[key] = append(s.adm[key], admission{s.c.now(), q})
+	} else {
+		s.refused++
+		if res[0].RetryAfter <= 0 {
+			s.t.Fatalf("a refusal without a RetryAfter: %+v", res[0])
+		}
+	}
+}
+
+// check replays every admission, at its instant, through one exact funnel
+// under the configured limit: each must be admitted. It returns the units
+// admitted, and those that one exact funnel admits of every request that
+// arrived.
+func (s *sim) check() (admitted, exact int64) {
+	s.t.Helper()
+	for key, as := range s.adm {
+		slices.SortStableFunc(as, func(a, b admission) int { return int(a.at - b.at) })
+		var tat int64
+		for j, a := range as {
+			var r gcra.Result
+			var err error
+			tat, r, err = gcra.Decide(a.at, tat, s.p, a.q)
+			if err != nil || !r.Allowed {
+				s.t.Fatalf("key %s: admission %d of %d (%d units at %d) is over the limit: %+v %v",
+					key, j, len(as), a.q, a.at, r, err)
+			}
+			admitted += a.q
+		}
+	}
+	for _, as := range s.arrived {
+		var tat int64
+		for _, a := range as {
+			var r gcra.Result
+			if tat, r, _ = gcra.Decide(a.at, tat, s.p, a.q); r.Allowed {
+				exact += a.q
+			}
+		}
+	}
+	return admitted, exact
+}
+
+func (s *sim) stats() leasestore.Stats {
+	var t leasestore.Stats
+	for _, n := range s.nodes {
+		st := n.Stats()
+		t.Decisions += st.Decisions
+		t.Local += st.Local
+		t.Calls += st.Calls
+		t.Leased += st.Leased
+		t.Spent += st.Spent
+		t.Forfeited += st.Forfeited
+		t.GivenBack += st.GivenBack
+		t.LocalRefusals += st.LocalRefusals
+	}
+	return t
+}
+
+// run drives steps requests: arrivals at rate times the limit's rate
+// (random, or on/off in bursts), to keys drawn with a skew, from random
+// nodes, each of 1 unit or sometimes 2 or 3.
+func (s *sim) run(r *rand.Rand, steps int, load float64, onOff bool) {
+	mean := float64(s.p.Interval) / load
+	on := true
+	for step := 0; step < steps; step++ {
+		gap := int64(r.ExpFloat64() * mean)
+		if onOff && step%200 == 0 {
+			on = !on
+		}
+		if onOff && !on {
+			gap *= 20
+		}
+		s.c.t.Add(gap)
+		key := fmt.Sprintf("k%d", int(float64(s.keys)*r.Float64()*r.Float64()))
+		q := int64(1)
+		if r.IntN(10) == 0 {
+			q += r.Int64N(3)
+		}
+		s.request(r.IntN(len(s.nodes)), key, q)
+	}
+}
+
+// rtt draws round trips of 0 to 2 ms each way, a few of them 20 ms, from
+// its own source (lease calls made in the background draw too).
+func rtt(seed uint64) func() (int64, int64) {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, 99))
+	return func() (int64, int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		d := func() int64 {
+			if r.IntN(50) == 0 {
+				return int64(20 * time.Millisecond)
+			}
+			return r.Int64N(int64(2 * time.Millisecond))
+		}
+		return d(), d()
+	}
+}
+
+func mkParams(t testing.TB, burst, count int64, period time.Duration) gcra.Params {
+	t.Helper()
+	p, err := gcra.NewParams(burst, count, period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestNeverOverAdmitsModel runs the protocol on the model store for many
+// seeds: 1, 4 and 16 nodes, random and on/off arrivals at half to four
+// times the rate, several limits.
+func TestNeverOverAdmitsModel(t *testing.T) {
+	t.Parallel()
+	limits := []gcra.Params{
+		mkParams(t, 999, 1000, time.Second),    // 1000/s, 1000 burst: leases of up to 200
+		mkParams(t, 99, 100, time.Second),      // 100/s, burst 100: leases up to 20
+		mkParams(t, 49999, 50000, time.Second), // 50k/s, a second's burst
+		mkParams(t, 4999, 50000, time.Second),  // a burst too small to lease: every decision goes to the store
+	}
+	for _, nodes := range []int{1, 4, 16} {
+		for li, p := range limits {
+			t.Run(fmt.Sprintf("nodes%d/limit%d", nodes, li), func(t *testing.T) {
+				var admitted, exact int64
+				var st leasestore.Stats
+				for seed := uint64(0); seed < 12; seed++ {
+					r := rand.New(rand.NewPCG(seed, uint64(nodes*10+li)))
+					c := &clock{}
+					c.t.Store(1_800_000_000_000_000_000)
+					m := newModel(c)
+					m.rtt = rtt(seed)
+					s := newSim(t, c, m, nodes, p, 1+r.IntN(5), leasestore.Options{})
+					load := []float64{0.5, 1, 1.5, 4}[seed%4]
+					s.run(r, 3000, load, seed%3 == 0)
+					a, e := s.check()
+					admitted += a
+					exact += e
+					add(&st, s.stats())
+				}
+				t.Logf("admitted %d, one exact funnel %d (%.2f%%); %d decisions, %d local, %d calls, %d units leased, %d forfeited, %d given back",
+					admitted, exact, 100*float64(exact-admitted)/float64(max(exact, 1)), st.Decisions, st.Local, st.Calls, st.Leased, st.Forfeited, st.GivenBack)
+			})
+		}
+	}
+}
+
+func add(t *leasestore.Stats, s leasestore.Stats) {
+	t.Decisions += s.Decisions
+	t.Local += s.Local
+	t.Calls += s.Calls
+	t.Leased += s.Leased
+	t.Forfeited += s.Forfeited
+	t.GivenBack += s.GivenBack
+}
+
+// TestNeverOverAdmitsRedis runs the protocol on a real Redis, whose
+// scripts take the simulation's clock.
+func TestNeverOverAdmitsRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for _, nodes := range []int{1, 4, 16} {
+		t.Run(fmt.Sprintf("nodes%d", nodes), func(t *testing.T) {
+			c := &clock{}
+			c.t.Store(1_800_000_000_000_000_000)
+			rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Prefix: fmt.Sprintf("n%d:", nodes), Timeout: 10 * time.Second})
+			r := rand.New(rand.NewPCG(uint64(nodes), 3))
+			p := mkParams(t, 999, 1000, time.Second)
+			s := newSim(t, c, delayed{rs, c, rtt(uint64(nodes))}, nodes, p, 3, leasestore.Options{})
+			s.run(r, 4000, 2, false)
+			a, e := s.check()
+			st := s.stats()
+			t.Logf("admitted %d, one exact funnel %d; %d decisions, %d local, %d calls (%.3f per decision)",
+				a, e, st.Decisions, st.Local, st.Calls, float64(st.Calls)/float64(st.Decisions))
+		})
+	}
+}
+
+// TestFleetOnRealRedisRealTime runs 8 leasing stores, 4 goroutines each,
+// on one hot key and a few cold ones of a real Redis on Redis's own clock,
+// for a fixed number of decisions. Each admission is recorded at the
+// wall-clock instant it was answered, after Redis's answer (Redis's TIME
+// and this process read the same clock). An instant read after Do returns
+// is late by the scheduling of a loaded machine, which moves admissions
+// later in the replay; the replay allows 5 ms for it (the fake-clock tests
+// above replay exactly), so that what it checks is the protocol under
+// real concurrency and the race detector.
+func TestFleetOnRealRedisRealTime(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	rs := redisstore.New(srv.Client(), redisstore.Options{Timeout: 5 * time.Second})
+	p := mkParams(t, 9999, 20000, time.Second) // 20k/s, 10000 burst: leases of up to 2000
+	c, err := funnel.Limit{Count: 20000, Period: time.Second, Burst: 9999}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	adm := map[string][]admission{}
+	var wg sync.WaitGroup
+	var nodes []*leasestore.Store
+	for range 8 {
+		n := leasestore.New(rs, leasestore.Options{})
+		nodes = append(nodes, n)
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res := make([]funnel.Result, 1)
+				for i := range 3000 {
+					key := "hot"
+					if i%10 == w {
+						key = fmt.Sprintf("cold%d", i%7)
+					}
+					if err := n.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: key, N: 1, Limit: c}}, res); err != nil {
+						t.Error(err)
+						return
+					}
+					if res[0].Allowed {
+						at := time.Now().UnixNano()
+						mu.Lock()
+						adm[key] = append(adm[key], admission{at, 1})
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	replay := p
+	replay.Tolerance += int64(5 * time.Millisecond)
+	s := &sim{t: t, p: replay, adm: adm}
+	a, _ := s.check()
+	var st leasestore.Stats
+	for _, n := range nodes {
+		n.Close()
+		add(&st, n.Stats())
+	}
+	t.Logf("96000 decisions: %d admitted; %d calls (%.4f per decision), %d local, %d units leased, %d forfeited",
+		a, st.Calls, float64(st.Calls)/96000, st.Local, st.Leased, st.Forfeited)
+}

@@ -1,0 +1,365 @@
+package leasestore
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+)
+
+// lease is a block of units held from one lease call.
+type lease struct {
+	units int64 // left to spend
+	exp   int64 // local time it ends
+	end   int64 // the key's TAT right after it was granted (Redis time)
+}
+
+// maxLeases is the most leases a key holds; a new one beyond them
+// forfeits the oldest.
+const maxLeases = 4
+
+// entry is a key's leases and what the store knows of its shared state.
+// Its fields are guarded by its shard's lock.
+type entry struct {
+	key string      // a copy: the caller's may alias a buffer it reuses
+	p   gcra.Params // the funnel's own parameters, which the state is for
+	// leases holds the key's leases, the older first: typically the
+	// current one and the one a prefetch brought; a decision of several
+	// units may need more.
+	leases [maxLeases]lease
+	nl     int
+	// back is the unspent tail of the newest lease once it expired, for
+	// the next call to give back.
+	back gcra.LeaseRequest
+	// refusedUntil is the local time before which no request of at least
+	// refusedQ units can be admitted (a lease call found no room).
+	refusedUntil, refusedQ int64
+	// size is the units the next lease asks for; spentOut says the newest
+	// lease was spent before it expired.
+	size     int64
+	spentOut bool
+	// ahead is how far the key's TAT was ahead of Redis's time at the last
+	// call (0 for a full bucket), and at the local time of that call's
+	// answer (0 before the first).
+	ahead, at int64
+	// flight is the lease call in flight for the key, if any.
+	flight *flight
+	// used is the local time of the key's last decision, for the sweeper.
+	used int64
+}
+
+// flight is one lease call, which the decisions that need units wait for.
+type flight struct {
+	done chan struct{}
+}
+
+// take decides q units of key under p, leased under r (p reduced).
+func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64, res *funnel.Result) error {
+	s.stats.decisions.Add(1)
+	sh := s.shard(key)
+	waited := false
+	sh.mu.Lock()
+	for {
+		now := s.now()
+		e := sh.keys[key]
+		if e == nil || e.p != p {
+			if e != nil {
+				s.forfeit(e, now) // the limit changed: start afresh
+			}
+			e = &entry{key: strings.Clone(key), p: p, size: 1}
+			sh.keys[e.key] = e
+		}
+		e.used = now
+		s.expire(e, now)
+		held := s.held(e)
+		if held >= q {
+			s.spend(e, q)
+			if !waited {
+				s.stats.local.Add(1)
+			}
+			*res = s.estimate(e, r, now)
+			s.maybePrefetch(key, e, r, now)
+			sh.mu.Unlock()
+			return nil
+		}
+		need := q - held
+		if e.refusedUntil > now && need >= e.refusedQ {
+			// A call found no room for refusedQ more units before
+			// refusedUntil; more units come one interval each later.
+			s.stats.localRefusals.Add(1)
+			retry := time.Duration(satAdd(e.refusedUntil-now, (need-e.refusedQ)*r.Interval))
+			if need > r.Limit {
+				retry = gcra.Never
+			}
+			*res = s.refusal(e, r, now, retry)
+			sh.mu.Unlock()
+			return nil
+		}
+		if f := e.flight; f != nil {
+			// A call is in flight: wait for it, then look again.
+			sh.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				*res = funnel.Result{}
+				return ctx.Err()
+			}
+			waited = true
+			sh.mu.Lock()
+			continue
+		}
+		f, req := s.start(e, r, need, now)
+		sh.mu.Unlock()
+		err := s.call(ctx, key, e, r, f, req, need, now)
+		waited = true
+		if err != nil {
+			if err == errFailed {
+				s.stats.fallbacks.Add(1)
+				*res = funnel.Result{Fallback: true, Allowed: s.opts.FailOpen, Limit: r.Limit}
+				return nil
+			}
+			*res = funnel.Result{}
+			return err
+		}
+		sh.mu.Lock()
+	}
+}
+
+// held is the units e holds.
+func (s *Store) held(e *entry) int64 {
+	var n int64
+	for i := 0; i < e.nl; i++ {
+		n += e.leases[i].units
+	}
+	return n
+}
+
+// spend takes q units from e's leases, the older first.
+func (s *Store) spend(e *entry, q int64) {
+	s.stats.spent.Add(q)
+	for q > 0 && e.nl > 0 {
+		l := &e.leases[0]
+		n := min(l.units, q)
+		l.units -= n
+		q -= n
+		if l.units == 0 {
+			if e.nl == 1 {
+				e.spentOut = true // the newest, spent before it expired
+			}
+			e.drop()
+		}
+	}
+}
+
+// drop removes e's oldest lease.
+func (e *entry) drop() {
+	copy(e.leases[:], e.leases[1:e.nl])
+	e.nl--
+	e.leases[e.nl] = lease{}
+}
+
+// expire drops the leases of e that have ended. The newest one's unspent
+// units are kept in e.back, for the next call to give back; an older one's
+// cannot go back (a later lease followed it) and are forfeited.
+func (s *Store) expire(e *entry, now int64) {
+	for e.nl > 0 && e.leases[0].exp <= now {
+		l := e.leases[0]
+		if e.nl == 1 && l.units > 0 {
+			if e.back.BackUnits > 0 {
+				s.stats.forfeited.Add(e.back.BackUnits)
+			}
+			e.back = gcra.LeaseRequest{BackEnd: l.end, BackUnits: l.units}
+			if 2*l.units > e.size {
+				e.size = max(1, e.size/2) // most of it went unspent
+			}
+		} else {
+			s.stats.forfeited.Add(l.units)
+		}
+		e.drop()
+	}
+}
+
+// forfeit drops all of e's leases and its pending give-back.
+func (s *Store) forfeit(e *entry, now int64) {
+	for i := 0; i < e.nl; i++ {
+		s.stats.forfeited.Add(e.leases[i].units)
+		e.leases[i] = lease{}
+	}
+	e.nl = 0
+	s.stats.forfeited.Add(e.back.BackUnits)
+	e.back = gcra.LeaseRequest{}
+	e.size = 1
+}
+
+// maxLease is the most units one lease of r may ask for.
+func (s *Store) maxLease(r gcra.Params) int64 {
+	c := max(1, min(s.lifetime/r.Interval, r.Limit/4))
+	if s.opts.MaxLease > 0 {
+		c = min(c, s.opts.MaxLease)
+	}
+	return c
+}
+
+// start begins a lease call on e for at least need units. e's shard lock
+// is held.
+func (s *Store) start(e *entry, r gcra.Params, need, now int64) (*flight, gcra.LeaseRequest) {
+	if e.spentOut {
+		e.size = min(2*e.size, s.maxLease(r))
+		e.spentOut = false
+	}
+	req := e.back
+	req.Want, req.Min = max(e.size, need), need
+	e.back = gcra.LeaseRequest{}
+	f := &flight{done: make(chan struct{})}
+	e.flight = f
+	return f, req
+}
+
+// maybePrefetch starts a lease call in the background when a hot key's
+// units run low. e's shard lock is held.
+func (s *Store) maybePrefetch(key string, e *entry, r gcra.Params, now int64) {
+	if s.opts.NoPrefetch || e.flight != nil || e.size < 4 || e.nl > 1 || s.held(e) > e.size/2 {
+		return
+	}
+	if e.spentOut {
+		return // its next call doubles the size: let a decision make it
+	}
+	f, req := s.start(e, r, 1, now)
+	s.stats.prefetches.Add(1)
+	s.prefetchs.Add(1)
+	go func() {
+		defer s.prefetchs.Done()
+		s.call(context.Background(), e.key, e, r, f, req, 1, now)
+	}()
+}
+
+// call makes the lease call of flight f for e, sent at local time sent,
+// and applies its answer: a new lease, or a refusal remembered until its
+// RetryAfter, or errFailed.
+func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f *flight, req gcra.LeaseRequest, need, sent int64) error {
+	s.stats.calls.Add(1)
+	s.stats.givenBack.Add(req.BackUnits)
+	g, err := s.b.Lease(ctx, key, r, req)
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer func() {
+		e.flight = nil
+		close(f.done)
+		sh.mu.Unlock()
+	}()
+	if err != nil {
+		s.stats.failed.Add(1)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.failLog.Do(func(held int64) {
+			s.log.Warn("leasestore: a lease call failed; keys without units answer the fallback",
+				"key", key, "err", err, "failures_held", held)
+		})
+		if funnelErr(err) {
+			return err
+		}
+		return errFailed
+	}
+	now := s.now()
+	e.ahead, e.at = max(g.TAT-g.Now, 0), now
+	if sh.keys[key] != e {
+		// The key was reset or swept meanwhile: the units are forfeited.
+		s.stats.forfeited.Add(g.Units)
+		return nil
+	}
+	if g.Units == 0 {
+		// Nothing fits: refused until the same need fits.
+		d := max(g.TAT, g.Now) - g.Now
+		retry := d + need*r.Interval - r.Tolerance
+		if need > r.Limit {
+			retry = int64(gcra.Never)
+		}
+		e.refusedUntil, e.refusedQ = satAdd(now, retry), need
+		return nil
+	}
+	s.stats.leased.Add(g.Units)
+	e.refusedUntil = 0
+	if e.nl == maxLeases {
+		s.stats.forfeited.Add(e.leases[0].units)
+		e.drop()
+	}
+	e.leases[e.nl] = lease{units: g.Units, exp: sent + s.lifetime, end: g.TAT}
+	e.nl++
+	return nil
+}
+
+// funnelErr reports whether err is an answer rather than an outage: a key
+// of another type, or a bad limit.
+func funnelErr(err error) bool {
+	switch funnel.ClassOf(err) {
+	case funnel.ClassWrongType, funnel.ClassInvalid:
+		return true
+	}
+	return false
+}
+
+// refusal is the result of a refusal with retry after now.
+func (s *Store) refusal(e *entry, r gcra.Params, now int64, retry time.Duration) funnel.Result {
+	res := s.estimate(e, r, now)
+	res.Allowed, res.RetryAfter, res.Remaining = false, retry, 0
+	return res
+}
+
+// estimate is the result of a decision from memory: the key's TAT at the
+// last call, as of now, and the units this store holds (see the package
+// doc).
+func (s *Store) estimate(e *entry, r gcra.Params, now int64) funnel.Result {
+	res := funnel.Result{Allowed: true, Limit: r.Limit}
+	d := int64(0)
+	if e.at != 0 {
+		d = max(e.ahead-(now-e.at), 0)
+	}
+	res.ResetAfter = time.Duration(d)
+	free := int64(0)
+	if r.Tolerance > d {
+		free = (r.Tolerance - d) / r.Interval
+	}
+	res.Remaining = min(free+s.held(e), r.Limit)
+	return res
+}
+
+// satAdd is a+b, saturated at the int64 bounds.
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > 1<<63-1-b {
+		return 1<<63 - 1
+	}
+	return a + b
+}
+
+// sweep drops the state of keys idle for ten lifetimes, every lifetime.
+func (s *Store) sweep() {
+	defer close(s.done)
+	t := time.NewTicker(time.Duration(max(s.lifetime, int64(10*time.Millisecond))))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.sweepOnce(s.now())
+		}
+	}
+}
+
+func (s *Store) sweepOnce(now int64) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.keys {
+			if e.flight == nil && now-e.used > 10*s.lifetime && e.refusedUntil <= now {
+				s.expire(e, now)
+				s.forfeit(e, now)
+				delete(sh.keys, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}

@@ -1,0 +1,256 @@
+package leasestore_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/leasestore"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// one is a store over the model on its own clock, with limit p.
+type one struct {
+	t *testing.T
+	c *clock
+	m *model
+	s *leasestore.Store
+	p gcra.Params
+}
+
+func newOne(t *testing.T, p gcra.Params, opts leasestore.Options) *one {
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	m := newModel(c)
+	opts.Now = c.now
+	opts.NoPrefetch = true // one lease call at a time, in the decision
+	s := leasestore.New(m, opts)
+	t.Cleanup(func() { s.Close() })
+	return &one{t, c, m, s, p}
+}
+
+func (o *one) take(key string, q int64) funnel.Result {
+	o.t.Helper()
+	res := make([]funnel.Result, 1)
+	err := o.s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: key, N: q, Limit: funnel.Checked{GCRA: o.p}}}, res)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return res[0]
+}
+
+func (o *one) tat(key string) int64 {
+	o.m.mu.Lock()
+	defer o.m.mu.Unlock()
+	return o.m.tats[key]
+}
+
+// p100 is 100 per second with a burst of 100: T = 10 ms, tolerance 1 s;
+// leased under 800 ms (80 units), leases of at most 20.
+func p100(t *testing.T) gcra.Params { return mkParams(t, 99, 100, time.Second) }
+
+func TestReduced(t *testing.T) {
+	p := p100(t)
+	r, ok := leasestore.Reduced(p, 200*time.Millisecond)
+	if !ok || r.Tolerance != 800*int64(time.Millisecond) || r.Limit != 80 || r.Burst != 79 || r.Interval != p.Interval {
+		t.Fatalf("Reduced = %+v, %v", r, ok)
+	}
+	if _, ok := leasestore.Reduced(p, 600*time.Millisecond); ok {
+		t.Fatal("a lifetime over half the tolerance is leased")
+	}
+	if _, ok := leasestore.Reduced(mkParams(t, 100, 1, 24*time.Hour), time.Second); ok {
+		t.Fatal("a tolerance above gcra.MaxLeaseTolerance is leased")
+	}
+}
+
+func TestColdKeyLeasesOneThenGrows(t *testing.T) {
+	o := newOne(t, p100(t), leasestore.Options{})
+	// A cold key: one unit per call, as the plain store.
+	if r := o.take("k", 1); !r.Allowed || r.Limit != 80 || r.Remaining != 79 {
+		t.Fatalf("first: %+v", r)
+	}
+	if st := o.s.Stats(); st.Calls != 1 || st.Leased != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A hot key: leases double as they are spent out, up to 20 units.
+	for range 60 {
+		if r := o.take("k", 1); !r.Allowed {
+			t.Fatalf("refused within the burst: %+v", r)
+		}
+	}
+	st := o.s.Stats()
+	if st.Calls > 12 || st.Spent != 61 {
+		t.Fatalf("61 decisions took %d calls: %+v", st.Calls, st)
+	}
+	t.Logf("61 decisions: %+v", st)
+	// Never more than the reduced burst in one instant: 80 units.
+	n := 61
+	for o.take("k", 1).Allowed {
+		n++
+	}
+	if n != 80 {
+		t.Fatalf("admitted %d at one instant, want the reduced burst, 80", n)
+	}
+}
+
+func TestLeaseEndsAtItsLifetime(t *testing.T) {
+	// Leases of at most 10 units (R·L); 1+2+4+8 units spent, then one of a
+	// lease of 10: 9 held, the TAT 250 ms ahead.
+	o := newOne(t, p100(t), leasestore.Options{Lifetime: 100 * time.Millisecond})
+	for range 16 {
+		o.take("k", 1)
+	}
+	st := o.s.Stats()
+	held, end := st.Leased-st.Spent, o.tat("k")
+	if held != 9 || end != o.c.now()+250*int64(time.Millisecond) {
+		t.Fatalf("held %d, TAT %d ahead: %+v", held, end-o.c.now(), st)
+	}
+	o.c.t.Add(int64(100 * time.Millisecond)) // the lease has ended
+	o.take("k", 1)
+	st2 := o.s.Stats()
+	if st2.Calls != st.Calls+1 || st2.GivenBack != held {
+		t.Fatalf("after the lifetime: %+v, want one more call giving back %d", st2, held)
+	}
+	// The give-back applied (the TAT moved back by the 9 units), then the
+	// new lease, halved to 5 units as most of the last one went unspent.
+	if got, want := o.tat("k"), end-held*o.p.Interval+5*o.p.Interval; got != want || st2.Leased-st.Leased != 5 {
+		t.Fatalf("TAT %d, want %d; leased %d", got, want, st2.Leased-st.Leased)
+	}
+}
+
+func TestGiveBackOnlyOnItsOwnEnd(t *testing.T) {
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	m := newModel(c)
+	p := p100(t)
+	a := leasestore.New(m, leasestore.Options{Now: c.now, MaxLease: 4, NoPrefetch: true})
+	b := leasestore.New(m, leasestore.Options{Now: c.now, MaxLease: 4, NoPrefetch: true})
+	defer a.Close()
+	defer b.Close()
+	take := func(s *leasestore.Store) {
+		res := make([]funnel.Result, 1)
+		if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: p}}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%+v %v", res[0], err)
+		}
+	}
+	for range 4 {
+		take(a) // a's leases: 1, 2, then 4 with 3 left
+	}
+	take(b) // b leases after a: the TAT is no longer a's lease's end
+	before := m.tats["k"]
+	leased := a.Stats().Leased
+	c.t.Add(int64(200 * time.Millisecond))
+	take(a) // a's lease ended with units left; its give-back must not apply
+	st := a.Stats()
+	if st.GivenBack == 0 {
+		t.Fatalf("a gave nothing back: %+v", st)
+	}
+	want := max(before, c.now()) + (st.Leased-leased)*p.Interval // a's new lease
+	if got := m.tats["k"]; got != want {
+		t.Fatalf("TAT %d, want %d: a stale give-back moved it", got, want)
+	}
+}
+
+func TestRefusedFromMemoryUntilRetryAfter(t *testing.T) {
+	o := newOne(t, p100(t), leasestore.Options{})
+	for o.take("k", 1).Allowed {
+	}
+	st0 := o.s.Stats()
+	calls := st0.Calls
+	r1 := o.take("k", 1)
+	o.c.t.Add(int64(3 * time.Millisecond))
+	r2 := o.take("k", 1)
+	st := o.s.Stats()
+	if r1.Allowed || r2.Allowed || st.Calls != calls || st.LocalRefusals != st0.LocalRefusals+2 {
+		t.Fatalf("%+v %+v %+v", r1, r2, st)
+	}
+	if r2.RetryAfter != r1.RetryAfter-3*time.Millisecond || r1.RetryAfter <= 0 {
+		t.Fatalf("RetryAfter %v then %v", r1.RetryAfter, r2.RetryAfter)
+	}
+	// Two units wait one interval more than one does.
+	if r := o.take("k", 2); r.Allowed || r.RetryAfter != r2.RetryAfter+10*time.Millisecond {
+		t.Fatalf("two units: %+v", r)
+	}
+	o.c.t.Add(int64(r2.RetryAfter))
+	if r := o.take("k", 1); !r.Allowed || o.s.Stats().Calls != calls+1 {
+		t.Fatalf("after RetryAfter: %+v", r)
+	}
+	// A Reset through the store forgets the refusal at once.
+	for o.take("k", 1).Allowed {
+	}
+	if _, err := o.s.Reset(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if r := o.take("k", 1); !r.Allowed || r.Remaining != 79 {
+		t.Fatalf("after Reset: %+v", r)
+	}
+}
+
+func TestNotLeasedGoesToTheStore(t *testing.T) {
+	o := newOne(t, mkParams(t, 9, 100, time.Second), leasestore.Options{}) // tolerance 100 ms
+	for i := range 10 {
+		if r := o.take("k", 1); !r.Allowed || r.Limit != 10 {
+			t.Fatalf("%d: %+v", i, r)
+		}
+	}
+	if r := o.take("k", 1); r.Allowed {
+		t.Fatalf("beyond the burst: %+v", r)
+	}
+	if st := o.s.Stats(); st.Decisions != 0 || st.Calls != 0 {
+		t.Fatalf("a limit too small to lease was leased: %+v", st)
+	}
+}
+
+// failing fails every lease call once down is set.
+type failing struct {
+	*model
+	down bool
+}
+
+func (f *failing) Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error) {
+	if f.down {
+		return redisstore.Grant{}, errors.New("redisstore: funnel: store unavailable: connection refused")
+	}
+	return f.model.Lease(ctx, key, p, req)
+}
+
+func TestRedisDownSpendsWhatItHolds(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		c := &clock{}
+		c.t.Store(1_800_000_000_000_000_000)
+		f := &failing{model: newModel(c)}
+		s := leasestore.New(f, leasestore.Options{Now: c.now, FailOpen: open, Logger: quiet(), NoPrefetch: true})
+		p := p100(t)
+		take := func() funnel.Result {
+			res := make([]funnel.Result, 1)
+			if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: p}}}, res); err != nil {
+				t.Fatal(err)
+			}
+			return res[0]
+		}
+		for range 8 {
+			take() // leases of 1, 2, 4, then 8 with 7 left
+		}
+		f.down = true
+		held := s.Stats().Leased - s.Stats().Spent
+		for i := int64(0); i < held; i++ {
+			if r := take(); !r.Allowed || r.Fallback {
+				t.Fatalf("a held unit: %+v", r)
+			}
+		}
+		if r := take(); !r.Fallback || r.Allowed != open {
+			t.Fatalf("fail-open %v, nothing held: %+v", open, r)
+		}
+		f.down = false
+		if r := take(); !r.Allowed || r.Fallback {
+			t.Fatalf("Redis back: %+v", r)
+		}
+		s.Close()
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,449 @@
+package memstore_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/storetest"
+)
+
+// snapKey is a key of the snapshot tests, with the limit it is used under.
+type snapKey struct {
+	key   string
+	limit funnel.Limit
+	lease string
+	// window says the key's state is counted in windows of the wall clock,
+	// which a snapshot from the future does not move (see ReadSnapshot).
+	window bool
+}
+
+var snapKeys = []snapKey{
+	{key: "gcra", limit: funnel.Limit{Count: 10, Period: time.Minute, Burst: 4}},
+	{key: "leaky", limit: funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Minute, Burst: 4}},
+	{key: "fixed", limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Hour}, window: true},
+	{key: "sliding", limit: funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 10, Period: time.Hour}, window: true},
+	{key: "log", limit: funnel.Limit{Algorithm: funnel.SlidingLog, Count: 10, Period: time.Minute}},
+	{key: "conc", limit: funnel.Limit{Algorithm: funnel.Concurrency, Count: 10, Period: time.Minute}, lease: "x"},
+	{key: "banned", limit: funnel.Limit{Count: 1, Period: time.Hour, Ban: 10 * time.Minute}},
+	{key: "\x00binary\xff key", limit: funnel.Limit{Count: 5, Period: time.Minute}},
+}
+
+// spend charges every key of snapKeys several times over a few seconds,
+// and bans "banned".
+func spend(t *testing.T, s *memstore.Store, clock *storetest.Clock) {
+	t.Helper()
+	for i := range 4 {
+		for _, k := range snapKeys {
+			lease := k.lease
+			if lease != "" {
+				lease = fmt.Sprint(lease, i)
+			}
+			op := funnel.Op{Kind: funnel.OpTake, Key: k.key, Limit: check(t, k.limit), N: 1, Lease: lease}
+			do(t, s, op)
+		}
+		clock.Add(1500 * time.Millisecond)
+	}
+}
+
+// peek returns what a peek at each key of snapKeys answers.
+func peek(t *testing.T, s *memstore.Store) []funnel.Result {
+	t.Helper()
+	var out []funnel.Result
+	for _, k := range snapKeys {
+		out = append(out, do(t, s, funnel.Op{Kind: funnel.OpTake, Key: k.key, Limit: check(t, k.limit)})[0])
+	}
+	return out
+}
+
+// newStoreAt returns a store on clock.
+func newStoreAt(t *testing.T, opts memstore.Options, clock *storetest.Clock) *memstore.Store {
+	opts.Now = clock.Now
+	s := memstore.New(opts)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func snapshot(t testing.TB, s *memstore.Store) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	st, err := s.WriteSnapshot(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Bytes != int64(b.Len()) {
+		t.Fatalf("stats say %d bytes, wrote %d", st.Bytes, b.Len())
+	}
+	return b.Bytes()
+}
+
+// A snapshot restored later answers every algorithm as the store that
+// wrote it does at the same instant: the time that passed counts.
+func TestSnapshotRoundTrip(t *testing.T) {
+	for _, later := range []time.Duration{0, time.Millisecond, 7 * time.Second, 59 * time.Second, 2 * time.Hour} {
+		t.Run(later.String(), func(t *testing.T) {
+			a, ca := newStore(t, memstore.Options{SweepInterval: -1})
+			spend(t, a, ca)
+			data := snapshot(t, a)
+			b, cb := newStore(t, memstore.Options{SweepInterval: -1})
+			cb.Set(ca.Now() + int64(later))
+			st, err := b.ReadSnapshot(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Keys+st.Dropped != int64(len(snapKeys)) || st.Clamped != 0 || st.Bytes != int64(len(data)) {
+				t.Fatalf("stats %+v, want %d keys restored or dropped, of %d bytes", st, len(snapKeys), len(data))
+			}
+			ca.Add(later)
+			want, got := peek(t, a), peek(t, b)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("%q (%v) after %v: restored %+v, want %+v", snapKeys[i].key, snapKeys[i].limit.Algorithm, later, got[i], want[i])
+				}
+			}
+			if ab, _ := a.Bans(context.Background()); int64(len(ab)) != st.Bans {
+				t.Errorf("restored %d bans, the store held %d", st.Bans, len(ab))
+			}
+		})
+	}
+}
+
+// A snapshot written at a wall time later than the reader's clock (which
+// was stepped back) is restored as if written now: nothing refills and no
+// ban grows. Window counts move to the window that holds now: when the
+// clock went back by whole windows they answer as before, otherwise they
+// count as much.
+func TestSnapshotFromTheFuture(t *testing.T) {
+	for _, back := range []time.Duration{time.Hour, 90 * time.Minute, 7 * time.Second} {
+		t.Run(back.String(), func(t *testing.T) {
+			a, ca := newStore(t, memstore.Options{SweepInterval: -1})
+			spend(t, a, ca)
+			data := snapshot(t, a)
+			b, cb := newStore(t, memstore.Options{SweepInterval: -1})
+			cb.Set(ca.Now() - int64(back))
+			st, err := b.ReadSnapshot(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Clamped != back {
+				t.Fatalf("clamped by %v, want %v", st.Clamped, back)
+			}
+			for _, d := range []time.Duration{0, 3 * time.Second} {
+				ca.Add(d)
+				cb.Add(d)
+				want, got := peek(t, a), peek(t, b)
+				for i := range want {
+					k := snapKeys[i]
+					switch {
+					case !k.window || back == time.Hour:
+						if got[i] != want[i] {
+							t.Errorf("%q: restored %+v, want %+v", k.key, got[i], want[i])
+						}
+					case got[i].Remaining > want[i].Remaining:
+						t.Errorf("%q: restored with %d remaining, had %d", k.key, got[i].Remaining, want[i].Remaining)
+					}
+				}
+			}
+		})
+	}
+}
+
+// States that are empty are not written, nor restored.
+func TestSnapshotSkipsEmptyStates(t *testing.T) {
+	a, ca := newStore(t, memstore.Options{SweepInterval: -1})
+	spend(t, a, ca)
+	ca.Add(3 * time.Hour)
+	data := snapshot(t, a)
+	b, cb := newStore(t, memstore.Options{SweepInterval: -1})
+	cb.Set(ca.Now())
+	st, err := b.ReadSnapshot(bytes.NewReader(data))
+	if err != nil || st.Keys != 0 || st.Bans != 0 || b.Len() != 0 {
+		t.Fatalf("restored %+v, %v; %d keys held: want nothing", st, err, b.Len())
+	}
+	if len(data) > 64 {
+		t.Fatalf("a snapshot of nothing takes %d bytes", len(data))
+	}
+}
+
+// blocks returns the offsets at which the blocks of a snapshot start, and
+// its length.
+func blocks(t *testing.T, data []byte) []int {
+	var at []int
+	for i := 32; i < len(data); {
+		at = append(at, i)
+		i += 8 + int(binary.BigEndian.Uint32(data[i:]))
+	}
+	return append(at, len(data))
+}
+
+// bigStore holds n funnel keys and a few of each other algorithm.
+func bigStore(t *testing.T, n int) (*memstore.Store, *storetest.Clock) {
+	s, clock := newStore(t, memstore.Options{SweepInterval: -1})
+	g := check(t, funnel.Limit{Count: 10, Period: time.Hour})
+	for i := range n {
+		do(t, s, takeOp(fmt.Sprint("key:", i), g, 1))
+	}
+	spend(t, s, clock)
+	return s, clock
+}
+
+// A snapshot cut anywhere, and one with any bit changed, is refused with
+// the offset of the fault, and leaves the store empty.
+func TestSnapshotDamaged(t *testing.T) {
+	s, clock := bigStore(t, 20000)
+	data := snapshot(t, s)
+	offsets := blocks(t, data)
+	if len(offsets) < 4 {
+		t.Fatalf("only %d blocks: the test wants several", len(offsets)-1)
+	}
+	refused := func(what string, d []byte) {
+		t.Helper()
+		r := newStoreAt(t, memstore.Options{SweepInterval: -1}, clock)
+		_, err := r.ReadSnapshot(bytes.NewReader(d))
+		var se *memstore.SnapshotError
+		if !errors.Is(err, memstore.ErrCorruptSnapshot) || !errors.As(err, &se) {
+			t.Fatalf("%s: err = %v, want a SnapshotError", what, err)
+		}
+		if se.Offset < 0 || se.Offset > int64(len(d)) {
+			t.Fatalf("%s: offset %d outside the %d bytes read", what, se.Offset, len(d))
+		}
+		if st := r.Stats(); st.Keys != 0 || st.Bans != 0 {
+			t.Fatalf("%s: %v, and the store holds %+v", what, err, st)
+		}
+	}
+	for _, at := range append([]int{0, 1, 31, 32, 33}, offsets[:len(offsets)-1]...) {
+		refused(fmt.Sprintf("cut at byte %d", at), data[:at])
+		refused(fmt.Sprintf("cut at byte %d + 9", at), data[:min(at+9, len(data)-1)])
+	}
+	refused("a byte after the end", append(bytes.Clone(data), 0))
+
+	// Every bit of a small snapshot.
+	sc := storetest.NewClock(clock.Now())
+	small := newStoreAt(t, memstore.Options{SweepInterval: -1}, sc)
+	spend(t, small, sc)
+	sdata := snapshot(t, small)
+	for i := range len(sdata) * 8 {
+		d := bytes.Clone(sdata)
+		d[i/8] ^= 1 << (i % 8)
+		refused(fmt.Sprintf("bit %d flipped", i), d)
+	}
+	// And a bit in each block of the large one.
+	for i, at := range offsets[:len(offsets)-1] {
+		d := bytes.Clone(data)
+		d[(at+offsets[i+1])/2] ^= 4
+		refused(fmt.Sprintf("a bit of the block at %d flipped", at), d)
+	}
+}
+
+func TestSnapshotFaultsSaid(t *testing.T) {
+	s, clock := newStore(t, memstore.Options{SweepInterval: -1})
+	spend(t, s, clock)
+	data := snapshot(t, s)
+	future := bytes.Clone(data)
+	future[9] = 2
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"empty", nil, "byte 0: empty file"},
+		{"magic", []byte("REDIS0011 and then some more bytes........"), "not a Funnel snapshot"},
+		{"version", future, "byte 8: format version 2; this Funnel reads versions 1 to 1"},
+		{"header", data[:20], "truncated in the header"},
+		{"cut", data[:32], "truncated: the file ends after 0 blocks"},
+	} {
+		r, _ := newStore(t, memstore.Options{SweepInterval: -1})
+		_, err := r.ReadSnapshot(bytes.NewReader(c.data))
+		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(c.want)) {
+			t.Errorf("%s: err = %v, want it to say %q", c.name, err, c.want)
+		}
+	}
+	// A store that holds keys is not restored into.
+	if _, err := s.ReadSnapshot(bytes.NewReader(data)); err == nil {
+		t.Error("restored into a store that holds keys")
+	}
+}
+
+// Keys beyond MaxKeys are not restored.
+func TestSnapshotMaxKeys(t *testing.T) {
+	s, clock := bigStore(t, 100)
+	data := snapshot(t, s)
+	r := newStoreAt(t, memstore.Options{SweepInterval: -1, MaxKeys: 50}, clock)
+	st, err := r.ReadSnapshot(bytes.NewReader(data))
+	if err != nil || st.Keys != 50 || r.Len() != 50 {
+		t.Fatalf("restored %+v, %v; holds %d; want 50 keys", st, err, r.Len())
+	}
+}
+
+type failWriter struct{ n int }
+
+func (w *failWriter) Write(p []byte) (int, error) {
+	if w.n -= len(p); w.n < 0 {
+		return 0, io.ErrShortWrite
+	}
+	return len(p), nil
+}
+
+func TestSnapshotWriteError(t *testing.T) {
+	s, _ := bigStore(t, 10000)
+	if _, err := s.WriteSnapshot(&failWriter{n: 70000}); !errors.Is(err, io.ErrShortWrite) {
+		t.Fatalf("err = %v, want the writer's", err)
+	}
+}
+
+// The conformance suite, with a snapshot written every 10 ms while it runs
+// (and each one read back): decisions stay exact, and every snapshot is
+// whole.
+func TestConformanceWhileSnapshotting(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() int64) funnel.Store {
+		s := memstore.New(memstore.Options{Now: now})
+		done := make(chan struct{})
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			var b bytes.Buffer
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+				b.Reset()
+				if _, err := s.WriteSnapshot(&b); err != nil {
+					t.Error(err)
+					return
+				}
+				r := memstore.New(memstore.Options{Now: now, SweepInterval: -1})
+				if _, err := r.ReadSnapshot(&b); err != nil {
+					t.Errorf("a snapshot taken under load: %v", err)
+				}
+				r.Close()
+			}
+		}()
+		t.Cleanup(func() {
+			close(done)
+			<-stopped
+			s.Close()
+		})
+		return s
+	})
+}
+
+func FuzzReadSnapshot(f *testing.F) {
+	s := memstore.New(memstore.Options{SweepInterval: -1, Now: storetest.NewClock(storetest.Epoch).Now})
+	defer s.Close()
+	var b bytes.Buffer
+	s.WriteSnapshot(&b)
+	f.Add(bytes.Clone(b.Bytes()))
+	clock := storetest.NewClock(storetest.Epoch)
+	s2 := memstore.New(memstore.Options{SweepInterval: -1, Now: clock.Now})
+	defer s2.Close()
+	for _, k := range snapKeys {
+		c, _ := k.limit.Check()
+		var res [1]funnel.Result
+		s2.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: k.key, Limit: c, N: 2, Lease: k.lease}}, res[:])
+	}
+	b.Reset()
+	s2.WriteSnapshot(&b)
+	f.Add(bytes.Clone(b.Bytes()))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := memstore.New(memstore.Options{SweepInterval: -1, Now: storetest.NewClock(storetest.Epoch).Now})
+		defer r.Close()
+		st, err := r.ReadSnapshot(bytes.NewReader(data))
+		if err != nil {
+			if !errors.Is(err, memstore.ErrCorruptSnapshot) {
+				t.Fatalf("err = %v, want ErrCorruptSnapshot", err)
+			}
+			if r.Len() != 0 {
+				t.Fatalf("%v, and %d keys restored", err, r.Len())
+			}
+			return
+		}
+		// What was restored is written and read again the same.
+		var out bytes.Buffer
+		if _, err := r.WriteSnapshot(&out); err != nil {
+			t.Fatal(err)
+		}
+		r2 := memstore.New(memstore.Options{SweepInterval: -1, Now: storetest.NewClock(storetest.Epoch).Now})
+		defer r2.Close()
+		st2, err := r2.ReadSnapshot(&out)
+		if err != nil || st2.Keys != st.Keys || st2.Bans != st.Bans {
+			t.Fatalf("read again: %+v, %v; first read %+v", st2, err, st)
+		}
+	})
+}
+
+// BenchmarkSnapshot writes and reads a snapshot of 100,000 funnel keys in
+// memory (bench/ measures 1,000,000 keys of every algorithm through a
+// file): ns/op is per snapshot, B/key the snapshot's bytes per key.
+func BenchmarkSnapshot(b *testing.B) {
+	const n = 100_000
+	clock := storetest.NewClock(storetest.Epoch)
+	s := memstore.New(memstore.Options{SweepInterval: -1, Now: clock.Now})
+	defer s.Close()
+	c, err := funnel.Per(1, time.Hour).Check()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var res [1]funnel.Result
+	for i := range n {
+		op := funnel.Op{Kind: funnel.OpTake, Key: fmt.Sprint("key:", i), Limit: c, N: 1}
+		if err := s.Do(context.Background(), []funnel.Op{op}, res[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := s.WriteSnapshot(&buf); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("write", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := s.WriteSnapshot(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(buf.Len())/n, "B/key")
+	})
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			r := memstore.New(memstore.Options{SweepInterval: -1, Now: clock.Now})
+			if st, err := r.ReadSnapshot(bytes.NewReader(buf.Bytes())); err != nil || st.Keys != n {
+				b.Fatalf("%+v, %v", st, err)
+			}
+			r.Close()
+		}
+	})
+}
+
+// A shard whose states under its lock take several blocks is written in
+// several blocks, and restored whole.
+func TestSnapshotManyBlocksInOneShard(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	s := newStoreAt(t, memstore.Options{SweepInterval: -1, Shards: 1}, clock)
+	c := check(t, funnel.Limit{Algorithm: funnel.SlidingLog, Count: 100, Period: time.Hour})
+	for i := range 5000 {
+		do(t, s, takeOp(fmt.Sprint("log:", i), c, 3))
+	}
+	data := snapshot(t, s)
+	if n := len(blocks(t, data)) - 1; n < 3 {
+		t.Fatalf("%d blocks, want several", n)
+	}
+	r := newStoreAt(t, memstore.Options{SweepInterval: -1}, clock)
+	if st, err := r.ReadSnapshot(bytes.NewReader(data)); err != nil || st.Keys != 5000 {
+		t.Fatalf("restored %+v, %v", st, err)
+	}
+	if got := do(t, r, takeOp("log:7", c, 0))[0]; got.Remaining != 97 {
+		t.Fatalf("log:7 restored with %+v, want 97 remaining", got)
+	}
+}

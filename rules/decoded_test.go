@@ -1,0 +1,194 @@
+package rules
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// A decoded configuration builds the same rules as the file that says the
+// same, and matches the same descriptors to the same keys.
+func TestBuildAsParse(t *testing.T) {
+	const file = `domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: path
+    value: /admin
+    shadow_mode: true
+    rate_limit:
+      unit: SECOND
+      requests_per_unit: 0
+  - key: tenant
+    descriptors:
+      - key: plan
+        value: free
+        detailed_metric: true
+        rate_limit:
+          name: free
+          unit: hour
+          requests_per_unit: 10
+      - key: plan
+        value: paid
+        rate_limit:
+          unlimited: true
+      - key: plan
+        value: gold
+        rate_limit:
+          name: gold
+          unit: day
+          requests_per_unit: 100
+          replaces:
+            - name: free
+`
+	parsed, err := Parse(strings.NewReader(file), "api.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := Build([]DomainConfig{{Name: "xds:api", Domain: "api", Descriptors: []DescriptorConfig{
+		{Key: "user", RateLimit: &RateLimitConfig{Unit: "MINUTE", RequestsPerUnit: 3}},
+		{Key: "path", Value: "/admin", ShadowMode: true, RateLimit: &RateLimitConfig{Unit: "SECOND"}},
+		{Key: "tenant", Descriptors: []DescriptorConfig{
+			{Key: "plan", Value: "free", DetailedMetric: true, RateLimit: &RateLimitConfig{Name: "free", Unit: "HOUR", RequestsPerUnit: 10}},
+			{Key: "plan", Value: "paid", RateLimit: &RateLimitConfig{Unlimited: true}},
+			{Key: "plan", Value: "gold", RateLimit: &RateLimitConfig{Name: "gold", Unit: "DAY", RequestsPerUnit: 100, Replaces: []string{"free"}}},
+		}},
+	}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := built.Files(); len(got) != 1 || got[0] != "xds:api" {
+		t.Errorf("Files() = %q", got)
+	}
+	p, b := parsed.All(), built.All()
+	if len(p) != len(b) {
+		t.Fatalf("%d rules built, %d parsed", len(b), len(p))
+	}
+	for i := range p {
+		pr, br := *p[i], *b[i]
+		pr.File, pr.Line, br.File, br.Line = "", 0, "", 0
+		if !reflect.DeepEqual(pr, br) {
+			t.Errorf("rule %d:\nbuilt  %+v\nparsed %+v", i, br, pr)
+		}
+	}
+	for _, es := range [][]Entry{
+		entries("user", "alice"), entries("path", "/admin"), entries("path", "/x"),
+		entries("tenant", "t1", "plan", "free"), entries("tenant", "t1", "plan", "paid"), entries("tenant", "t1", "plan", "gold"),
+	} {
+		pm, pok := parsed.Match("api", es)
+		bm, bok := built.Match("api", es)
+		if pok != bok || pok && (pm.Key != bm.Key || pm.Metric != bm.Metric || pm.Rule.FullKey != bm.Rule.FullKey) {
+			t.Errorf("%v: built %+v %v, parsed %+v %v", es, bm, bok, pm, pok)
+		}
+	}
+}
+
+// What a file may not say, a decoded configuration may not either: each
+// problem is an *Error naming the configuration and the field.
+func TestBuildErrors(t *testing.T) {
+	for _, c := range []struct {
+		cfgs []DomainConfig
+		want []string
+	}{
+		{[]DomainConfig{{Name: "a", Descriptors: []DescriptorConfig{{Key: "k"}}}}, []string{"rules: a: domain: a domain is required"}},
+		{[]DomainConfig{{Name: "a", Domain: "d", Descriptors: []DescriptorConfig{{Key: "k", RateLimit: &RateLimitConfig{Unit: "UNKNOWN", RequestsPerUnit: 1}}}}},
+			[]string{`rules: a: descriptors[0].rate_limit.unit: invalid rate limit unit "UNKNOWN"`}},
+		{[]DomainConfig{{Name: "a", Domain: "d", Descriptors: []DescriptorConfig{{Key: "k", RateLimit: &RateLimitConfig{RequestsPerUnit: 1}}}}},
+			[]string{"rules: a: descriptors[0].rate_limit.unit: a rate limit needs a unit"}},
+		{[]DomainConfig{{Name: "a", Domain: "d", Descriptors: []DescriptorConfig{{Value: "v"}}}},
+			[]string{"rules: a: descriptors[0].key: a descriptor needs a key"}},
+		{[]DomainConfig{{Name: "a", Domain: "d", Descriptors: []DescriptorConfig{{Key: "k", RateLimit: &RateLimitConfig{Unlimited: true, Unit: "SECOND"}}}}},
+			[]string{"rules: a: descriptors[0].rate_limit.unit: an unlimited rule takes no unit"}},
+		{[]DomainConfig{{Name: "a", Domain: "d"}, {Name: "b", Domain: "d"}},
+			[]string{`rules: b: domain: domain "d" is already defined in a`}},
+	} {
+		_, err := Build(c.cfgs, Options{})
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v", c.cfgs, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: %v, want %q", c.cfgs, err, w)
+			}
+		}
+	}
+	// Merged domains, as files may be.
+	if _, err := Build([]DomainConfig{{Name: "a", Domain: "d"}, {Name: "b", Domain: "d"}}, Options{MergeDomains: true}); err != nil {
+		t.Error(err)
+	}
+	// Nesting as deep as a file may not have.
+	deep := DescriptorConfig{Key: "k"}
+	for range 40 {
+		deep = DescriptorConfig{Key: "k", Descriptors: []DescriptorConfig{deep}}
+	}
+	if _, err := Build([]DomainConfig{{Name: "a", Domain: "d", Descriptors: []DescriptorConfig{deep}}}, Options{}); err == nil || !strings.Contains(err.Error(), "nested deeper than") {
+		t.Errorf("deep nesting: %v", err)
+	}
+}
+
+// quota_mode and metadata in a decoded configuration are what they are in
+// a file: the same errors (field and reason), or the same rules.
+func TestBuildAsParseQuotaModeMetadata(t *testing.T) {
+	const file = `domain: ai
+descriptors:
+  - key: model
+    quota_mode: true
+    metadata:
+      tier: gold
+      weights: [0.5, 2.5]
+      nested: {on: true}
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+`
+	parsed, perr := Parse(strings.NewReader(file), "ai.yaml", Options{})
+	built, berr := Build([]DomainConfig{{Name: "xds:ai", Domain: "ai", Descriptors: []DescriptorConfig{{
+		Key: "model", QuotaMode: true,
+		Metadata:  map[string]any{"tier": "gold", "weights": []any{0.5, 2.5}, "nested": map[string]any{"on": true}},
+		RateLimit: &RateLimitConfig{Unit: "MINUTE", RequestsPerUnit: 3},
+	}}}}, Options{})
+	if (perr == nil) != (berr == nil) {
+		t.Fatalf("parsed: %v; built: %v", perr, berr)
+	}
+	if perr != nil {
+		t.Logf("both refused: %v", berr)
+		pe, be := problems(perr), problems(berr)
+		if strings.Join(pe, "\n") != strings.Join(be, "\n") {
+			t.Fatalf("parsed:\n%s\nbuilt:\n%s", strings.Join(pe, "\n"), strings.Join(be, "\n"))
+		}
+		return
+	}
+	p, b := parsed.All(), built.All()
+	if len(p) != len(b) {
+		t.Fatalf("%d rules built, %d parsed", len(b), len(p))
+	}
+	for i := range p {
+		pr, br := *p[i], *b[i]
+		pr.File, pr.Line, br.File, br.Line = "", 0, "", 0
+		if !reflect.DeepEqual(pr, br) {
+			t.Errorf("rule %d:\nbuilt  %+v\nparsed %+v", i, br, pr)
+		}
+	}
+}
+
+// problems lists the field and reason of each *Error in err.
+func problems(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		var e *Error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+		} else if errors.As(err, &e) {
+			out = append(out, e.Field+": "+e.Msg)
+		}
+	}
+	walk(err)
+	return out
+}
