@@ -165,9 +165,28 @@ type Config struct {
 	// metadata, the rules' metadata among it (envoy's
 	// RESPONSE_DYNAMIC_METADATA).
 	RLSDynamicMetadata bool `yaml:"rls_dynamic_metadata"`
-	// RLSHeaders adds envoy's X-RateLimit-* headers to the rate-limit
-	// service's answers.
+	// RLSHeaders adds rate-limit headers to the rate-limit service's
+	// answers, as envoy's LIMIT_RESPONSE_HEADERS_ENABLED: those named by
+	// RLSHeaderLimit, RLSHeaderRemaining and RLSHeaderReset, or the ones
+	// RLSHeadersFormat names.
 	RLSHeaders bool `yaml:"rls_headers"`
+	// RLSHeaderLimit names the header of the limit (envoy's
+	// LIMIT_LIMIT_HEADER); RateLimit-Limit by default.
+	RLSHeaderLimit string `yaml:"rls_header_limit"`
+	// RLSHeaderRemaining names the header of the requests left (envoy's
+	// LIMIT_REMAINING_HEADER); RateLimit-Remaining by default.
+	RLSHeaderRemaining string `yaml:"rls_header_remaining"`
+	// RLSHeaderReset names the header of the seconds to the reset (envoy's
+	// LIMIT_RESET_HEADER); RateLimit-Reset by default.
+	RLSHeaderReset string `yaml:"rls_header_reset"`
+	// RLSHeadersFormat is "envoy" (the three headers named above) or
+	// "ietf" (the RateLimit-Policy and RateLimit fields of the IETF
+	// draft); "" means envoy.
+	RLSHeadersFormat string `yaml:"rls_headers_format"`
+	// NearLimitRatio is the share of a limit past which admitted hits
+	// count as near the limit in the rate-limit service's statistics
+	// (envoy's NEAR_LIMIT_RATIO); 0 means 0.8.
+	NearLimitRatio float64 `yaml:"near_limit_ratio"`
 }
 
 // Default returns the configuration of a plain `funnel serve`.
@@ -181,6 +200,12 @@ func Default() Config {
 		RESPFailClosed:   "error",
 		ShutdownTimeout:  10 * time.Second,
 		LogLevel:         "info",
+
+		RLSHeaderLimit:     "RateLimit-Limit",
+		RLSHeaderRemaining: "RateLimit-Remaining",
+		RLSHeaderReset:     "RateLimit-Reset",
+		RLSHeadersFormat:   "envoy",
+		NearLimitRatio:     0.8,
 	}
 }
 
@@ -268,11 +293,51 @@ func (c Config) Validate() error {
 	if err := c.validateLease(); err != nil {
 		return err
 	}
-	return c.validateXDS()
+	if err := c.validateXDS(); err != nil {
+		return err
+	}
+	return c.validateRLS()
 }
 
 // storeSchemes are the beginnings of the Redis store URLs.
 var storeSchemes = []string{"redis://", "rediss://", "redis-cluster://", "rediss-cluster://", "redis-sentinel://", "rediss-sentinel://"}
+
+// validateRLS checks the rate-limit service's header names (which may be
+// empty only when RLSHeaders is off) and format, and its near-limit ratio.
+func (c Config) validateRLS() error {
+	for _, h := range [...]struct{ field, name string }{
+		{"rls_header_limit", c.RLSHeaderLimit},
+		{"rls_header_remaining", c.RLSHeaderRemaining},
+		{"rls_header_reset", c.RLSHeaderReset},
+	} {
+		if !isToken(h.name) && (c.RLSHeaders || h.name != "") {
+			return fmt.Errorf("%w: %s %q: want a header name (letters, digits and !#$%%&'*+-.^_`|~)", ErrInvalid, h.field, h.name)
+		}
+	}
+	switch {
+	case c.RLSHeadersFormat != "" && c.RLSHeadersFormat != "envoy" && c.RLSHeadersFormat != "ietf":
+		return fmt.Errorf("%w: rls_headers_format %q: want envoy or ietf", ErrInvalid, c.RLSHeadersFormat)
+	case !(c.NearLimitRatio >= 0 && c.NearLimitRatio <= 1): // NaN too
+		return fmt.Errorf("%w: near_limit_ratio %v: want a number from 0 to 1", ErrInvalid, c.NearLimitRatio)
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2), as
+// a header name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
 
 // TLS reports whether the listeners speak TLS.
 func (c Config) TLS() bool { return c.TLSCert != "" }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,15 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.TLSCert, c.TLSKey = "tls.crt", "tls.key" }, ""},
 		{func(c *Config) { c.TLSCert, c.TLSKey, c.TLSCA = "tls.crt", "tls.key", "ca.crt" }, ""},
 		{func(c *Config) { c.MetricsOpen = true }, ""},
+		{func(c *Config) { c.RLSHeaders, c.RLSHeaderLimit = true, "X-RateLimit-Limit" }, ""},
+		{func(c *Config) { c.RLSHeaders, c.RLSHeaderReset = true, "Rate Limit" }, `rls_header_reset "Rate Limit": want a header name`},
+		{func(c *Config) { c.RLSHeaders, c.RLSHeaderRemaining = true, "" }, `rls_header_remaining "": want a header name`},
+		{func(c *Config) { c.RLSHeaderRemaining = "" }, ""},
+		{func(c *Config) { c.RLSHeaderLimit = "a:b" }, `rls_header_limit "a:b"`},
+		{func(c *Config) { c.RLSHeadersFormat = "ietf" }, ""},
+		{func(c *Config) { c.RLSHeadersFormat = "x-ratelimit" }, `rls_headers_format "x-ratelimit": want envoy or ietf`},
+		{func(c *Config) { c.NearLimitRatio = 1.5 }, `near_limit_ratio 1.5: want a number from 0 to 1`},
+		{func(c *Config) { c.NearLimitRatio = math.NaN() }, `near_limit_ratio NaN`},
 	} {
 		cfg := Default()
 		c.mod(&cfg)

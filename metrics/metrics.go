@@ -1,6 +1,8 @@
 // Package metrics exposes Funnel's Prometheus metrics: decisions by rule and
 // outcome, the store's latency and errors, fail-open answers, rule reloads
-// and connected clients.
+// and connected clients; and for Envoy's rate-limit service, the statistics
+// of envoyproxy/ratelimit under the names of its Prometheus mapping (see
+// ObserveRateLimit).
 //
 // Cardinality is bounded: decisions are labelled by rule (a name from the
 // configuration, at most Options.MaxRules of them) and outcome, never by
@@ -96,6 +98,9 @@ type Metrics struct {
 	nrule int      // entries in rules, under mu
 
 	ops [numOps]opMetrics
+
+	rateLimits  *rateLimitCollector   // envoy's statistics, by statistics key
+	configLoads [2]prometheus.Counter // envoy's config_load_success and _error
 }
 
 // ruleCounters are one rule's counters, looked up once.
@@ -163,7 +168,18 @@ func New(opts Options) *Metrics {
 		desc:  prometheus.NewDesc(prometheus.BuildFQName(ns, "", "fail_open_total"), FailOpenHelp, []string{"rule"}, nil),
 		funcs: map[string]func() float64{},
 	}
-	m.reg.MustRegister(m.decisions, m.failOpenAll, m.storeTime, m.storeErrors, m.reloads, m.lastReload)
+	m.rateLimits = newRateLimitCollector(m.maxRules)
+	// envoy's names of the same loads, for dashboards written for it
+	m.configLoads[0] = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_config_load_success",
+		Help: "Successful loads of the rules (envoyproxy/ratelimit's config_load_success; funnel_rules_reloads_total's success).",
+	})
+	m.configLoads[1] = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_config_load_error",
+		Help: "Failed loads of the rules (envoyproxy/ratelimit's config_load_error; funnel_rules_reloads_total's failure).",
+	})
+	m.reg.MustRegister(m.decisions, m.failOpenAll, m.storeTime, m.storeErrors, m.reloads, m.lastReload, m.rateLimits,
+		m.configLoads[0], m.configLoads[1])
 	if !opts.NoRuntimeMetrics {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -283,9 +299,11 @@ func (m *Metrics) rulesReloadedAt(now time.Time, err error) {
 	}
 	if err != nil {
 		m.reloads.WithLabelValues("failure").Inc()
+		m.configLoads[1].Inc()
 		return
 	}
 	m.reloads.WithLabelValues("success").Inc()
+	m.configLoads[0].Inc()
 	m.lastReload.Set(float64(now.UnixNano()) / 1e9)
 }
 

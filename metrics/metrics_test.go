@@ -155,6 +155,8 @@ func TestRulesReloaded(t *testing.T) {
 	s = scrape(t, m)
 	want(t, s, `funnel_rules_reloads_total{result="success"}`, "1")
 	want(t, s, `funnel_rules_reloads_total{result="failure"}`, "2")
+	want(t, s, `ratelimit_service_config_load_success`, "1")
+	want(t, s, `ratelimit_service_config_load_error`, "2")
 	var ts float64
 	fmt.Sscan(s[`funnel_rules_last_reload_success_timestamp_seconds`], &ts)
 	if d := ts - float64(before.Unix()); d < 0 || d > 60 {

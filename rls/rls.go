@@ -22,6 +22,11 @@
 // own status. When the request goes on, it is charged to the limits that
 // admitted it (envoy's service charges them all).
 //
+// Besides gRPC, JSONHandler and HealthHandler serve envoy's HTTP endpoints
+// (POST /json and /healthcheck); Options.ResponseHeaders adds envoy's
+// rate-limit headers, or the IETF draft's fields; Options.Count receives
+// envoy's per-rule statistics (Counts).
+//
 //	srv := rls.New(limiter, watcher, rls.Options{})
 //	go srv.Serve(ctx, listener)
 package rls
@@ -34,6 +39,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -74,24 +80,44 @@ type static struct{ r *rules.Set }
 
 func (s static) Rules() *rules.Set { return s.r }
 
-// Headers names the X-RateLimit-* headers that envoyproxy/ratelimit can add
-// to responses (RESPONSE_HEADERS_ENABLED): the limit, the remaining count
-// and the seconds to reset of the descriptor closest to its limit (or of
-// the one that refused the request).
+// Headers names the headers that envoyproxy/ratelimit adds to responses
+// (LIMIT_RESPONSE_HEADERS_ENABLED) or to the requests Envoy forwards: the
+// limit, the remaining count and the seconds to reset of the descriptor
+// closest to its limit (or of the last one that refused the request).
+// With IETF, the fields of draft-ietf-httpapi-ratelimit-headers replace
+// the three.
 type Headers struct {
-	// Limit names the header of the limit (requests per unit).
+	// Limit names the header of the limit (requests per unit), envoy's
+	// LIMIT_LIMIT_HEADER.
 	Limit string
-	// Remaining names the header of the requests left.
+	// Remaining names the header of the requests left, envoy's
+	// LIMIT_REMAINING_HEADER.
 	Remaining string
-	// Reset names the header of the whole seconds until the reset.
+	// Reset names the header of the whole seconds until the reset, envoy's
+	// LIMIT_RESET_HEADER.
 	Reset string
+	// IETF sends, instead of the three headers above, the RateLimit-Policy
+	// and RateLimit fields of the same descriptor (see package httplimit),
+	// named after its rule: its name, or else its full key.
+	IETF bool
 }
 
-// DefaultHeaders returns envoy's default names: X-RateLimit-Limit,
-// X-RateLimit-Remaining and X-RateLimit-Reset.
+// DefaultHeaders returns envoyproxy/ratelimit's default names:
+// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
 func DefaultHeaders() *Headers {
+	return &Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+}
+
+// LegacyHeaders returns the names that envoyproxy/ratelimit used before
+// it took the IETF draft's: X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset.
+func LegacyHeaders() *Headers {
 	return &Headers{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset"}
 }
+
+// IETFHeaders returns Headers that send the RateLimit-Policy and RateLimit
+// fields.
+func IETFHeaders() *Headers { return &Headers{IETF: true} }
 
 // Options configure a Server. The zero value is a good default.
 type Options struct {
@@ -131,6 +157,14 @@ type Options struct {
 	// rule's metric name (rules.Match.Metric) and the result or error,
 	// for metrics by rule.
 	Observe func(rule string, r funnel.Result, err error)
+	// Count, when set, is called once per decided descriptor that has a
+	// limit with the rule's metric name (rules.Match.Metric: envoy's
+	// statistics key, "domain.key_value…") and the hits it counts as
+	// envoyproxy/ratelimit counts them (see Counts), for its statistics.
+	Count func(metric string, c Counts)
+	// NearLimitRatio is the share of a limit past which admitted hits
+	// count as near the limit (envoy's NEAR_LIMIT_RATIO); 0 means 0.8.
+	NearLimitRatio float64
 	// StopTimeout bounds the graceful stop in Serve; 0 means 5 seconds.
 	StopTimeout time.Duration
 }
@@ -144,6 +178,8 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	health *health.Server
+	// serving is what SetServing set last, for HealthHandler.
+	serving atomic.Bool
 	// Each kind of failure is logged at most once a second.
 	warnDown, warnSetup, warnBug *lograte.Sometimes
 }
@@ -155,6 +191,9 @@ func New(lim *funnel.Limiter, src RulesSource, opts Options) *Server {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.NearLimitRatio <= 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
 	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 5 * time.Second
@@ -174,12 +213,14 @@ func (s *Server) Register(g *grpc.Server) {
 }
 
 // SetServing sets what the health service reports, for the whole server
-// ("") and for ServiceName: SERVING or NOT_SERVING.
+// ("") and for ServiceName: SERVING or NOT_SERVING; HealthHandler answers
+// the same.
 func (s *Server) SetServing(ok bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
+	s.serving.Store(ok)
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(ServiceName, st)
 }
@@ -477,6 +518,7 @@ func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bo
 			it.over = true
 			denied = denied || !shadow && !it.quota
 			s.observe(it.metric, funnel.Result{}, nil)
+			s.count(it, funnel.Result{})
 			continue
 		}
 		if it.negative {
@@ -554,6 +596,7 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus // for the headers
+	var closestItem *item
 	closestOver := false
 	var q quotas // here sure counts the quotas that passed
 	clock := lazyNow{read: s.opts.Now}
@@ -577,9 +620,9 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 		}
 		switch {
 		case enforcedOver:
-			closest, closestOver = st, true
+			closest, closestItem, closestOver = st, it, true
 		case !closestOver && (closest == nil || st.LimitRemaining < closest.LimitRemaining):
-			closest = st
+			closest, closestItem = st, it
 		}
 	}
 	if q.decisive() {
@@ -590,10 +633,10 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 	}
 	if closest != nil {
 		if h := s.opts.ResponseHeaders; h != nil {
-			resp.ResponseHeadersToAdd = headers(h, closest)
+			resp.ResponseHeadersToAdd = headers(h, closestItem, closest)
 		}
 		if h := s.opts.RequestHeaders; h != nil {
-			resp.RequestHeadersToAdd = headers(h, closest)
+			resp.RequestHeadersToAdd = headers(h, closestItem, closest)
 		}
 	}
 	if s.opts.DynamicMetadata {
@@ -625,6 +668,7 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 	case it.op >= 0:
 		it.res = ops[it.op].res
 		s.observe(it.metric, it.res, nil)
+		s.count(it, it.res)
 		it.over = !it.res.Allowed
 		if it.over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -835,14 +879,45 @@ func unitReset(r *rules.Rule, now time.Time) time.Duration {
 	return p - time.Duration(ns)%p
 }
 
-// headers builds the X-RateLimit-* headers of a status: the limit, the
-// remaining count and the whole seconds to reset (rounded up).
-func headers(h *Headers, st *rlsv3.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
+// headers builds the headers of status st of item it: the limit, the
+// remaining count and the whole seconds to reset (rounded up), or with
+// h.IETF the RateLimit-Policy and RateLimit fields.
+func headers(h *Headers, it *item, st *rlsv3.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
 	reset := st.GetDurationUntilReset().AsDuration()
-	secs := int64((reset + time.Second - 1) / time.Second)
+	if h.IETF {
+		return ietfHeaders(it, st, reset)
+	}
 	return []*core.HeaderValue{
 		{Key: h.Limit, Value: strconv.FormatUint(uint64(st.GetCurrentLimit().GetRequestsPerUnit()), 10)},
 		{Key: h.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-		{Key: h.Reset, Value: strconv.FormatInt(secs, 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(httplimit.Seconds(reset), 10)},
+	}
+}
+
+// ietfHeaders builds the RateLimit-Policy and RateLimit fields of status
+// st of item it, whose reset is reset: the policy of its rule's limit, and
+// its decision's result when the store took one (t is then, for a
+// refusal, the wait until the same request would pass), else what the
+// status says.
+func ietfHeaders(it *item, st *rlsv3.RateLimitResponse_DescriptorStatus, reset time.Duration) []*core.HeaderValue {
+	name := it.rule.Name
+	if name == "" {
+		name = it.rule.FullKey
+	}
+	res := it.res
+	if it.op < 0 {
+		res = funnel.Result{Allowed: true, Remaining: int64(st.LimitRemaining), ResetAfter: reset}
+	}
+	var policy []byte
+	if it.rule.Deny() {
+		// No request ever passes: the quota is 0 in the rule's period.
+		policy = httplimit.AppendPolicy(nil, name, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 0,
+			Period: it.rule.Unit.Duration() * time.Duration(max(it.rule.UnitMultiplier, 1))})
+	} else {
+		policy = httplimit.AppendPolicy(nil, name, it.rule.Limit)
+	}
+	return []*core.HeaderValue{
+		{Key: httplimit.HeaderPolicy, Value: string(policy)},
+		{Key: httplimit.HeaderRateLimit, Value: string(httplimit.AppendRateLimit(nil, name, res))},
 	}
 }

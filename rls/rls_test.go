@@ -510,7 +510,7 @@ func TestFunnelAlgorithms(t *testing.T) {
 }
 
 func TestHeaders(t *testing.T) {
-	e := extEnv(t, rls.Options{ResponseHeaders: rls.DefaultHeaders(), RequestHeaders: &rls.Headers{Limit: "l", Remaining: "r", Reset: "s"}})
+	e := extEnv(t, rls.Options{ResponseHeaders: rls.LegacyHeaders(), RequestHeaders: &rls.Headers{Limit: "l", Remaining: "r", Reset: "s"}})
 	e.clock.Add(15 * time.Second)
 	headers := func(r *rlsv3.RateLimitResponse) string {
 		var s []string

@@ -174,8 +174,12 @@ func TestServeFlagsCoverConfig(t *testing.T) {
 			v = strconv.FormatBool(!d)
 		case int:
 			v = strconv.Itoa(d + 7)
+		case int64:
+			v = strconv.FormatInt(d+7, 10)
 		case time.Duration:
 			v = (d + 7*time.Second).String()
+		case float64:
+			v = strconv.FormatFloat(d/2, 'g', -1, 64)
 		default:
 			t.Fatalf("--%s: a flag of type %T", fl.Name, d)
 		}

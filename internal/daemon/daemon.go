@@ -18,6 +18,7 @@ import (
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/resp/server"
+	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
 )
 
@@ -38,6 +39,7 @@ type Daemon struct {
 	watcher  *rules.Watcher // the rules, when a file names them
 	rulesXDS *rulesXDS      // the rules, when a control plane sends them
 	snap     *snapshots     // the memory store's snapshots, when a file is named
+	rls      *rls.Server    // Envoy's rate-limit service, when gRPC is on
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS

@@ -34,16 +34,17 @@ type edge struct {
 
 func (e edge) addr() net.Addr { return e.ln.Addr() }
 
-// openEdges binds the HTTP and gRPC listeners that the configuration asks
-// for (an empty address turns one off).
+// openEdges binds the gRPC and HTTP listeners that the configuration asks
+// for (an empty address turns one off): gRPC first, as the HTTP listener
+// serves the rate-limit service's /json and /healthcheck too.
 func (d *Daemon) openEdges() error {
-	if d.cfg.HTTP != "" {
-		if err := d.openHTTP(); err != nil {
+	if d.cfg.GRPC != "" {
+		if err := d.openGRPC(); err != nil {
 			return err
 		}
 	}
-	if d.cfg.GRPC != "" {
-		if err := d.openGRPC(); err != nil {
+	if d.cfg.HTTP != "" {
+		if err := d.openHTTP(); err != nil {
 			return err
 		}
 	}
@@ -94,11 +95,16 @@ func (d *Daemon) openGRPC() error {
 				d.metrics.ObserveDecision(rule, r)
 			}
 		},
+		// envoy's statistics, under the names of its Prometheus mapping
+		NearLimitRatio: d.cfg.NearLimitRatio,
+		Count:          func(key string, c rls.Counts) { d.metrics.ObserveRateLimit(key, metrics.RateLimitCounts(c)) },
 	}
 	if d.cfg.RLSHeaders {
-		opts.ResponseHeaders = rls.DefaultHeaders()
+		opts.ResponseHeaders = &rls.Headers{Limit: d.cfg.RLSHeaderLimit, Remaining: d.cfg.RLSHeaderRemaining,
+			Reset: d.cfg.RLSHeaderReset, IETF: d.cfg.RLSHeadersFormat == "ietf"}
 	}
 	srv := rls.New(d.lim, src, opts)
+	d.rls = srv
 	// The health service answers probes, which send no metadata, without
 	// credentials; the rate-limit service and reflection need them.
 	gopts := d.sec.creds.ServerOptions(auth.GRPCOptions{Exempt: auth.HealthMethods, Logger: d.log})
@@ -133,9 +139,10 @@ func (d *Daemon) openGRPC() error {
 	return nil
 }
 
-// openHTTP binds the HTTP API: decisions, health, readiness and /metrics,
-// all behind the credentials but health, readiness and, with
-// metrics_open, /metrics.
+// openHTTP binds the HTTP API: decisions, health, readiness, /metrics and,
+// with the rate-limit service, its /json and /healthcheck; all behind the
+// credentials but health, readiness, /healthcheck and, with metrics_open,
+// /metrics.
 func (d *Daemon) openHTTP() error {
 	ln, err := net.Listen("tcp", d.cfg.HTTP)
 	if err != nil {
@@ -154,7 +161,7 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:           guard(api),
+		Handler:           guard(withRLS(api, d.rls)),
 		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		// A body is at most httpapi.DefaultMaxBody: a client that takes
@@ -193,6 +200,26 @@ func (d *Daemon) openHTTP() error {
 		close:    func() { srv.Close(); ln.Close() },
 	})
 	return nil
+}
+
+// withRLS serves, beside api, envoyproxy/ratelimit's HTTP endpoints of the
+// rate-limit service srv, when there is one: POST /json and /healthcheck.
+// Other paths go to api as they came (a mux would clean them first).
+func withRLS(api http.Handler, srv *rls.Server) http.Handler {
+	if srv == nil {
+		return api
+	}
+	json, health := srv.JSONHandler(), srv.HealthHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/json":
+			json.ServeHTTP(w, r)
+		case "/healthcheck":
+			health.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
+		}
+	})
 }
 
 // httpErrors writes the HTTP server's own errors into a slog.Logger: a

@@ -134,6 +134,9 @@ func (d *Daemon) warnExposed(name string, addr net.Addr) {
 // httpExempt returns the paths that HTTP serves without credentials.
 func httpExempt(cfg config.Config) []string {
 	paths := append([]string(nil), auth.HealthPaths...)
+	if cfg.GRPC != "" {
+		paths = append(paths, "/healthcheck") // the rate-limit service's, on the HTTP listener
+	}
 	if cfg.MetricsOpen {
 		paths = append(paths, "/metrics")
 	}
