@@ -1,0 +1,120 @@
+package leasestore_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/leasestore"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// A node that dies holding a lease strands its units: the others carry
+// on, short of those units until the funnel refills them, and never over.
+func TestDeadNodeStrandsItsUnits(t *testing.T) {
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	m := newModel(c)
+	p := p100(t) // leased under a burst of 80, leases of up to 20
+	s := newSim(t, c, m, 2, p, 1, leasestore.Options{NoPrefetch: true})
+	for range 30 {
+		s.request(0, "k", 1) // node 0 warms the key and leases
+	}
+	st := s.nodes[0].Stats()
+	stranded := st.Leased - (st.Spent - st.Direct)
+	if stranded <= 0 {
+		t.Fatalf("node 0 holds nothing: %+v", st)
+	}
+	// Node 0 dies (it is never called again). Node 1, at the same instant,
+	// gets what is left of the reduced burst, less the stranded units.
+	before := len(s.adm["k"])
+	for range 100 {
+		s.request(1, "k", 1)
+	}
+	got := int64(len(s.adm["k"]) - before)
+	if want := 80 - 30 - stranded; got != want {
+		t.Fatalf("node 1 admitted %d at once, want %d (80 - 30 spent - %d stranded)", got, want, stranded)
+	}
+	// A second later the funnel has refilled: node 1 gets the whole
+	// reduced burst again, stranded units or not.
+	c.t.Add(int64(time.Second))
+	before = len(s.adm["k"])
+	for range 100 {
+		s.request(1, "k", 1)
+	}
+	if got := len(s.adm["k"]) - before; got != 80 {
+		t.Fatalf("after a second node 1 admitted %d, want 80", got)
+	}
+	s.check()
+}
+
+// Redis stopped under load: a node spends what it holds, then answers
+// its fallback; Redis started again on the same port, decisions resume
+// by themselves. Nothing is ever over the limit.
+func TestRedisRestartUnderLoad(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rs := redisstore.New(srv.Client(), redisstore.Options{Timeout: 50 * time.Millisecond, Logger: quiet()})
+	ls := leasestore.New(rs, leasestore.Options{Logger: quiet()})
+	defer ls.Close()
+	c, err := funnel.Limit{Count: 1000, Period: time.Second, Burst: 999}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fallbacks, allowed, errs atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := make([]funnel.Result, 1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := ls.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: c}}, res); err != nil {
+					errs.Add(1)
+					continue
+				}
+				switch {
+				case res[0].Fallback:
+					fallbacks.Add(1)
+					if res[0].Allowed {
+						t.Error("a fail-closed fallback admitted")
+					}
+				case res[0].Allowed:
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	waitUntil(t, "decisions", func() bool { return allowed.Load() > 100 })
+	srv.Stop()
+	waitUntil(t, "fallbacks", func() bool { return fallbacks.Load() > 100 })
+	srv.MustStart()
+	resumed := allowed.Load()
+	waitUntil(t, "decisions after the restart", func() bool { return allowed.Load() > resumed+100 })
+	close(stop)
+	wg.Wait()
+	if errs.Load() > 0 {
+		t.Fatalf("%d errors: a store that cannot decide answers the fallback", errs.Load())
+	}
+	t.Logf("%d admitted, %d fallbacks; %+v", allowed.Load(), fallbacks.Load(), ls.Stats())
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 20s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
