@@ -194,15 +194,7 @@ func (s *sim) check() (admitted, exact int64) {
 func (s *sim) stats() leasestore.Stats {
 	var t leasestore.Stats
 	for _, n := range s.nodes {
-		st := n.Stats()
-		t.Decisions += st.Decisions
-		t.Local += st.Local
-		t.Calls += st.Calls
-		t.Leased += st.Leased
-		t.Spent += st.Spent
-		t.Forfeited += st.Forfeited
-		t.GivenBack += st.GivenBack
-		t.LocalRefusals += st.LocalRefusals
+		add(&t, n.Stats())
 	}
 	return t
 }
@@ -298,10 +290,16 @@ func TestNeverOverAdmitsModel(t *testing.T) {
 func add(t *leasestore.Stats, s leasestore.Stats) {
 	t.Decisions += s.Decisions
 	t.Local += s.Local
+	t.LocalRefusals += s.LocalRefusals
 	t.Calls += s.Calls
+	t.Prefetches += s.Prefetches
+	t.Failed += s.Failed
+	t.Direct += s.Direct
 	t.Leased += s.Leased
+	t.Spent += s.Spent
 	t.Forfeited += s.Forfeited
 	t.GivenBack += s.GivenBack
+	t.Fallbacks += s.Fallbacks
 }
 
 // TestNeverOverAdmitsRedis runs the protocol on a real Redis, whose
