@@ -65,7 +65,14 @@ var respAddr = regexp.MustCompile(`funnel started.* resp=(\S+)`)
 // extra flags, and waits until it serves.
 func startFunnel(t *testing.T, snapshot string, flags ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--resp", "127.0.0.1:0", "--http", "", "--grpc", "", "--snapshot", snapshot}, flags...)
+	return startServe(t, append([]string{"--snapshot", snapshot}, flags...)...)
+}
+
+// startServe starts `funnel serve` with RESP on a free port, no HTTP nor
+// gRPC, and the given flags, and waits until it serves.
+func startServe(t *testing.T, flags ...string) *proc {
+	t.Helper()
+	args := append([]string{"serve", "--resp", "127.0.0.1:0", "--http", "", "--grpc", ""}, flags...)
 	p := &proc{t: t, cmd: exec.Command(funnelBinary(t), args...), exit: make(chan error, 1)}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
