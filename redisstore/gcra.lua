@@ -84,20 +84,8 @@ local wh, wl, wv, wms, wpx
 
 if nk == 1 then
   local key = KEYS[1]
-  local raw = redis.pcall('GET', key)
-  local th, tl, bad = 0, 0, false
-  if raw then
-    if raw.err then
-      -- a list, a hash...: GET's own WRONGTYPE error
-      return redis.error_reply('WRONGTYPE the value is not a string')
-    end
-    --> tat.lua
-    if bad == 1 then
-      return redis.error_reply('WRONGTYPE the value is not a decimal number')
-    elseif bad then
-      return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
-    end
-  end
+  local th, tl = 0, 0
+  --> get.lua
   local a = ARGV[5] / 256
   local ch, cl, vh, vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
   --> decide.lua

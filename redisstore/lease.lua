@@ -34,19 +34,8 @@ local key = KEYS[1]
 local slack = ARGV[4] + 0
 -- The last value and expiry written (see store.lua).
 local wh, wl, wv, wms, wpx
-local raw = redis.pcall('GET', key)
-local th, tl, bad = 0, 0, false
-if raw then
-  if raw.err then
-    return redis.error_reply('WRONGTYPE the value is not a string')
-  end
-  --> tat.lua
-  if bad == 1 then
-    return redis.error_reply('WRONGTYPE the value is not a decimal number')
-  elseif bad then
-    return redis.error_reply('WRONGTYPE the value is beyond int64 nanoseconds')
-  end
-end
+local th, tl = 0, 0
+--> get.lua
 local interval, tol = ARGV[5] + 0, ARGV[6] + 0
 local changed = false
 
