@@ -65,6 +65,25 @@ type Config struct {
 	// LeaseMax caps the units of one lease; 0 means no cap but the rate's
 	// and the burst's.
 	LeaseMax int64 `yaml:"lease_max"`
+	// TraceEndpoint, when set, sends a span of every decision to this
+	// OpenTelemetry (OTLP) collector: host:port, or a URL. Empty leaves
+	// tracing to the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and to envoyproxy/ratelimit's
+	// TRACING_ENABLED; without any of them nothing is traced.
+	TraceEndpoint string `yaml:"trace_endpoint"`
+	// TraceProtocol is the OTLP transport: "grpc" or "http" (protobuf over
+	// HTTP). Empty means OTEL_EXPORTER_OTLP_PROTOCOL, else
+	// TRACING_EXPORTER_PROTOCOL, else "http".
+	TraceProtocol string `yaml:"trace_protocol"`
+	// TraceInsecure sends spans without TLS.
+	TraceInsecure bool `yaml:"trace_insecure"`
+	// TraceSampleRate is the share of decisions traced, from 0 to 1, when
+	// the caller's trace does not decide (a sampled parent is followed);
+	// 0 means TRACING_SAMPLING_RATE, else 1.
+	TraceSampleRate float64 `yaml:"trace_sample_rate"`
+	// TraceServiceName names the service in the spans' resource; empty
+	// means OTEL_SERVICE_NAME, else TRACING_SERVICE_NAME, else "funnel".
+	TraceServiceName string `yaml:"trace_service_name"`
 	// KeyPrefix is prepended to every key the Redis store writes.
 	KeyPrefix string `yaml:"key_prefix"`
 	// RequirePass is the password of the "default" user; empty means no
@@ -291,6 +310,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validateLease(); err != nil {
+		return err
+	}
+	if err := c.validateTrace(); err != nil {
 		return err
 	}
 	if err := c.validateXDS(); err != nil {

@@ -179,7 +179,7 @@ func TestServeFlagsCoverConfig(t *testing.T) {
 		case time.Duration:
 			v = (d + 7*time.Second).String()
 		case float64:
-			v = strconv.FormatFloat(d/2, 'g', -1, 64)
+			v = strconv.FormatFloat(d/2+0.125, 'g', -1, 64)
 		default:
 			t.Fatalf("--%s: a flag of type %T", fl.Name, d)
 		}

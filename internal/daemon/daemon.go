@@ -39,6 +39,7 @@ type Daemon struct {
 	watcher  *rules.Watcher // the rules, when a file names them
 	rulesXDS *rulesXDS      // the rules, when a control plane sends them
 	snap     *snapshots     // the memory store's snapshots, when a file is named
+	traces   *traces        // the decisions' spans, when tracing is on
 	rls      *rls.Server    // Envoy's rate-limit service, when gRPC is on
 }
 
@@ -52,6 +53,10 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(metrics.Options{})}
 	if err := d.openStore(); err != nil {
+		return nil, err
+	}
+	if err := d.openTracing(); err != nil {
+		d.close()
 		return nil, err
 	}
 	d.lim = funnel.New(d.store)
@@ -231,5 +236,6 @@ func (d *Daemon) Close() error {
 	}
 	d.rulesXDS.close()
 	d.sec.close()
+	d.traces.shutdown(context.Background())
 	return d.close()
 }

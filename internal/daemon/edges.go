@@ -111,6 +111,7 @@ func (d *Daemon) openGRPC() error {
 	if tc := d.sec.tlsConfig(); tc != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 	}
+	gopts = append(gopts, d.traces.grpcOptions()...)
 	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 	d.edges = append(d.edges, edge{
@@ -161,7 +162,7 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:           guard(withRLS(api, d.rls)),
+		Handler:           d.traces.httpHandler(guard(withRLS(api, d.rls))),
 		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		// A body is at most httpapi.DefaultMaxBody: a client that takes
