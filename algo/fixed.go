@@ -104,7 +104,9 @@ type Fixed struct {
 // FixedDecide applies a request for q units at now to a fixed-window key in
 // state st, where span is the window that holds now and count the units it
 // admits. A refused request, or a peek (q = 0), returns st itself: nothing is
-// to be stored. A state of an earlier window reads as empty.
+// to be stored. A state of an earlier window reads as empty; a state of a
+// later window (the clock was stepped back) counts as the current
+// window's, so that a clock stepped back never grants a fresh window.
 //
 // It admits when the window's units plus q are at most count; otherwise
 // RetryAfter is the time to the window's end, or Never when q > count.
@@ -113,7 +115,7 @@ func FixedDecide(now int64, st Fixed, count int64, span Span, q int64) (Fixed, R
 		return st, Result{}, err
 	}
 	n := int64(0)
-	if st.Start == span.Start {
+	if st.Start >= span.Start {
 		n = st.N
 	}
 	var r Result
@@ -140,12 +142,14 @@ func FixedDecide(now int64, st Fixed, count int64, span Span, q int64) (Fixed, R
 
 // FixedRefund gives back q units to a fixed-window key in the window span,
 // never below zero (the zero Fixed: no state). Units spent in an earlier
-// window are not given back; a q ≤ 0 gives nothing back.
+// window are not given back (those of a later one, after the clock was
+// stepped back, are, as FixedDecide counts them); a q ≤ 0 gives nothing
+// back.
 func FixedRefund(st Fixed, span Span, q int64) Fixed {
-	if q <= 0 && st.Start == span.Start {
+	if q <= 0 && st.Start >= span.Start {
 		return st
 	}
-	if st.Start != span.Start || st.N <= q {
+	if st.Start < span.Start || st.N <= q {
 		return Fixed{}
 	}
 	st.N -= q

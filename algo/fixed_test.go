@@ -223,8 +223,10 @@ func TestFixedDecide(t *testing.T) {
 		{now: end, span: next, st: Fixed{span.Start, 3}, q: 0, ok: true, rem: 3, want: Fixed{span.Start, 3}},
 		{now: end + 1, span: next, st: Fixed{span.Start, 3}, q: 3, ok: true, rem: 0, reset: time.Second - 1, want: Fixed{next.Start, 3}},
 		{now: end + 5000*ms, span: Span{next.Start + 5000, next.End + 5000}, st: Fixed{next.Start, 3}, q: 1, ok: true, rem: 2, reset: time.Second, want: Fixed{next.Start + 5000, 1}},
-		// A later window's state (a clock that went back) reads as empty too.
-		{now: epoch, span: span, st: Fixed{next.Start, 3}, q: 1, ok: true, rem: 2, reset: 28_961_989, want: Fixed{span.Start, 1}},
+		// A later window's state (a clock that went back) counts as the
+		// current window's: no fresh window.
+		{now: epoch, span: span, st: Fixed{next.Start, 3}, q: 1, retry: 28_961_989, reset: 28_961_989, want: Fixed{next.Start, 3}},
+		{now: epoch, span: span, st: Fixed{next.Start, 1}, q: 1, ok: true, rem: 1, reset: 28_961_989, want: Fixed{span.Start, 2}},
 		{now: epoch, span: span, st: Fixed{span.Start, 1}, q: -1, want: Fixed{span.Start, 1}, wantErr: ErrNegative},
 	} {
 		got, r, err := FixedDecide(c.now, c.st, count, c.span, c.q)

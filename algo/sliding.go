@@ -8,11 +8,15 @@ type Sliding struct {
 	Start, Prev, Cur int64
 }
 
-// roll returns st seen from the window that starts at start.
+// roll returns st seen from the window that starts at start. A state of a
+// later window (the clock was stepped back) counts as the current
+// window's, so that a clock stepped back never grants a fresh window.
 func (st Sliding) roll(start, period int64) Sliding {
 	switch {
 	case st.Start == start:
 		return st
+	case st.Start > start:
+		return Sliding{Start: start, Prev: st.Prev, Cur: st.Cur}
 	case st.Start == start-period:
 		return Sliding{Start: start, Prev: st.Cur}
 	}

@@ -46,8 +46,6 @@ func TestSlidingDecide(t *testing.T) {
 		// Two windows later they are gone.
 		{now: at(w3), st: Sliding{w1, 5, 2}, q: 1, ok: true, rem: 4, reset: 2 * time.Second, want: Sliding{w3, 0, 1}},
 		{now: at(w3), st: Sliding{w1, 5, 2}, q: 0, ok: true, rem: 5, want: Sliding{w1, 5, 2}},
-		// A later window's state (a clock that went back) reads as empty.
-		{now: epoch, st: Sliding{w2, 5, 5}, q: 5, ok: true, reset: 1_028_961_989, want: Sliding{w0, 0, 5}},
 		{now: epoch, st: Sliding{w0, 0, 1}, q: -1, want: Sliding{w0, 0, 1}, wantErr: ErrNegative},
 	} {
 		got, r, err := SlidingDecide(c.now, c.st, p, c.q)
@@ -250,4 +248,22 @@ func FuzzSliding(f *testing.F) {
 		}
 		runSliding(t, p, steps)
 	})
+}
+
+// A later window's state (a clock that went back) counts as the current
+// window's: no fresh window.
+func TestSlidingClockSteppedBack(t *testing.T) {
+	p := WindowParams{Count: 5, Period: 1000}
+	w0 := Millis(epoch) - Millis(epoch)%1000
+	w2 := w0 + 2000
+	if _, r, _ := SlidingDecide(epoch, Sliding{w2, 0, 5}, p, 1); r.Allowed {
+		t.Fatalf("5 units of a later window, then 1: %+v", r)
+	}
+	st, r, _ := SlidingDecide(epoch, Sliding{w2, 0, 2}, p, 3)
+	if !r.Allowed || st != (Sliding{w0, 0, 5}) {
+		t.Fatalf("2 units of a later window, then 3: %+v %+v", st, r)
+	}
+	if got := SlidingRefund(epoch, Sliding{w2, 0, 2}, p, 1); got != (Sliding{w0, 0, 1}) {
+		t.Fatalf("refund on a later window's state: %+v", got)
+	}
 }

@@ -41,9 +41,9 @@ type snapReader struct {
 // stepped back) is restored as if written now: no key gets a fresh burst,
 // and no ban lasts longer than it had left. The windows of the window
 // algorithms are windows of the wall clock and are kept as they are; from
-// a snapshot from the future, a window ahead of now gives its counts to the
-// window that holds now (for windows aligned to the epoch: a calendar window
-// in another zone than UTC then reads as empty).
+// a snapshot from the future, a window ahead of now counts as the window
+// that holds now (see algo.FixedDecide), calendar windows in any zone
+// included.
 // Keys beyond MaxKeys are not restored.
 //
 // A snapshot that is truncated, corrupt, not a snapshot, or of a newer
@@ -313,29 +313,11 @@ func (sr *snapReader) record(c *cursor, kind, ver uint8, at int64) error {
 }
 
 // window sets the end of the window state fs, in ms, as the snapshot
-// names it. A snapshot from the future (see ReadSnapshot) holds windows
-// that may lie ahead of now: their counts move to the window that holds
-// now, where the windows are aligned to the epoch (a calendar window in
-// another zone than UTC then reads as empty).
+// names it. A snapshot from the future (see ReadSnapshot) may hold windows
+// that lie ahead of now: they are kept as they are, and the decisions count
+// a later window's units as the current window's (algo.FixedDecide, the
+// sliding counter's roll), whatever the windows' alignment or time zone.
 func (sr *snapReader) window(fs *fstate, end int64) {
-	if sr.st.Clamped > 0 {
-		// The window's length: a fixed window ends one length after its
-		// start, a sliding counter's state two (one when only the
-		// previous window counts).
-		n := end - fs.a
-		if fs.kind == kindSliding && fs.c > 0 {
-			n /= 2
-		}
-		now := algo.Millis(sr.now)
-		if n > 0 && fs.a > now {
-			start := now - now%n
-			if now < 0 && now%n != 0 {
-				start -= n
-			}
-			end += start - fs.a
-			fs.a = start
-		}
-	}
 	fs.expires = math.MaxInt64
 	if end < math.MaxInt64/int64(time.Millisecond) {
 		fs.expires = end * int64(time.Millisecond)

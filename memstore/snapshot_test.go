@@ -30,10 +30,20 @@ var snapKeys = []snapKey{
 	{key: "leaky", limit: funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Minute, Burst: 4}},
 	{key: "fixed", limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Hour}, window: true},
 	{key: "sliding", limit: funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 10, Period: time.Hour}, window: true},
+	{key: "daily-ny", limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Calendar: funnel.Daily, Location: zone("America/New_York")}, window: true},
 	{key: "log", limit: funnel.Limit{Algorithm: funnel.SlidingLog, Count: 10, Period: time.Minute}},
 	{key: "conc", limit: funnel.Limit{Algorithm: funnel.Concurrency, Count: 10, Period: time.Minute}, lease: "x"},
 	{key: "banned", limit: funnel.Limit{Count: 1, Period: time.Hour, Ban: 10 * time.Minute}},
 	{key: "\x00binary\xff key", limit: funnel.Limit{Count: 5, Period: time.Minute}},
+}
+
+// zone loads a time zone for snapKeys.
+func zone(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return loc
 }
 
 // spend charges every key of snapKeys several times over a few seconds,
@@ -117,11 +127,13 @@ func TestSnapshotRoundTrip(t *testing.T) {
 
 // A snapshot written at a wall time later than the reader's clock (which
 // was stepped back) is restored as if written now: nothing refills and no
-// ban grows. Window counts move to the window that holds now: when the
-// clock went back by whole windows they answer as before, otherwise they
-// count as much.
+// ban grows. Window counts of a window ahead of now count as the current
+// window's: when the clock went back by whole windows they answer as
+// before (a calendar day: as many units, a longer wait to its end),
+// otherwise they count as much (back 20 h crosses New York's midnight: the
+// calendar window of the day before counts the next day's units).
 func TestSnapshotFromTheFuture(t *testing.T) {
-	for _, back := range []time.Duration{time.Hour, 90 * time.Minute, 7 * time.Second} {
+	for _, back := range []time.Duration{time.Hour, 90 * time.Minute, 7 * time.Second, 20 * time.Hour} {
 		t.Run(back.String(), func(t *testing.T) {
 			a, ca := newStore(t, memstore.Options{SweepInterval: -1})
 			spend(t, a, ca)
@@ -142,7 +154,7 @@ func TestSnapshotFromTheFuture(t *testing.T) {
 				for i := range want {
 					k := snapKeys[i]
 					switch {
-					case !k.window || back == time.Hour:
+					case !k.window || back == time.Hour && k.limit.Calendar == funnel.NoCalendar:
 						if got[i] != want[i] {
 							t.Errorf("%q: restored %+v, want %+v", k.key, got[i], want[i])
 						}
@@ -159,7 +171,7 @@ func TestSnapshotFromTheFuture(t *testing.T) {
 func TestSnapshotSkipsEmptyStates(t *testing.T) {
 	a, ca := newStore(t, memstore.Options{SweepInterval: -1})
 	spend(t, a, ca)
-	ca.Add(3 * time.Hour)
+	ca.Add(24 * time.Hour) // past New York's midnight too
 	data := snapshot(t, a)
 	b, cb := newStore(t, memstore.Options{SweepInterval: -1})
 	cb.Set(ca.Now())

@@ -327,7 +327,8 @@ for i = 1, nops do
       end
     end
     local n = 0
-    if op.fs == s then
+    if op.fs and op.fs >= s then
+      -- (a later window's: the clock was stepped back)
       n = op.fn
     end
     r1, r2, r3 = s, e, n
@@ -355,7 +356,8 @@ for i = 1, nops do
     local p = op.period
     local s = nowms - nowms % p
     local prev, cur = 0, 0
-    if op.ss == s then
+    if op.ss and op.ss >= s then
+      -- (or a later window's: the clock was stepped back)
       prev, cur = op.sp, op.sc
     elseif op.ss == s - p then
       prev = op.sc

@@ -52,6 +52,7 @@ func RunFamily(t *testing.T, newStore NewStore) {
 		{"AllOrNothingErrors", testAllOrNothingErrors},
 		{"WrongType", testWrongType},
 		{"Calendar", testCalendar},
+		{"ClockSteppedBack", testClockSteppedBack},
 		{"ConcurrentMultiLimit", testConcurrentMulti},
 		{"ConcurrentLeases", testConcurrentLeases},
 	} {
@@ -712,6 +713,31 @@ func testCalendar(t *testing.T, newStore NewStore) {
 	expect(t, e, clock, 0, ops(take("cal:m", monthly, 1)), allowed(100, 99, 191*h))
 	expect(t, e, clock, 191*h-1, ops(take("cal:m", monthly, 1)), allowed(100, 98, 1))
 	expect(t, e, clock, 191*h, ops(take("cal:m", monthly, 1)), allowed(100, 99, 31*day))
+}
+
+// A clock stepped back (the store's, or a snapshot from the future) never
+// grants a fresh window: a later window's units count as the current
+// window's, for epoch, calendar (in any zone) and sliding windows alike.
+func testClockSteppedBack(t *testing.T, newStore NewStore) {
+	e, clock := newExecutor(t, newStore)
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hourly := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Period: time.Hour}
+	daily := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Calendar: funnel.Daily, Location: ny}
+	sliding := funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 5, Period: time.Hour}
+	// Day0 is a whole hour; in New York it is 19:00, 5 h before midnight.
+	expect(t, e, clock, 2*h, ops(take("back:h", hourly, 5)), allowed(5, 0, h))
+	expect(t, e, clock, h+30*time.Minute, ops(take("back:h", hourly, 1)), refused(5, 0, 30*time.Minute, 30*time.Minute))
+	expect(t, e, clock, 6*h, ops(take("back:d", daily, 4)), allowed(5, 1, day-h))
+	expect(t, e, clock, 4*h, ops(take("back:d", daily, 1)), allowed(5, 0, h))
+	expect(t, e, clock, 4*h, ops(take("back:d", daily, 1)), refused(5, 0, h, h))
+	expect(t, e, clock, 2*h+10*time.Minute, ops(take("back:s", sliding, 5)), allowed(5, 0, 2*h-10*time.Minute))
+	got, err := do(t, e, clock, h+50*time.Minute, take("back:s", sliding, 1))
+	if err != nil || got[0].Allowed {
+		t.Fatalf("a sliding window after the clock went back: %+v, %v", got, err)
+	}
 }
 
 // Goroutines ask for several limits at once on overlapping keys, with
