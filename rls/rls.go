@@ -702,7 +702,8 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 	return st
 }
 
-// charge decides ops together. If every one admits, all are charged. If
+// charge decides ops together (on Redis Cluster, slot by slot: see
+// allowAll). If every one admits, all are charged. If
 // the request is refused (see refused), none is. If only limits in shadow
 // mode or some quotas refuse, the request goes on, so it is charged to the
 // others, together again (which a concurrent request may have filled
