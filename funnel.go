@@ -242,7 +242,7 @@ type Store interface {
 	// another algorithm's state is an error that wraps ErrWrongType, and
 	// changes nothing. A store that needs keys of one call to share
 	// something (Redis Cluster: a hash slot) says so with an error that
-	// wraps ErrCrossSlot.
+	// wraps ErrCrossSlot, and may say which keys go together (Grouper).
 	//
 	// A store that cannot decide in time either fails with an error that
 	// wraps ErrUnavailable or answers its configured fallback (a result

@@ -74,7 +74,8 @@ func (m *Metrics) done(op int, start time.Time, err error, fallback bool) {
 // a result with Fallback set counts as an unavailable store). A Do call of
 // one funnel decision without a ban, the commonest call, is labelled
 // op="throttle", other Do calls op="do". The store reports NonBlocking as s
-// does. With a nil m it returns s unchanged.
+// does, and its groups of keys (funnel.Grouper). With a nil m it returns s
+// unchanged.
 func InstrumentStore(s funnel.Store, m *Metrics) funnel.Store {
 	if m == nil {
 		return s
@@ -144,6 +145,15 @@ func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
 func (s *Store) NonBlocking() bool {
 	nb, ok := s.inner.(interface{ NonBlocking() bool })
 	return ok && nb.NonBlocking()
+}
+
+// Group returns the wrapped store's group of key when it has groups
+// (funnel.Grouper), else 0: keys of one call go together.
+func (s *Store) Group(key string) int {
+	if g, ok := s.inner.(funnel.Grouper); ok {
+		return g.Group(key)
+	}
+	return 0
 }
 
 // Unwrap returns the wrapped store.

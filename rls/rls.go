@@ -22,6 +22,17 @@
 // own status. When the request goes on, it is charged to the limits that
 // admitted it (envoy's service charges them all).
 //
+// On Redis Cluster, the keys of one request are often in several hash
+// slots, which no script can decide together. Such a request is decided
+// one slot at a time (each slot atomically, the slots at once), and when
+// one slot refuses, the limits of the slots that admitted are refunded:
+// the request is refused and in the end charged to no limit, as on a
+// single Redis. What is not atomic is the moment between a slot's charge
+// and its refund, when another request may find the charge and be refused
+// for it; and a refund gives back exactly what the charge took only when
+// little time has passed between them (the README's "Several descriptors
+// on Redis Cluster" says what each algorithm gives back).
+//
 // Besides gRPC, JSONHandler and HealthHandler serve envoy's HTTP endpoints
 // (POST /json and /healthcheck); Options.ResponseHeaders adds envoy's
 // rate-limit headers, or the IETF draft's fields; Options.Count receives
@@ -279,8 +290,9 @@ var errFallback = errors.New("rls: the store could not decide (fail-closed fallb
 // by its class (funnel.ClassOf): a bad request or limit is InvalidArgument;
 // a store that cannot be reached (or its fail-closed fallback) is
 // Unavailable, so that Envoy applies its own failure_mode_deny; a context
-// that ended is Canceled or DeadlineExceeded; keys that the rules put in
-// several hash slots, or on a key of another algorithm, are
+// that ended is Canceled or DeadlineExceeded; keys that the store cannot
+// decide together even one group at a time (a store that does not say its
+// groups), or a key of another algorithm, are
 // FailedPrecondition (the rules' doing, not the client's); anything else is
 // Internal. The client's errors are not logged; the others are, at most
 // once a second each, and their detail is never sent.
@@ -690,7 +702,8 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 	return st
 }
 
-// charge decides ops together. If every one admits, all are charged. If
+// charge decides ops together (on Redis Cluster, slot by slot: see
+// allowAll). If every one admits, all are charged. If
 // the request is refused (see refused), none is. If only limits in shadow
 // mode or some quotas refuse, the request goes on, so it is charged to the
 // others, together again (which a concurrent request may have filled
@@ -725,7 +738,7 @@ func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) er
 		idx = append(idx, i)
 	}
 	for attempt := 0; len(reqs) > 0; attempt++ {
-		m, err := s.lim.AllowAll(ctx, reqs)
+		m, err := s.allowAll(ctx, reqs)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,16 @@
+package funnel
+
+// Grouper is implemented by a Store that decides several ops in one Do
+// call only when their keys share a group, and otherwise fails with an
+// error that wraps ErrCrossSlot: on Redis Cluster a group is a hash slot.
+// A caller whose keys are of several groups can call Do once per group;
+// each call is then atomic, but the calls together are not, and restoring
+// all-or-nothing (refunding the groups that admitted when another refused)
+// is the caller's to do and to document. A Store that does not implement
+// Grouper decides any keys of one call together.
+type Grouper interface {
+	// Group returns the group of key: ops whose keys have the same group,
+	// at least 0, can be decided in one Do call; -1 means that key can be
+	// decided only alone.
+	Group(key string) int
+}

@@ -1,0 +1,70 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/redistest"
+)
+
+// TestDaemonRLSOnCluster: funnel serve over a Redis Cluster decides a
+// request whose descriptors are in two hash slots, over gRPC and /json:
+// admitted, it is charged to both; refused by one, the other's charge is
+// refunded. The store the daemon wires (instrumented) says its slots.
+func TestDaemonRLSOnCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 1)
+	cfg := envoyConfig(t, `domain: api
+descriptors:
+  - {key: user, rate_limit: {unit: day, requests_per_unit: 2, algorithm: gcra}}
+  - {key: path, rate_limit: {unit: day, requests_per_unit: 100, algorithm: gcra}}
+`)
+	cfg.Store = "redis-cluster://" + strings.Join(cl.Addrs(), ",")
+	d, _, stop := start(t, cfg)
+	g, ok := d.Store().(funnel.Grouper)
+	if !ok {
+		t.Fatalf("the daemon's store %T does not say its slots", d.Store())
+	}
+	// The rules' keys are domain_key_value_ and the algorithm's name.
+	path := "p"
+	for i := 0; g.Group("api_user_alice_gcra") == g.Group("api_path_"+path+"_gcra"); i++ {
+		path = fmt.Sprintf("p%d", i)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}},
+	}}
+	client := dialRLS(t, d.GRPCAddr().String())
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		r, err := client.ShouldRateLimit(context.Background(), req)
+		if err != nil || r.OverallCode != want {
+			t.Fatalf("request %d: %v, %v; want %v", i+1, r, err, want)
+		}
+		if left := uint32(100 - min(i+1, 2)); r.Statuses[1].LimitRemaining != left {
+			t.Fatalf("request %d: path has %d left, want %d", i+1, r.Statuses[1].LimitRemaining, left)
+		}
+	}
+	for _, key := range []string{"api_user_alice_gcra", "api_path_" + path + "_gcra"} {
+		if n, err := cl.Client().Exists(context.Background(), key).Result(); err != nil || n != 1 {
+			t.Fatalf("%s is not in Redis: %d, %v", key, n, err)
+		}
+	}
+	body := fmt.Sprintf(`{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "alice"}]}, {"entries": [{"key": "path", "value": %q}]}]}`, path)
+	if code, text := httpDo(t, "POST", "http://"+d.HTTPAddr().String()+"/json", "", body); code != http.StatusTooManyRequests {
+		t.Fatalf("/json: %d %s", code, text)
+	}
+	req.Descriptors = req.Descriptors[1:]
+	if r, err := client.ShouldRateLimit(context.Background(), req); err != nil || r.Statuses[0].LimitRemaining != 97 {
+		t.Fatalf("path alone: %v, %v; want 97 left (the refused requests refunded)", r, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
