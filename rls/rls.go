@@ -50,6 +50,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -168,6 +169,11 @@ type Options struct {
 	// rule's metric name (rules.Match.Metric) and the result or error,
 	// for metrics by rule.
 	Observe func(rule string, r funnel.Result, err error)
+	// Trace, when set, returns the context of a decision marked with the
+	// rules it decides (their metric names, comma-separated), for the
+	// decision's span (tracing.WithRule); nil marks nothing and costs
+	// nothing.
+	Trace func(ctx context.Context, rules string) context.Context
 	// Count, when set, is called once per decided descriptor that has a
 	// limit with the rule's metric name (rules.Match.Metric: envoy's
 	// statistics key, "domain.key_value…") and the hits it counts as
@@ -347,8 +353,9 @@ type item struct {
 // op is one distinct key charged by a request.
 type op struct {
 	req      funnel.Request
-	enforced bool // a rule not in shadow mode and not a quota charges it
-	quota    bool // a quota not in shadow mode charges it
+	rule     string // the rule's metric name, for traces
+	enforced bool   // a rule not in shadow mode and not a quota charges it
+	quota    bool   // a quota not in shadow mode charges it
 	res      funnel.Result
 }
 
@@ -577,7 +584,7 @@ func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced
 		byKey[key] = len(ops)
 	}
 	it.op = len(ops)
-	ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, enforced: enforced, quota: quota})
+	ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, rule: it.metric, enforced: enforced, quota: quota})
 	return ops, byKey
 }
 
@@ -711,6 +718,13 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 // at most a few times). When denied, the request is refused whatever the
 // store says: the ops are only peeked, for their statuses.
 func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) error {
+	if s.opts.Trace != nil {
+		names := make([]string, len(ops))
+		for i := range ops {
+			names[i] = ops[i].rule
+		}
+		ctx = s.opts.Trace(ctx, strings.Join(names, ","))
+	}
 	if len(ops) == 1 {
 		// One key: the same decision, without AllowAll's bookkeeping.
 		r := ops[0].req

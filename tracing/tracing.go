@@ -56,7 +56,10 @@ type Store struct {
 	tracer trace.Tracer
 }
 
-var _ funnel.Store = (*Store)(nil)
+var (
+	_ funnel.Store   = (*Store)(nil)
+	_ funnel.Grouper = (*Store)(nil)
+)
 
 // WrapStore returns inner with a span for each call, made by tp's tracer.
 func WrapStore(inner funnel.Store, tp trace.TracerProvider) *Store {
@@ -116,6 +119,15 @@ func retrySeconds(d time.Duration) float64 {
 		return -1
 	}
 	return d.Seconds()
+}
+
+// Group returns the wrapped store's group of key when it has groups
+// (funnel.Grouper), else 0: keys of one call go together.
+func (s *Store) Group(key string) int {
+	if g, ok := s.inner.(funnel.Grouper); ok {
+		return g.Group(key)
+	}
+	return 0
 }
 
 // Reset makes a span "funnel.reset".

@@ -20,6 +20,7 @@ import (
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
+	"github.com/funnelrl/funnel/tracing"
 )
 
 // edge is a listener in front of the limiter besides RESP: the HTTP API or
@@ -102,6 +103,9 @@ func (d *Daemon) openGRPC() error {
 	if d.cfg.RLSHeaders {
 		opts.ResponseHeaders = &rls.Headers{Limit: d.cfg.RLSHeaderLimit, Remaining: d.cfg.RLSHeaderRemaining,
 			Reset: d.cfg.RLSHeaderReset, IETF: d.cfg.RLSHeadersFormat == "ietf"}
+	}
+	if d.traces != nil {
+		opts.Trace = tracing.WithRule
 	}
 	srv := rls.New(d.lim, src, opts)
 	d.rls = srv

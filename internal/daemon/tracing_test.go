@@ -138,11 +138,17 @@ func TestDaemonTracing(t *testing.T) {
 				found["resp"] = true // RESP carries no trace: a root span
 			}
 		}
-		var outcome string
+		var outcome, rule string
 		for _, kv := range s.Attributes {
-			if kv.Key == "funnel.outcome" {
+			switch kv.Key {
+			case "funnel.outcome":
 				outcome = kv.GetValue().GetStringValue()
+			case "funnel.rule":
+				rule = kv.GetValue().GetStringValue()
 			}
+		}
+		if trace == grpcTrace && rule != "api.user" {
+			t.Errorf("the gRPC decision's rule: %q, want api.user", rule)
 		}
 		if outcome != "allowed" {
 			t.Errorf("decision span without its outcome: %v", s.Attributes)
