@@ -168,11 +168,15 @@ type Store struct {
 	done      chan struct{}
 	once      sync.Once
 	prefetchs sync.WaitGroup // lease calls in the background
+	// ignoreWindowEnd, set by tests only before use, lets window leases
+	// outlive their window: the mutation the tests must catch.
+	ignoreWindowEnd bool
 }
 
 type shard struct {
-	mu   sync.Mutex
-	keys map[string]*entry
+	mu    sync.Mutex
+	keys  map[string]*entry
+	wkeys map[string]*wentry // window keys
 }
 
 // New returns a Store that leases from b. Close stops its sweeper.
@@ -192,6 +196,7 @@ func New(b Backend, opts Options) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].keys = map[string]*entry{}
+		s.shards[i].wkeys = map[string]*wentry{}
 	}
 	go s.sweep()
 	return s
@@ -247,6 +252,9 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 				return s.take(ctx, op.Key, op.Limit.GCRA, r, op.N, &res[0])
 			}
 		}
+		if windowed(op) {
+			return s.takeWindow(ctx, op.Key, &op.Limit, op.N, &res[0])
+		}
 	}
 	return s.b.Do(ctx, ops, res)
 }
@@ -259,6 +267,10 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 		s.forfeit(e, s.now())
 		e.refusedUntil = 0
 		e.back = gcra.LeaseRequest{}
+	}
+	if e := sh.wkeys[key]; e != nil {
+		s.wforfeit(e)
+		e.refusedUntil = 0
 	}
 	sh.mu.Unlock()
 	return s.b.Reset(ctx, key)
