@@ -168,9 +168,10 @@ type Store struct {
 	done      chan struct{}
 	once      sync.Once
 	prefetchs sync.WaitGroup // lease calls in the background
-	// ignoreWindowEnd, set by tests only before use, lets window leases
-	// outlive their window: the mutation the tests must catch.
-	ignoreWindowEnd bool
+	// ignoreWindowEnd and refundLate, set by tests only before use, let
+	// window leases outlive their window, and refunds go at any time: the
+	// mutations the tests must catch.
+	ignoreWindowEnd, refundLate bool
 }
 
 type shard struct {

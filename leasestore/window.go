@@ -208,7 +208,7 @@ func (e *wentry) drop() {
 // by the local time end may still be refunded at now: the refund is sent
 // at least one lifetime before then (see the package doc).
 func (s *Store) refundable(end, now int64) bool {
-	return now < end-s.lifetime
+	return now < end-s.lifetime || s.refundLate
 }
 
 // wexpire drops the leases of e that have ended: their unspent units are

@@ -74,7 +74,7 @@ type wsim struct {
 	arrived map[string][]admission
 }
 
-func newWSim(t testing.TB, c *clock, b funnel.Store, rtt func() (int64, int64), nodes int, l funnel.Limit, keys int, opts leasestore.Options, mutate bool) *wsim {
+func newWSim(t testing.TB, c *clock, b funnel.Store, rtt func() (int64, int64), nodes int, l funnel.Limit, keys int, opts leasestore.Options, mutate func(*leasestore.Store)) *wsim {
 	lim, err := l.Check()
 	if err != nil {
 		t.Fatal(err)
@@ -88,8 +88,8 @@ func newWSim(t testing.TB, c *clock, b funnel.Store, rtt func() (int64, int64), 
 		v := &timed{Store: b, c: c, rtt: rtt, last: map[string]int64{}}
 		n := leasestore.New(v, o)
 		s.views = append(s.views, v)
-		if mutate {
-			leasestore.IgnoreWindowEnd(n)
+		if mutate != nil {
+			mutate(n)
 		}
 		t.Cleanup(func() { n.Close() })
 		s.nodes = append(s.nodes, n)
@@ -221,7 +221,7 @@ func windowLimits() []funnel.Limit {
 
 // runWindows runs the window simulation of every limit for 1, 4 and 16
 // nodes and seeds seeds, and returns the first replay error of each.
-func runWindows(t *testing.T, seeds uint64, mutate bool) []error {
+func runWindows(t *testing.T, seeds uint64, mutate func(*leasestore.Store)) []error {
 	var errs []error
 	for _, nodes := range []int{1, 4, 16} {
 		for li, l := range windowLimits() {
@@ -244,7 +244,7 @@ func runWindows(t *testing.T, seeds uint64, mutate bool) []error {
 				add(&st, s.stats())
 			}
 			errs = append(errs, first)
-			if !mutate {
+			if mutate == nil {
 				t.Logf("nodes %d, %v %d per %v: admitted %d, one exact counter %d (%.2f%% under); %d decisions, %d local, %d calls, %d units leased, %d forfeited, %d refunded",
 					nodes, l.Algorithm, l.Count, l.Period, admitted, exact, 100*float64(exact-admitted)/float64(max(exact, 1)),
 					st.Decisions, st.Local, st.Calls, st.Leased, st.Forfeited, st.GivenBack)
@@ -259,29 +259,35 @@ func runWindows(t *testing.T, seeds uint64, mutate bool) []error {
 // arrivals at half to four times the rate.
 func TestWindowsNeverOverAdmitModel(t *testing.T) {
 	t.Parallel()
-	for _, err := range runWindows(t, 12, false) {
+	for _, err := range runWindows(t, 12, nil) {
 		if err != nil {
 			t.Error(err)
 		}
 	}
 }
 
-// TestWindowEndMutationIsCaught runs the same simulation with leases that
-// outlive their window: the replay must find the over-admission, or the
-// simulation would not be testing the window-end rule.
-func TestWindowEndMutationIsCaught(t *testing.T) {
+// TestWindowMutationsAreCaught runs the same simulation with leases that
+// outlive their window, and with refunds sent after their window ended
+// (they then give the units back to the next window): the replay must find
+// the over-admission, or the simulation would not be testing these rules.
+func TestWindowMutationsAreCaught(t *testing.T) {
 	t.Parallel()
-	caught := 0
-	errs := runWindows(t, 4, true)
-	for _, err := range errs {
-		if err != nil {
-			caught++
+	for name, m := range map[string]func(*leasestore.Store){
+		"leases outlive their window": leasestore.IgnoreWindowEnd,
+		"refunds land in the next window": leasestore.RefundLate,
+	} {
+		caught := 0
+		errs := runWindows(t, 4, m)
+		for _, err := range errs {
+			if err != nil {
+				caught++
+			}
 		}
+		if caught == 0 {
+			t.Errorf("%s: went unnoticed", name)
+		}
+		t.Logf("%s: caught in %d of %d runs; first: %v", name, caught, len(errs), errors.Join(errs...))
 	}
-	if caught == 0 {
-		t.Fatal("leases that outlive their window went unnoticed")
-	}
-	t.Logf("caught in %d of %d runs; first: %v", caught, len(errs), errors.Join(errs...))
 }
 
 // TestWindowsNeverOverAdmitRedis runs the window protocol on a real Redis,
@@ -296,7 +302,7 @@ func TestWindowsNeverOverAdmitRedis(t *testing.T) {
 				c.t.Store(midnight)
 				rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Prefix: fmt.Sprintf("w%d.%d:", nodes, li), Timeout: 10 * time.Second})
 				r := rand.New(rand.NewPCG(uint64(nodes), uint64(li)))
-				s := newWSim(t, c, rs, rtt(uint64(nodes)), nodes, l, 3, leasestore.Options{}, false)
+				s := newWSim(t, c, rs, rtt(uint64(nodes)), nodes, l, 3, leasestore.Options{}, nil)
 				s.run(r, 3000, 2, false)
 				a, e, err := s.check()
 				if err != nil {
