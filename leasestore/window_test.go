@@ -273,7 +273,7 @@ func TestWindowsNeverOverAdmitModel(t *testing.T) {
 func TestWindowMutationsAreCaught(t *testing.T) {
 	t.Parallel()
 	for name, m := range map[string]func(*leasestore.Store){
-		"leases outlive their window": leasestore.IgnoreWindowEnd,
+		"leases outlive their window":     leasestore.IgnoreWindowEnd,
 		"refunds land in the next window": leasestore.RefundLate,
 	} {
 		caught := 0
