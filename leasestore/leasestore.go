@@ -91,7 +91,8 @@
 // needs is asked again once, for what the refusal says is left (or the
 // need), so that a request is not refused while the window has room for
 // it; a refusal of the need is remembered until its RetryAfter (for a
-// fixed window, its end).
+// fixed window, its end; units that other processes refund meanwhile are
+// not seen, and a Reset through this store forgets it).
 //
 // The units left when a lease ends by its lifetime go back with the key's
 // next call, as a refund of their number (an OpRefund alone in its Do
