@@ -98,7 +98,8 @@ func zipfKeys(n int) []string {
 // BenchmarkLease compares a fleet of 16 processes leasing their funnels
 // from one Redis (package leasestore, 200 ms leases) with the same fleet
 // deciding every request in Redis, and with one memory store, on one hot
-// key and on 100,000 keys drawn by a Zipf law:
+// key (a funnel, and a fixed window: hotfixed) and on 100,000 keys drawn by
+// a Zipf law:
 //
 //   - throughput: 32 goroutines per CPU, spread over the nodes, under a
 //     limit that admits every request (throughputSpec): decisions/s,
@@ -114,7 +115,7 @@ func zipfKeys(n int) []string {
 //     waited on Redis.
 func BenchmarkLease(b *testing.B) {
 	srv := redistest.StartServer(b)
-	for _, scen := range []string{"hot", "zipf100k"} {
+	for _, scen := range []string{"hot", "hotfixed", "zipf100k"} {
 		for _, kind := range []string{"lease16", "redis16", "memory"} {
 			b.Run("throughput/"+scen+"/"+kind, func(b *testing.B) {
 				srv.Client().FlushAll(context.Background())
@@ -132,7 +133,11 @@ func BenchmarkLease(b *testing.B) {
 
 func benchLeaseThroughput(b *testing.B, f leaseFleet, scen string) {
 	defer f.close()
-	c, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
+	l := funnel.Per(throughputSpec.count, throughputSpec.period)
+	if scen == "hotfixed" {
+		l = funnel.Limit{Algorithm: funnel.FixedWindow, Count: throughputSpec.count, Period: throughputSpec.period}
+	}
+	c, err := l.Check()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,13 +1,15 @@
-// Package leasestore shares one funnel among a fleet of processes at memory
-// speed, without ever admitting more than the funnel would: each process
-// leases blocks of a key's units from the Redis store (package redisstore,
-// gcra.Lease) and spends them from memory, with no round trip.
+// Package leasestore shares one funnel (or one fixed or sliding window)
+// among a fleet of processes at memory speed, without ever admitting more
+// than the limit would: each process leases blocks of a key's units from
+// the Redis store (package redisstore, gcra.Lease; a window's take) and
+// spends them from memory, with no round trip.
 //
 // # The guarantee
 //
 // Replay every request that the fleet admitted, at the instant it was
 // admitted, through one exact funnel with the configured limit: it admits
-// every one of them. Three rules make it so:
+// every one of them (for windows, through one exact window counter: see
+// Windows below). For the funnel, three rules make it so:
 //
 //   - A lease lives at most Options.Lifetime (L), timed from when its
 //     request was sent; a unit not spent by then is forfeited.
@@ -28,10 +30,13 @@
 // # What is leased
 //
 // One decision of the funnel (GCRA) without a ban, for one key, taking at
-// least one unit: Allow and CL.THROTTLE. Everything else — peeks, refunds,
-// the other algorithms, bans, several limits at once — goes to the Redis
-// store as it is. A key's format stays redis-cell's, so that leasing
-// processes, plain Redis stores and the redis-cell module can share keys.
+// least one unit: Allow and CL.THROTTLE; and one take of a fixed or
+// sliding window without a ban, of 1 to Count units (see Windows below).
+// Everything else — peeks, refunds, the sliding log, the leaky bucket,
+// concurrency, bans, several limits at once — goes to the Redis store as it
+// is. A key's format stays the store's (redis-cell's for the funnel), so
+// that leasing processes, plain Redis stores and the redis-cell module can
+// share keys.
 //
 // # Decisions
 //
@@ -59,6 +64,61 @@
 // process's own spending: other processes' spending since that call is not
 // seen, so they can be stale by up to one lease's lifetime of the fleet's
 // traffic. Limit is the reduced burst plus one.
+//
+// # Windows
+//
+// A lease of a fixed window (FixedWindow, epoch or calendar) or of a
+// sliding window counter (SlidingWindow) is a take of k units of the
+// window's count in the store (its Do, at Redis's time), all or nothing;
+// the process then admits up to k requests from memory. A unit is spent
+// only in the window it was debited in: a lease ends one lifetime after its
+// request was sent, or when its window ends if that is sooner. The
+// window's end is known from the take's ResetAfter, from Redis's time to
+// the end of a fixed window (and to a Period after the end of a sliding
+// window's current one); it is counted from the local time just before the
+// call, so that the lease ends no later than its window, however long the
+// call took. Within its window, when a unit is spent does not matter: a
+// fixed window counts units, and a sliding window counter weighs the
+// previous window's units less as the current one goes on. So no part of
+// the limit is given up, as the funnel's burst is: replayed through one
+// exact window counter, a window's admissions are at most the units
+// debited in it, checked against what the store counted then.
+//
+// A window's lease is sized as a funnel's (cold keys are decided in the
+// store one decision at a time, warm keys lease, doubling and halving),
+// capped by a quarter of the count, MaxLease, and the units the window had
+// left at the last call. A refused take of more units than the request
+// needs is asked again once, for what the refusal says is left (or the
+// need), so that a request is not refused while the window has room for
+// it; a refusal of the need is remembered until its RetryAfter (for a
+// fixed window, its end; units that other processes refund meanwhile are
+// not seen, and a Reset through this store forgets it).
+//
+// The units left when a lease ends by its lifetime go back with the key's
+// next call, as a refund of their number (an OpRefund alone in its Do
+// call). The refund is blind, which is safe for a count: those units were
+// debited and will never be spent, so the window's count stays at least
+// the units admitted in it. (A funnel has no count: its TAT moved back
+// after other processes' leases would hand out their time, hence its
+// compare-and-set.) But a refund applies to the window that holds Redis's
+// time when it runs, and a window that has rolled is not protected: if
+// another take has already started the next window, the refund is taken
+// off that one, which then admits the units twice. So a refund is sent
+// only while at least one lifetime of its window is left, and the units
+// are forfeited otherwise: the guarantee holds for windows as long as a
+// refund reaches Redis within one lifetime of being sent. A refund delayed
+// longer (a connection that stalls and delivers it later) over-admits by
+// at most its units, in the next window.
+//
+// What windows give up is the units leased and not spent: forfeited when
+// their window ends, or when a lease ends too near its window's end to
+// refund them, or held by a process that stopped. The last stay debited
+// until the window ends, however long the window is: a process killed
+// while leasing a daily quota strands up to a quarter of the count (or
+// MaxLease units) until midnight, so set MaxLease for long windows. A
+// decision from memory reports the Remaining that the window had at the
+// last call, plus this process's units, and the ResetAfter of that call's
+// window: other processes' spending since is not seen.
 //
 // # When Redis cannot be reached
 //
@@ -89,7 +149,8 @@ import (
 const DefaultLifetime = 200 * time.Millisecond
 
 // Backend is the shared store that leases come from: a *redisstore.Store.
-// Decisions that are not leased go to its Do.
+// Windows are leased through its Do, and decisions that are not leased go
+// to its Do.
 type Backend interface {
 	funnel.Store
 	// Lease applies gcra.Lease to key at the store's time, atomically.
@@ -102,10 +163,12 @@ var _ Backend = (*redisstore.Store)(nil)
 type Options struct {
 	// Lifetime is how long a lease lives, from when its request is sent
 	// (DefaultLifetime if 0). Longer leases make fewer calls for keys of
-	// low rates, and cost R·Lifetime units of each leased limit's burst.
+	// low rates, and cost R·Lifetime units of each leased funnel's burst;
+	// a window's lease ends with its window if that is sooner.
 	Lifetime time.Duration
 	// MaxLease caps the units of one lease (0: no cap but the rate's and
-	// the burst's, see the package doc).
+	// the burst's for a funnel, a quarter of the count for a window; see
+	// the package doc).
 	MaxLease int64
 	// NoPrefetch turns off the background lease calls of hot keys: each
 	// lease is then asked for by the decision that finds none, which
@@ -133,14 +196,17 @@ type Stats struct {
 	// RetryAfter had not passed).
 	LocalRefusals int64
 	// Calls is the number of lease calls, Prefetches of them made in the
-	// background, and Failed of them failed.
+	// background, and Failed of them failed. A window's lease call is one
+	// to three store calls: a refund, a take, and a take asked again.
 	Calls, Prefetches, Failed int64
 	// Direct is the number of decisions of cold keys sent to the store as
-	// plain decisions (under the reduced funnel), one store call each.
+	// plain decisions (a funnel's under the reduced funnel), one store
+	// call each.
 	Direct int64
 	// Leased is the units granted; Spent of them were admitted, Forfeited
-	// expired unspent, and GivenBack were sent back with a later call (they
-	// go back only if no other charge came after their lease).
+	// expired unspent, and GivenBack were sent back with a later call (a
+	// funnel's go back only if no other charge came after their lease; a
+	// window's are refunded).
 	Leased, Spent, Forfeited, GivenBack int64
 	// Fallbacks were answered with the fallback because a lease call failed.
 	Fallbacks int64
@@ -149,8 +215,9 @@ type Stats struct {
 // shards is the number of locks the keys' state is spread over.
 const shards = 64
 
-// Store is a funnel.Store that leases plain funnel decisions from a
-// Backend and sends everything else to it. It is safe for concurrent use.
+// Store is a funnel.Store that leases plain funnel and window decisions
+// from a Backend and sends everything else to it. It is safe for
+// concurrent use.
 type Store struct {
 	b        Backend
 	opts     Options
@@ -168,11 +235,16 @@ type Store struct {
 	done      chan struct{}
 	once      sync.Once
 	prefetchs sync.WaitGroup // lease calls in the background
+	// ignoreWindowEnd and refundLate, set by tests only before use, let
+	// window leases outlive their window, and refunds go at any time: the
+	// mutations the tests must catch.
+	ignoreWindowEnd, refundLate bool
 }
 
 type shard struct {
-	mu   sync.Mutex
-	keys map[string]*entry
+	mu    sync.Mutex
+	keys  map[string]*entry
+	wkeys map[string]*wentry // window keys
 }
 
 // New returns a Store that leases from b. Close stops its sweeper.
@@ -192,6 +264,7 @@ func New(b Backend, opts Options) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].keys = map[string]*entry{}
+		s.shards[i].wkeys = map[string]*wentry{}
 	}
 	go s.sweep()
 	return s
@@ -237,8 +310,8 @@ func Reduced(p gcra.Params, lifetime time.Duration) (gcra.Params, bool) {
 	return r, true
 }
 
-// Do decides one plain funnel take from the key's leases, and sends
-// anything else to the Backend (see the package doc).
+// Do decides one plain funnel or window take from the key's leases, and
+// sends anything else to the Backend (see the package doc).
 func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
 	if len(ops) == 1 && len(res) > 0 {
 		op := &ops[0]
@@ -246,6 +319,9 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 			if r, ok := Reduced(op.Limit.GCRA, s.opts.Lifetime); ok {
 				return s.take(ctx, op.Key, op.Limit.GCRA, r, op.N, &res[0])
 			}
+		}
+		if windowed(op) {
+			return s.takeWindow(ctx, op.Key, &op.Limit, op.N, &res[0])
 		}
 	}
 	return s.b.Do(ctx, ops, res)
@@ -259,6 +335,10 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 		s.forfeit(e, s.now())
 		e.refusedUntil = 0
 		e.back = gcra.LeaseRequest{}
+	}
+	if e := sh.wkeys[key]; e != nil {
+		s.wforfeit(e)
+		e.refusedUntil = 0
 	}
 	sh.mu.Unlock()
 	return s.b.Reset(ctx, key)

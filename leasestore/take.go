@@ -149,18 +149,7 @@ const warm = 8
 // as large as its decisions in the window (its rate times the lifetime).
 // e's shard lock is held.
 func (s *Store) cold(e *entry, now int64) bool {
-	if e.size > 1 || e.nl > 0 || e.back.BackUnits > 0 {
-		return false
-	}
-	if now-e.window >= s.lifetime {
-		e.window, e.count = now, 0
-	}
-	e.count++
-	if e.count >= warm {
-		e.size = min(e.count, s.maxLease(e.reduced))
-		return e.size <= 1
-	}
-	return true
+	return coldAt(&e.size, &e.window, &e.count, e.nl > 0 || e.back.BackUnits > 0, now, s.lifetime, s.maxLease(e.reduced))
 }
 
 // direct decides q units of a cold key in the store, as a plain decision
@@ -437,6 +426,12 @@ func (s *Store) sweepOnce(now int64) {
 				s.expire(e, now)
 				s.forfeit(e, now)
 				delete(sh.keys, k)
+			}
+		}
+		for k, e := range sh.wkeys {
+			if e.flight == nil && now-e.used > 10*s.lifetime && e.refusedUntil <= now {
+				s.wforfeit(e)
+				delete(sh.wkeys, k)
 			}
 		}
 		sh.mu.Unlock()

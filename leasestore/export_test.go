@@ -1,0 +1,11 @@
+package leasestore
+
+// IgnoreWindowEnd makes s's window leases outlive their window (they then
+// last their whole lifetime): a mutation the window tests must catch.
+// Call it before s is used.
+func IgnoreWindowEnd(s *Store) { s.ignoreWindowEnd = true }
+
+// RefundLate makes s refund a window's unspent units however late, even
+// after their window has ended: a mutation the window tests must catch.
+// Call it before s is used.
+func RefundLate(s *Store) { s.refundLate = true }
