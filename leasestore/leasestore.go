@@ -94,25 +94,24 @@
 // fixed window, its end; units that other processes refund meanwhile are
 // not seen, and a Reset through this store forgets it).
 //
-// The units left when a lease ends by its lifetime go back with the key's
-// next call, as a refund of their number (an OpRefund alone in its Do
-// call). The refund is blind, which is safe for a count: those units were
-// debited and will never be spent, so the window's count stays at least
-// the units admitted in it. (A funnel has no count: its TAT moved back
-// after other processes' leases would hand out their time, hence its
-// compare-and-set.) But a refund applies to the window that holds Redis's
-// time when it runs, and a window that has rolled is not protected: if
-// another take has already started the next window, the refund is taken
-// off that one, which then admits the units twice. So a refund is sent
-// only while at least one lifetime of its window is left, and the units
-// are forfeited otherwise: the guarantee holds for windows as long as a
-// refund reaches Redis within one lifetime of being sent. A refund delayed
-// longer (a connection that stalls and delivers it later) over-admits by
-// at most its units, in the next window.
+// The units left when a lease ends by its lifetime are forfeited: they
+// stay debited until their window ends. With Options.WindowRefunds they go
+// back instead with the key's next call, as a refund of their number (an
+// OpRefund alone in its Do call). The refund is blind, which is safe for a
+// count: those units were debited and will never be spent, so the window's
+// count stays at least the units admitted in it. (A funnel has no count:
+// its TAT moved back after other processes' leases would hand out their
+// time, hence its compare-and-set.) But a refund applies to the window that
+// holds Redis's time when it runs: one that arrived after its window
+// rolled (a connection that stalls and delivers it later) would be taken
+// off the next window, which would then admit the units twice. So refunds
+// are off by default, and with them on a refund is sent only while at
+// least one lifetime of its window is left: the guarantee then assumes a
+// refund reaches Redis within one lifetime of being sent.
 //
 // What windows give up is the units leased and not spent: forfeited when
-// their window ends, or when a lease ends too near its window's end to
-// refund them, or held by a process that stopped. The last stay debited
+// their lease or their window ends (unless refunded), or held by a process
+// that stopped. The last stay debited
 // until the window ends, however long the window is: a process killed
 // while leasing a daily quota strands up to a quarter of the count (or
 // MaxLease units) until midnight, so set MaxLease for long windows. A
@@ -157,7 +156,10 @@ type Backend interface {
 	Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error)
 }
 
-var _ Backend = (*redisstore.Store)(nil)
+var (
+	_ Backend        = (*redisstore.Store)(nil)
+	_ funnel.Grouper = (*Store)(nil)
+)
 
 // Options configure a Store. The zero value is a good default.
 type Options struct {
@@ -170,6 +172,15 @@ type Options struct {
 	// the burst's for a funnel, a quarter of the count for a window; see
 	// the package doc).
 	MaxLease int64
+	// WindowRefunds gives the unspent units of a window's lease back to
+	// the window (an OpRefund before the key's next lease, while at least
+	// a lifetime of the window is left). Off by default, and they are
+	// forfeited: a refund applies to the window that holds Redis's time
+	// when it runs, so one delayed past its window's end (a stalled
+	// connection) would give its units to the next window, and over-admit
+	// by them. On, the fleet under-admits less, and the guarantee assumes
+	// every refund reaches Redis within one lifetime.
+	WindowRefunds bool
 	// NoPrefetch turns off the background lease calls of hot keys: each
 	// lease is then asked for by the decision that finds none, which
 	// waits for it.
@@ -354,6 +365,18 @@ func (s *Store) Bans(ctx context.Context) ([]funnel.Ban, error) { return s.b.Ban
 
 // Unban is the Backend's.
 func (s *Store) Unban(ctx context.Context, key string) (bool, error) { return s.b.Unban(ctx, key) }
+
+// Group returns the Backend's group of key when it has groups
+// (funnel.Grouper: a Redis Cluster's hash slot), else 0, so that callers
+// that split their keys by group (Envoy's rate-limit service with several
+// descriptors) work through leases as through the Redis store. Several
+// ops in one Do call go to the Backend as they are.
+func (s *Store) Group(key string) int {
+	if g, ok := s.b.(funnel.Grouper); ok {
+		return g.Group(key)
+	}
+	return 0
+}
 
 func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)%shards]

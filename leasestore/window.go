@@ -205,10 +205,11 @@ func (e *wentry) drop() {
 }
 
 // refundable reports whether units of a window that has certainly ended
-// by the local time end may still be refunded at now: the refund is sent
-// at least one lifetime before then (see the package doc).
+// by the local time end may still be refunded at now: only with
+// Options.WindowRefunds, and the refund is sent at least one lifetime
+// before then (see the package doc).
 func (s *Store) refundable(end, now int64) bool {
-	return now < end-s.lifetime || s.refundLate
+	return s.refundLate || s.opts.WindowRefunds && now < end-s.lifetime
 }
 
 // wexpire drops the leases of e that have ended: their unspent units are

@@ -119,11 +119,11 @@ func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
 	}
 }
 
-// The unspent units of a lease that ends by its lifetime go back with the
-// next call, while at least a lifetime of their window is left; later they
-// are forfeited.
+// With Options.WindowRefunds, the unspent units of a lease that ends by
+// its lifetime go back with the next call, while at least a lifetime of
+// their window is left; later they are forfeited.
 func TestWindowRefund(t *testing.T) {
-	o := newWOne(t, fixed100, leasestore.Options{Lifetime: 100 * time.Millisecond})
+	o := newWOne(t, fixed100, leasestore.Options{Lifetime: 100 * time.Millisecond, WindowRefunds: true})
 	for range 8 {
 		o.take(1)
 	}
@@ -257,5 +257,20 @@ func TestWindowNotLeased(t *testing.T) {
 		if r := o.take(101); r.Allowed || r.RetryAfter != funnel.Never || o.s.Stats().Decisions != 0 {
 			t.Fatalf("%v: 101 units: %+v", l, r)
 		}
+	}
+}
+
+// By default a window's unspent units are forfeited, never refunded: a
+// refund that ran after its window ended would give them to the next one.
+func TestWindowForfeitsByDefault(t *testing.T) {
+	o := newWOne(t, fixed100, leasestore.Options{Lifetime: 100 * time.Millisecond})
+	for range 8 {
+		o.take(1)
+	}
+	held := o.held()
+	o.at(150 * time.Millisecond)
+	o.take(1)
+	if st := o.s.Stats(); st.GivenBack != 0 || st.Forfeited != held {
+		t.Fatalf("held %d: %+v, want them forfeited", held, st)
 	}
 }

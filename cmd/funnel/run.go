@@ -150,7 +150,7 @@ func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	fs.BoolVar(&c.FailOpen, "fail-open", c.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")
 	fs.StringVar(&c.RESPFailClosed, "resp-fail-closed", c.RESPFailClosed, "RESP `reply` to a request refused because the store could not decide: error (-TRYAGAIN) or refuse (the command's refusal, retry after 1s)")
 	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "`prefix` of every key the Redis store writes")
-	fs.DurationVar(&c.Lease, "lease", c.Lease, "lease the Redis store's funnels to this process, each lease living `duration` (e.g. 200ms; 0: decide every request in Redis)")
+	fs.DurationVar(&c.Lease, "lease", c.Lease, "lease the Redis store's funnels and windows to this process, each lease living `duration` (e.g. 200ms; 0: decide every request in Redis)")
 	fs.Int64Var(&c.LeaseMax, "lease-max", c.LeaseMax, "most `units` of one lease (0: the rate's and the burst's bounds only)")
 	fs.StringVar(&c.TraceEndpoint, "trace-endpoint", c.TraceEndpoint, "send a span of every decision to this OpenTelemetry (OTLP) `collector`: host:port or a URL (default: OTEL_EXPORTER_OTLP_ENDPOINT, or none)")
 	fs.StringVar(&c.TraceProtocol, "trace-protocol", c.TraceProtocol, "OTLP `transport`: grpc or http (default: OTEL_EXPORTER_OTLP_PROTOCOL, TRACING_EXPORTER_PROTOCOL, or http)")

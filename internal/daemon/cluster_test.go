@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -66,5 +67,40 @@ descriptors:
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With --lease, the leasing store says the Redis Cluster's slots too: a
+// request whose descriptors are in two slots is decided, not refused with
+// FAILED_PRECONDITION.
+func TestDaemonRLSOnClusterLeasing(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 1)
+	cfg := envoyConfig(t, `domain: api
+descriptors:
+  - {key: user, rate_limit: {unit: day, requests_per_unit: 100, algorithm: gcra}}
+  - {key: path, rate_limit: {unit: day, requests_per_unit: 100, algorithm: gcra}}
+`)
+	cfg.Store = "redis-cluster://" + strings.Join(cl.Addrs(), ",")
+	cfg.Lease = 200 * time.Millisecond
+	d, _, stop := start(t, cfg)
+	defer stop()
+	g, ok := d.Store().(funnel.Grouper)
+	if !ok {
+		t.Fatalf("the daemon's store %T does not say its slots", d.Store())
+	}
+	path := "p"
+	for i := 0; g.Group("api_user_alice_gcra") == g.Group("api_path_"+path+"_gcra"); i++ {
+		path = fmt.Sprintf("p%d", i)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}},
+	}}
+	client := dialRLS(t, d.GRPCAddr().String())
+	for i := range 3 {
+		if r, err := client.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v, %v", i+1, r, err)
+		}
 	}
 }
