@@ -82,6 +82,11 @@ func newWSim(t testing.TB, c *clock, b funnel.Store, rtt func() (int64, int64), 
 	s := &wsim{t: t, c: c, lim: lim, keys: keys, adm: map[string][]admission{}, arrived: map[string][]admission{}}
 	for i := range nodes {
 		o := opts
+		// One request at a time, its lease calls made by the decision: a
+		// background call would move the shared clock while the driver
+		// reads the instant of an admission, and a window has no slack
+		// for an instant read late across its end.
+		o.NoPrefetch = true
 		skew := int64(i%3-1) * int64(2*time.Second) // local clocks off by ±2 s: only differences count
 		o.Now = func() int64 { return c.now() + skew }
 		o.Logger = quiet()
