@@ -47,7 +47,9 @@
 // its exact RetryAfter, and the key is then refused from memory until that
 // time has passed (the store saw no room before it; a Reset through this
 // store forgets it, a reset elsewhere is not seen). A hot key's next lease
-// is asked for in the background when its leases run low, so that its
+// is asked for in the background when its leases run low (to what it
+// spends here in about two lease round trips, from its rate since the
+// last call and the calls' average duration), so that its
 // decisions rarely wait.
 //
 // A key is leased only once it is warm here: a cold key (fewer than 8
@@ -57,7 +59,9 @@
 // at once, with the store's exact result. The first lease of a warm key is
 // as large as its decisions in the last lifetime; then a lease doubles when
 // it is spent before it expires and halves when most of it is forfeited,
-// never above MaxLease, R·L, nor a quarter of the reduced burst.
+// never above MaxLease, R·L, nor the key's share of the reduced burst
+// among the nodes that leased it within the last lifetime (the lease call
+// counts them, in a sorted set beside the key, in its hash slot).
 //
 // The Remaining and ResetAfter of a decision made from memory are estimated
 // from the key's TAT at the last lease call, plus the time since and this
@@ -131,6 +135,7 @@ package leasestore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"hash/maphash"
 	"log/slog"
@@ -153,7 +158,7 @@ const DefaultLifetime = 200 * time.Millisecond
 type Backend interface {
 	funnel.Store
 	// Lease applies gcra.Lease to key at the store's time, atomically.
-	Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error)
+	Lease(ctx context.Context, key string, p gcra.Params, call redisstore.LeaseCall) (redisstore.Grant, error)
 }
 
 var (
@@ -169,7 +174,7 @@ type Options struct {
 	// a window's lease ends with its window if that is sooner.
 	Lifetime time.Duration
 	// MaxLease caps the units of one lease (0: no cap but the rate's and
-	// the burst's for a funnel, a quarter of the count for a window; see
+	// the burst's share per node for a funnel, a quarter of the count for a window; see
 	// the package doc).
 	MaxLease int64
 	// WindowRefunds gives the unspent units of a window's lease back to
@@ -238,6 +243,8 @@ type Store struct {
 	shards   [shards]shard
 	failLog  *lograte.Sometimes
 	log      *slog.Logger
+	node     string       // this store's name among the nodes leasing a key
+	rtt      atomic.Int64 // the lease calls' average duration, in ns
 	stats    struct {
 		decisions, local, localRefusals, calls, prefetches, failed, direct atomic.Int64
 		leased, spent, forfeited, givenBack, fallbacks                     atomic.Int64
@@ -264,7 +271,7 @@ func New(b Backend, opts Options) *Store {
 		opts.Lifetime = DefaultLifetime
 	}
 	s := &Store{b: b, opts: opts, lifetime: int64(opts.Lifetime), now: opts.Now, seed: maphash.MakeSeed(),
-		log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+		log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{}), node: rand.Text()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

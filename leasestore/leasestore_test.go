@@ -25,9 +25,10 @@ func (c *clock) now() int64 { return c.t.Load() }
 // model is the shared store as the lease protocol sees it: gcra.Lease and
 // gcra.Decide on a map of TATs, on the simulation's clock.
 type model struct {
-	mu   sync.Mutex
-	c    *clock
-	tats map[string]int64
+	mu    sync.Mutex
+	c     *clock
+	tats  map[string]int64
+	nodes map[string]map[string]int64 // key -> node -> when it last leased
 	// rtt, when set, draws the two halves of a call's round trip: the
 	// clock moves by the first before the store decides and by the second
 	// before the answer is back.
@@ -36,7 +37,8 @@ type model struct {
 
 func newModel(c *clock) *model { return &model{c: c, tats: map[string]int64{}} }
 
-func (m *model) Lease(_ context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error) {
+func (m *model) Lease(_ context.Context, key string, p gcra.Params, call redisstore.LeaseCall) (redisstore.Grant, error) {
+	req := call.LeaseRequest
 	var up, down int64
 	if m.rtt != nil {
 		up, down = m.rtt()
@@ -48,6 +50,7 @@ func (m *model) Lease(_ context.Context, key string, p gcra.Params, req gcra.Lea
 	if err == nil {
 		m.tats[key] = tat
 	}
+	nodes := m.count(key, call, now)
 	m.mu.Unlock()
 	m.c.t.Add(down)
 	if err != nil {
@@ -56,7 +59,31 @@ func (m *model) Lease(_ context.Context, key string, p gcra.Params, req gcra.Lea
 	if tat <= now {
 		tat = 0
 	}
-	return redisstore.Grant{Now: now, Units: n, TAT: tat}, nil
+	return redisstore.Grant{Now: now, Units: n, TAT: tat, Nodes: nodes}, nil
+}
+
+// count notes call's node as leasing key at now and returns the nodes
+// that leased it within call.Window, as lease.lua counts them. m.mu is
+// held.
+func (m *model) count(key string, call redisstore.LeaseCall, now int64) int64 {
+	if call.Node == "" || call.Window <= 0 {
+		return 0
+	}
+	if m.nodes == nil {
+		m.nodes = map[string]map[string]int64{}
+	}
+	seen := m.nodes[key]
+	if seen == nil {
+		seen = map[string]int64{}
+		m.nodes[key] = seen
+	}
+	seen[call.Node] = now
+	for n, at := range seen {
+		if at <= now-int64(call.Window) {
+			delete(seen, n)
+		}
+	}
+	return int64(len(seen))
 }
 
 func (m *model) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
@@ -94,10 +121,10 @@ type delayed struct {
 	rtt func() (int64, int64)
 }
 
-func (d delayed) Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error) {
+func (d delayed) Lease(ctx context.Context, key string, p gcra.Params, call redisstore.LeaseCall) (redisstore.Grant, error) {
 	up, down := d.rtt()
 	d.c.t.Add(up)
-	g, err := d.Store.Lease(ctx, key, p, req)
+	g, err := d.Store.Lease(ctx, key, p, call)
 	d.c.t.Add(down)
 	return g, err
 }

@@ -2,12 +2,14 @@ package leasestore
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/redisstore"
 )
 
 // lease is a block of units held from one lease call.
@@ -47,6 +49,15 @@ type entry struct {
 	ahead, at int64
 	// flight is the lease call in flight for the key, if any.
 	flight *flight
+	// nodes is the number of nodes that leased the key lately, as the last
+	// call counted them (0: not counted); the key's lease is at most its
+	// share of the reduced burst.
+	nodes int64
+	// last is the local time of the last call's answer, spentSince the
+	// units spent here since, and rate the units per ns between the two
+	// calls before: the prefetch's measure of the key.
+	last, spentSince int64
+	rate             float64
 	// used is the local time of the key's last decision, for the sweeper.
 	used int64
 	// window is the local time a cold key's current window began, and
@@ -149,7 +160,7 @@ const warm = 8
 // as large as its decisions in the window (its rate times the lifetime).
 // e's shard lock is held.
 func (s *Store) cold(e *entry, now int64) bool {
-	return coldAt(&e.size, &e.window, &e.count, e.nl > 0 || e.back.BackUnits > 0, now, s.lifetime, s.maxLease(e.reduced))
+	return coldAt(&e.size, &e.window, &e.count, e.nl > 0 || e.back.BackUnits > 0, now, s.lifetime, s.maxLease(e.reduced, e.nodes))
 }
 
 // direct decides q units of a cold key in the store, as a plain decision
@@ -207,6 +218,7 @@ func (s *Store) held(e *entry) int64 {
 // spend takes q units from e's leases, the older first.
 func (s *Store) spend(e *entry, q int64) {
 	s.stats.spent.Add(q)
+	e.spentSince += q
 	for q > 0 && e.nl > 0 {
 		l := &e.leases[0]
 		n := min(l.units, q)
@@ -262,8 +274,8 @@ func (s *Store) forfeit(e *entry, now int64) {
 }
 
 // maxLease is the most units one lease of r may ask for.
-func (s *Store) maxLease(r gcra.Params) int64 {
-	c := max(1, min(s.lifetime/r.Interval, r.Limit/4))
+func (s *Store) maxLease(r gcra.Params, nodes int64) int64 {
+	c := max(1, min(s.lifetime/r.Interval, r.Limit/max(nodes, 1)))
 	if s.opts.MaxLease > 0 {
 		c = min(c, s.opts.MaxLease)
 	}
@@ -274,7 +286,7 @@ func (s *Store) maxLease(r gcra.Params) int64 {
 // is held.
 func (s *Store) start(e *entry, r gcra.Params, need, now int64) (*flight, gcra.LeaseRequest) {
 	if e.spentOut {
-		e.size = min(2*e.size, s.maxLease(r))
+		e.size = min(2*e.size, s.maxLease(r, e.nodes))
 		e.spentOut = false
 	}
 	req := e.back
@@ -285,10 +297,34 @@ func (s *Store) start(e *entry, r gcra.Params, need, now int64) (*flight, gcra.L
 	return f, req
 }
 
+// prefetchAt is the units held at which a key's next lease is asked for
+// in the background: what the key spends here in about two lease round
+// trips (its rate since the last call times twice the round trip's
+// average), at least one and at most half a lease.
+func (s *Store) prefetchAt(e *entry) int64 {
+	n := int64(math.Ceil(e.rate * 2 * float64(s.rtt.Load())))
+	return min(max(n, 1), e.size/2)
+}
+
+// noteRTT folds the duration of one lease call into the store's average
+// (a moving average weighing the last call 1/8).
+func (s *Store) noteRTT(d int64) {
+	for {
+		old := s.rtt.Load()
+		n := d
+		if old > 0 {
+			n = old + (d-old)/8
+		}
+		if s.rtt.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
 // maybePrefetch starts a lease call in the background when a hot key's
 // units run low. e's shard lock is held.
 func (s *Store) maybePrefetch(key string, e *entry, r gcra.Params, now int64) {
-	if s.opts.NoPrefetch || e.flight != nil || e.size < 4 || e.nl > 1 || s.held(e) > e.size/2 {
+	if s.opts.NoPrefetch || e.flight != nil || e.size < 4 || e.nl > 1 || s.held(e) > s.prefetchAt(e) {
 		return
 	}
 	if e.spentOut {
@@ -309,7 +345,8 @@ func (s *Store) maybePrefetch(key string, e *entry, r gcra.Params, now int64) {
 func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f *flight, req gcra.LeaseRequest, need, sent int64) error {
 	s.stats.calls.Add(1)
 	s.stats.givenBack.Add(req.BackUnits)
-	g, err := s.b.Lease(ctx, key, r, req)
+	g, err := s.b.Lease(ctx, key, r, redisstore.LeaseCall{LeaseRequest: req, Node: s.node, Window: s.opts.Lifetime})
+	s.noteRTT(s.now() - sent)
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer func() {
@@ -333,6 +370,12 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	}
 	now := s.now()
 	e.ahead, e.at = max(g.TAT-g.Now, 0), now
+	e.nodes = g.Nodes
+	// The key's local rate since the call before, for the prefetch.
+	if e.last > 0 && now > e.last {
+		e.rate = float64(e.spentSince) / float64(now-e.last)
+	}
+	e.last, e.spentSince = now, 0
 	if sh.keys[key] != e {
 		// The key was reset or swept meanwhile: the units are forfeited.
 		s.stats.forfeited.Add(g.Units)

@@ -213,7 +213,7 @@ type failing struct {
 	down bool
 }
 
-func (f *failing) Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (redisstore.Grant, error) {
+func (f *failing) Lease(ctx context.Context, key string, p gcra.Params, req redisstore.LeaseCall) (redisstore.Grant, error) {
 	if f.down {
 		return redisstore.Grant{}, errors.New("redisstore: funnel: store unavailable: connection refused")
 	}

@@ -50,7 +50,7 @@ func (m *timed) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	return err
 }
 
-func (*timed) Lease(context.Context, string, gcra.Params, gcra.LeaseRequest) (redisstore.Grant, error) {
+func (*timed) Lease(context.Context, string, gcra.Params, redisstore.LeaseCall) (redisstore.Grant, error) {
 	return redisstore.Grant{}, errors.New("the window simulation leases no funnel")
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/funnelrl/funnel/gcra"
 )
@@ -23,6 +25,36 @@ type Grant struct {
 	// is positive it is the lease's end, the LeaseRequest.BackEnd that gives
 	// its unspent tail back.
 	TAT int64
+	// Nodes is the number of nodes that leased the key within the last
+	// LeaseCall.Window, this one included; 0 when not counted.
+	Nodes int64
+}
+
+// LeaseCall is a lease request, and who makes it.
+type LeaseCall struct {
+	gcra.LeaseRequest
+	// Node names the caller, and Window how long it counts as leasing
+	// the key after a call: Grant.Nodes counts the nodes that leased the
+	// key within Window, from a sorted set kept beside it in the same hash
+	// slot. An empty Node, or a key that no such set can share a slot with
+	// (a '}' without a hash tag), counts nothing.
+	Node   string
+	Window time.Duration
+}
+
+// nodesKey returns the key of the sorted set of key's leasing nodes, in
+// key's hash slot, or "" when there is none: key's own hash tag kept, or
+// key itself made the tag.
+func nodesKey(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key + "\x00nodes"
+		}
+	}
+	if strings.IndexByte(key, '}') >= 0 {
+		return ""
+	}
+	return "{" + key + "}\x00nodes"
 }
 
 // Lease applies gcra.Lease to key at Redis's time, atomically, in one
@@ -36,7 +68,8 @@ type Grant struct {
 // as Do is. A key of another type is an error that wraps ErrWrongType;
 // when Redis cannot be reached the error wraps funnel.ErrUnavailable (a
 // lease has no fallback: the caller decides what a failed lease means).
-func (s *Store) Lease(ctx context.Context, key string, p gcra.Params, req gcra.LeaseRequest) (Grant, error) {
+func (s *Store) Lease(ctx context.Context, key string, p gcra.Params, call LeaseCall) (Grant, error) {
+	req := call.LeaseRequest
 	if _, _, err := gcra.Lease(0, 0, p, req); err != nil {
 		return Grant{}, err
 	}
@@ -50,17 +83,22 @@ func (s *Store) Lease(ctx context.Context, key string, p gcra.Params, req gcra.L
 	}
 	args = append(args, limb(p.Interval), limb(p.Tolerance), limb(req.Want), limb(req.Min),
 		back, limb(req.BackUnits*p.Interval))
+	keys := []string{s.prefix + key}
+	if nk := nodesKey(s.prefix + key); nk != "" && call.Node != "" && call.Window > 0 {
+		keys = append(keys, nk)
+		args = append(args, call.Node, limb(max(call.Window.Milliseconds(), 1)))
+	}
 	octx := ctx
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	v, err := s.runner.eval(ctx, leaseScript, []string{s.prefix + key}, args)
+	v, err := s.runner.eval(ctx, leaseScript, keys, args)
 	if err != nil {
 		return Grant{}, s.unavailable(octx, err)
 	}
-	if len(v) != 5 || v[2] < 0 || v[2] > req.Want {
+	if len(v) != 6 || v[2] < 0 || v[2] > req.Want || v[5] < 0 {
 		return Grant{}, fmt.Errorf("%w: lease reply %v", errInternal, v)
 	}
 	_, now, err := decodeLimbs(0, v[0], v[1])
@@ -71,5 +109,5 @@ func (s *Store) Lease(ctx context.Context, key string, p gcra.Params, req gcra.L
 	if err != nil {
 		return Grant{}, err
 	}
-	return Grant{Now: now, Units: v[2], TAT: tat}, nil
+	return Grant{Now: now, Units: v[2], TAT: tat, Nodes: v[5]}, nil
 }

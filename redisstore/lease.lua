@@ -21,9 +21,13 @@
 -- ARGV[7]  the most units to take, ARGV[8] the fewest worth taking
 -- ARGV[9]  the previous lease's end TAT as a decimal string, or ""
 -- ARGV[10] the time its unspent units are worth, units*T in ns (below 2^52)
+-- KEYS[2]  optional: the sorted set of the key's leasing nodes, in its slot;
+--          then ARGV[11] this node's name, ARGV[12] the window in ms within
+--          which a node counts
 --
 -- Reply: { now's seconds, now's nanoseconds, units granted, the TAT after
--- as seconds and nanoseconds (0, 0 for an absent key) }. A key that holds
+-- as seconds and nanoseconds (0, 0 for an absent key), the nodes counted
+-- (0 without KEYS[2]) }. A key that holds
 -- anything but a decimal TAT within int64 is a WRONGTYPE error and is left
 -- as it is.
 
@@ -94,4 +98,13 @@ end
 if not raw and n == 0 then
   th, tl = 0, 0
 end
-return { nh, nl, n, th, tl }
+local nodes = 0
+if KEYS[2] then
+  local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
+  local win = ARGV[12] + 0
+  redis.call('ZADD', KEYS[2], nowms, ARGV[11])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowms - win)
+  nodes = redis.call('ZCARD', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], 2 * win)
+end
+return { nh, nl, n, th, tl, nodes }

@@ -93,7 +93,7 @@ func TestLeaseIsGcraLease(t *testing.T) {
 			}
 		}
 		now.Store(tc.now)
-		g, err := st.Lease(ctx, key, tc.p, tc.req)
+		g, err := st.Lease(ctx, key, tc.p, redisstore.LeaseCall{LeaseRequest: tc.req})
 		if err != nil {
 			t.Fatalf("case %d %+v: %v", i, tc, err)
 		}
@@ -155,17 +155,17 @@ func TestLeaseErrors(t *testing.T) {
 	ctx := context.Background()
 	st := redisstore.New(c, redisstore.Options{})
 	p := mkParams(t, 9, 10, time.Second)
-	if _, err := st.Lease(ctx, "k", p, gcra.LeaseRequest{Want: 0, Min: 0}); !errors.Is(err, gcra.ErrBadLease) {
+	if _, err := st.Lease(ctx, "k", p, redisstore.LeaseCall{LeaseRequest: gcra.LeaseRequest{Want: 0, Min: 0}}); !errors.Is(err, gcra.ErrBadLease) {
 		t.Fatalf("want 0: %v", err)
 	}
 	big := mkParams(t, 100, 1, 24*time.Hour)
-	if _, err := st.Lease(ctx, "k", big, gcra.LeaseRequest{Want: 1, Min: 1}); !errors.Is(err, gcra.ErrBadLease) {
+	if _, err := st.Lease(ctx, "k", big, redisstore.LeaseCall{LeaseRequest: gcra.LeaseRequest{Want: 1, Min: 1}}); !errors.Is(err, gcra.ErrBadLease) {
 		t.Fatalf("tolerance of 101 days: %v", err)
 	}
 	c.HSet(ctx, "h", "f", "v")
 	c.Set(ctx, "s", "nope", 0)
 	for _, key := range []string{"h", "s"} {
-		if _, err := st.Lease(ctx, key, p, gcra.LeaseRequest{Want: 1, Min: 1}); !errors.Is(err, funnel.ErrWrongType) {
+		if _, err := st.Lease(ctx, key, p, redisstore.LeaseCall{LeaseRequest: gcra.LeaseRequest{Want: 1, Min: 1}}); !errors.Is(err, funnel.ErrWrongType) {
 			t.Fatalf("%s: %v", key, err)
 		}
 	}
@@ -173,7 +173,7 @@ func TestLeaseErrors(t *testing.T) {
 		t.Fatal("a key of another type changed")
 	}
 	// Real time: a fresh key grants what fits, and the key is redis-cell's.
-	g, err := st.Lease(ctx, "fresh", p, gcra.LeaseRequest{Want: 100, Min: 1})
+	g, err := st.Lease(ctx, "fresh", p, redisstore.LeaseCall{LeaseRequest: gcra.LeaseRequest{Want: 100, Min: 1}})
 	if err != nil || g.Units != 10 || g.TAT-g.Now != 10*p.Interval {
 		t.Fatalf("fresh: %+v, %v", g, err)
 	}
@@ -182,5 +182,46 @@ func TestLeaseErrors(t *testing.T) {
 	op := funnel.Op{Kind: funnel.OpTake, Key: "fresh", N: 1, Limit: funnel.Checked{GCRA: p}}
 	if err := st.Do(ctx, []funnel.Op{op}, res); err != nil || res[0].Allowed {
 		t.Fatalf("a decision after the lease: %+v, %v", res[0], err)
+	}
+}
+
+// Nodes that lease a key are counted within a window, from a sorted set in
+// the key's hash slot; keys with a hash tag keep it.
+func TestLeaseCountsNodes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	var now atomic.Int64
+	now.Store(1_800_000_000_000_000_000)
+	st := redisstore.New(c, redisstore.Options{Now: now.Load, Prefix: "n:"})
+	p := mkParams(t, 999, 1000, time.Second)
+	call := func(key, node string) redisstore.Grant {
+		t.Helper()
+		g, err := st.Lease(ctx, key, p, redisstore.LeaseCall{LeaseRequest: gcra.LeaseRequest{Want: 1, Min: 1}, Node: node, Window: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for i, node := range []string{"a", "b", "a", "c"} {
+		if g := call("k", node); g.Nodes != []int64{1, 2, 2, 3}[i] {
+			t.Fatalf("call %d by %s: %d nodes", i, node, g.Nodes)
+		}
+	}
+	now.Add(int64(150 * time.Millisecond))
+	call("k", "a")
+	now.Add(int64(100 * time.Millisecond)) // b and c are 250 ms old
+	if g := call("k", "a"); g.Nodes != 1 {
+		t.Fatalf("after the window: %d nodes", g.Nodes)
+	}
+	if g := call("{t}k", "a"); g.Nodes != 1 {
+		t.Fatalf("a tagged key: %d nodes", g.Nodes)
+	}
+	if n, _ := c.Exists(ctx, "n:{t}k\x00nodes", "{n:k}\x00nodes").Result(); n != 2 {
+		t.Fatalf("the nodes' sets: %d of 2", n)
+	}
+	if g := call("a}b", "a"); g.Nodes != 0 || g.Units != 1 {
+		t.Fatalf("a key with a '}' and no tag: %+v", g)
 	}
 }
