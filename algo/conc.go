@@ -193,6 +193,17 @@ func Release(now int64, leases []Lease, id string) ([]Lease, bool) {
 	return leases, false
 }
 
+// Holds reports whether the lease id is held (and not expired) at now.
+func Holds(now int64, leases []Lease, id string) bool {
+	ms := Millis(now)
+	for _, l := range leases {
+		if l.ID == id && l.Expires > ms {
+			return true
+		}
+	}
+	return false
+}
+
 // dropExpired removes, in place, the leases that expire at or before ms.
 func dropExpired(leases []Lease, ms int64) []Lease {
 	out := leases[:0]

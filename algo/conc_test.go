@@ -327,3 +327,13 @@ func TestNewConcParams(t *testing.T) {
 		t.Errorf("zero count: %v", err)
 	}
 }
+
+func TestHolds(t *testing.T) {
+	const e = int64(1_795_350_508_971)
+	leases := []Lease{{"a", e + 1000}, {"b", e}}
+	for id, want := range map[string]bool{"a": true, "b": false, "c": false} {
+		if got := Holds(e*ms, leases, id); got != want {
+			t.Errorf("Holds(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
