@@ -384,7 +384,7 @@ func TestRuleErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {period: soon, requests_per_unit: 1}\n",
 			`descriptors[0].rate_limit.period: want a duration such as 90s or 1h30m, not str "soon"`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 3}\n",
-			`descriptors[0].rate_limit.burst: only gcra and leaky_bucket take a burst`},
+			`descriptors[0].rate_limit.burst: only gcra, leaky_bucket and concurrency take a burst`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, time_zone: UTC}\n",
 			`descriptors[0].rate_limit.time_zone: a time zone goes with a calendar`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {calendar: day, requests_per_unit: 1, time_zone: Mars/Olympus}\n",
