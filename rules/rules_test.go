@@ -393,6 +393,8 @@ func TestRuleErrors(t *testing.T) {
 			`descriptors[0].rate_limit.calendar: unknown calendar "year"`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: concurrency, unit: second, requests_per_unit: 1}\n",
 			`descriptors[0].rate_limit.algorithm: concurrency limits need a release`},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: concurrency, unit: second, requests_per_unit: 1, burst: 3}\n",
+			`Envoy's rate-limit protocol cannot send`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 1}\n",
 			`descriptors[0].rate_limit.algorithm: unknown algorithm "token_bucket"`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: sliding_window, period: 1500us, requests_per_unit: 1}\n",
