@@ -3,6 +3,7 @@ package funnel_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -133,5 +134,20 @@ func TestConcurrencyLimitString(t *testing.T) {
 		if err := l.Validate(); !errors.Is(err, funnel.ErrInvalidLimit) {
 			t.Errorf("%v: Validate() = %v, want ErrInvalidLimit", l, err)
 		}
+	}
+}
+
+// Random lease ids are 32 hex digits and do not repeat, across batches.
+func TestAcquireIDs(t *testing.T) {
+	lim := newConcLimiter(t)
+	ctx := context.Background()
+	many := funnel.Limit{Algorithm: funnel.Concurrency, Count: 1000, Period: time.Minute}
+	seen := map[string]bool{}
+	for range 300 {
+		l, r, err := lim.Acquire(ctx, "ids", many)
+		if err != nil || !r.Allowed || len(l.ID) != 32 || strings.Trim(l.ID, "0123456789abcdef") != "" || seen[l.ID] {
+			t.Fatalf("lease %+v, %+v, %v (%d ids before)", l, r, err, len(seen))
+		}
+		seen[l.ID] = true
 	}
 }

@@ -3,9 +3,9 @@ package funnel
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -427,11 +427,50 @@ type Lease struct {
 // When refused, Result.RetryAfter is the time until the first held lease
 // expires (a release may come sooner) and the Lease is the zero value.
 func (l *Limiter) Acquire(ctx context.Context, key string, limit Limit) (Lease, Result, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	id, err := newLeaseID()
+	if err != nil {
 		return Lease{}, Result{}, err
 	}
-	return l.AcquireID(ctx, key, limit, hex.EncodeToString(b[:]))
+	return l.AcquireID(ctx, key, limit, id)
+}
+
+// leaseIDs is a batch of random lease ids: 64 ids of 32 hex digits (128
+// random bits each) in one string, handed out as substrings, so that an
+// Acquire neither allocates its id nor reads the system's random source.
+type leaseIDs struct {
+	s    string
+	next int
+}
+
+const (
+	leaseIDLen   = 32
+	leaseIDBatch = 64
+)
+
+var leaseIDPool = sync.Pool{New: func() any { return new(leaseIDs) }}
+
+// newLeaseID returns a random lease id of 32 hex digits.
+func newLeaseID() (string, error) {
+	b := leaseIDPool.Get().(*leaseIDs)
+	if b.next == len(b.s) {
+		var raw [leaseIDBatch * leaseIDLen / 2]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			leaseIDPool.Put(b)
+			return "", err
+		}
+		const digits = "0123456789abcdef"
+		var sb strings.Builder // one allocation: the batch's string
+		sb.Grow(2 * len(raw))
+		for _, c := range raw {
+			sb.WriteByte(digits[c>>4])
+			sb.WriteByte(digits[c&15])
+		}
+		b.s, b.next = sb.String(), 0
+	}
+	id := b.s[b.next : b.next+leaseIDLen]
+	b.next += leaseIDLen
+	leaseIDPool.Put(b)
+	return id, nil
 }
 
 // AcquireID is Acquire with a lease id chosen by the caller, such as a
