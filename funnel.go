@@ -54,6 +54,10 @@ type Limit struct {
 	// Algorithm is how the limit admits requests; the zero value is the
 	// funnel (GCRA). See Algorithm for each one's use of the other fields.
 	Algorithm Algorithm
+	// Calendar, for FixedWindow only, aligns windows to calendar days, weeks
+	// (from Monday) or months in Location, instead of Period-long windows
+	// aligned to the Unix epoch. Period is then ignored.
+	Calendar Calendar
 	// Delay is, for LeakyBucket only, the number of excess units that pass
 	// at once (nginx's delay=); the rest of the burst is delayed. 0 delays
 	// every excess unit; NoDelay (or any value ≥ Burst) delays none.
@@ -67,10 +71,6 @@ type Limit struct {
 	// latency and the unit delay, until the key holds no lease again. At
 	// most algo.MaxUnitDelay (a day).
 	UnitDelay time.Duration
-	// Calendar, for FixedWindow only, aligns windows to calendar days, weeks
-	// (from Monday) or months in Location, instead of Period-long windows
-	// aligned to the Unix epoch. Period is then ignored.
-	Calendar Calendar
 	// Location is the time zone of calendar windows; nil means UTC.
 	Location *time.Location
 	// Ban, when positive, turns an overflow into a ban: once a request for
