@@ -192,9 +192,16 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 			if op.Latency < 0 || op.Latency > algo.MaxUnitDelay {
 				return nil, fmt.Errorf("%w: latency %v is not within 0 to %v", funnel.ErrInvalidQuantity, op.Latency, algo.MaxUnitDelay)
 			}
-			latency := int64(0)
-			if op.Kind == funnel.OpRefund {
+			// -1 spares the script reading the key's unit delay when
+			// nothing depends on it: a release without a latency, or a take
+			// under a limit without a burst or a default unit delay (which
+			// delays nothing and leaves the key's unit delay as it is).
+			latency := int64(-1)
+			switch {
+			case op.Kind == funnel.OpRefund && op.Latency > 0:
 				latency = int64(op.Latency)
+			case op.Kind == funnel.OpTake && (c.Burst > 0 || c.UnitDelay > 0):
+				latency = 0
 			}
 			// The script admits up to count + burst leases.
 			a[len(a)-2] = limb(c.Window.Count + c.Burst)

@@ -38,7 +38,8 @@
 --          f:   count, period ms (0: calendar), then 6 ms: three spans
 --          s o: count, period ms
 --          c:   count (with the burst), period ms, lease id, default unit
---               delay ns, latency ns of a release (0: none)
+--               delay ns, latency ns of a release (0: none; -1: the key's
+--               unit delay is not needed, and is not read)
 --
 -- Reply: now's seconds and nanoseconds, then 6 integers per op: status (0
 -- refused, 1 allowed, 2 allowed but the new TAT would overflow int64, 3
@@ -448,7 +449,9 @@ for i = 1, nops do
     if op.exists then
       redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
       n = redis.call('ZCARD', op.key) - 1
-      unit = -1 - redis.call('ZSCORE', op.key, MARK.c)
+      if op.lat >= 0 then
+        unit = -1 - redis.call('ZSCORE', op.key, MARK.c)
+      end
       local own = redis.call('ZSCORE', op.key, op.id)
       if own then
         held = 1
