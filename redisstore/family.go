@@ -205,7 +205,16 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 			}
 			// The script admits up to count + burst leases.
 			a[len(a)-2] = limb(c.Window.Count + c.Burst)
-			a = append(a, op.Lease, limb(int64(c.UnitDelay)), limb(latency))
+			// Empty strings for 0 and for -1: the plain path's arguments
+			// cost nothing to build or to pass.
+			def, lat := "", ""
+			if c.UnitDelay > 0 {
+				def = limb(int64(c.UnitDelay))
+			}
+			if latency >= 0 {
+				lat = limb(latency)
+			}
+			a = append(a, op.Lease, def, lat)
 		}
 	default:
 		return nil, fmt.Errorf("%w: unknown algorithm %v", funnel.ErrInvalidLimit, c.Algorithm)

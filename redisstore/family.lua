@@ -38,8 +38,8 @@
 --          f:   count, period ms (0: calendar), then 6 ms: three spans
 --          s o: count, period ms
 --          c:   count (with the burst), period ms, lease id, default unit
---               delay ns, latency ns of a release (0: none; -1: the key's
---               unit delay is not needed, and is not read)
+--               delay ns ('' for 0), latency ns of a release (0: none; ''
+--               or -1: the key's unit delay is not needed, and is not read)
 --
 -- Reply: now's seconds and nanoseconds, then 6 integers per op: status (0
 -- refused, 1 allowed, 2 allowed but the new TAT would overflow int64, 3
@@ -174,7 +174,7 @@ for i = 1, nops do
       op.spans = { ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0 }
       a = a + 6
     elseif alg == 'c' then
-      op.id, op.def, op.lat = ARGV[a], ARGV[a + 1] + 0, ARGV[a + 2] + 0
+      op.id, op.def, op.lat = ARGV[a], tonumber(ARGV[a + 1]) or 0, tonumber(ARGV[a + 2]) or -1
       a = a + 3
     end
   end
