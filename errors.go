@@ -29,6 +29,10 @@ var (
 	// ErrCrossSlot means the keys of one call cannot be decided together by
 	// the store (on Redis Cluster they must share a {hash tag}).
 	ErrCrossSlot = errors.New("CROSSSLOT funnel: keys of one call must share a {hash tag} on Redis Cluster")
+	// ErrLeaseNotHeld means a release reported a latency for a lease that
+	// is not held (never taken, released, or expired): the latency is not
+	// counted and nothing changes.
+	ErrLeaseNotHeld = errors.New("funnel: the lease is not held (released, expired or never taken)")
 	// ErrUnavailable is wrapped by the errors of a store that cannot be
 	// reached (a network store that is down or too slow).
 	ErrUnavailable = errors.New("funnel: store unavailable")
@@ -84,7 +88,7 @@ func ClassOf(err error) Class {
 		return ClassWrongType
 	case errors.Is(err, ErrCrossSlot):
 		return ClassCrossSlot
-	case errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidQuantity), errors.Is(err, ErrDuplicateKey),
+	case errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidQuantity), errors.Is(err, ErrDuplicateKey), errors.Is(err, ErrLeaseNotHeld),
 		errors.Is(err, gcra.ErrZeroRate), errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow),
 		errors.Is(err, algo.ErrZeroSize), errors.Is(err, algo.ErrNegative), errors.Is(err, algo.ErrPeriodTooShort),
 		errors.Is(err, algo.ErrOverflow), errors.Is(err, algo.ErrTooManyEvents):

@@ -79,6 +79,35 @@ func ExampleLimiter_Acquire() {
 	// true
 }
 
+// A concurrency limit that queues (OpenResty limit.conn): 2 requests at
+// once, 3 more told to wait; the wait follows the latencies reported.
+func ExampleLimiter_ReleaseAfter() {
+	store := memstore.New(memstore.Options{Now: fixedClock()})
+	defer store.Close()
+	lim := funnel.New(store)
+	ctx := context.Background()
+	limit := funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: time.Minute, Burst: 3, UnitDelay: 100 * time.Millisecond}
+
+	var leases []funnel.Lease
+	for i := 1; i <= 6; i++ {
+		l, res, _ := lim.AcquireID(ctx, "reports", limit, fmt.Sprint("req-", i))
+		fmt.Printf("req-%d allowed=%v delay=%v\n", i, res.Allowed, res.Delay)
+		leases = append(leases, l)
+	}
+	// req-1 took 300ms: the unit delay is now (100ms + 300ms) / 2.
+	held, _ := lim.ReleaseAfter(ctx, leases[0], 300*time.Millisecond)
+	_, res, _ := lim.AcquireID(ctx, "reports", limit, "req-7")
+	fmt.Printf("released=%v req-7 delay=%v\n", held, res.Delay)
+	// Output:
+	// req-1 allowed=true delay=0s
+	// req-2 allowed=true delay=0s
+	// req-3 allowed=true delay=100ms
+	// req-4 allowed=true delay=100ms
+	// req-5 allowed=true delay=200ms
+	// req-6 allowed=false delay=0s
+	// released=true req-7 delay=400ms
+}
+
 func ExampleLimit_ban() {
 	store := memstore.New(memstore.Options{Now: fixedClock()})
 	defer store.Close()

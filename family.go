@@ -3,9 +3,9 @@ package funnel
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,8 +44,10 @@ const (
 	// memory grows with Count (at most algo.MaxLogCount).
 	SlidingLog
 	// Concurrency holds at most Count leases at once (OpenResty limit.conn);
-	// a lease not released expires after Period. Use Limiter.Acquire and
-	// Limiter.Release.
+	// a lease not released expires after Period. With a Burst, up to Burst
+	// more are granted, each told to wait (Result.Delay, see UnitDelay).
+	// Use Limiter.Acquire (or AcquireWait) and Limiter.Release (or
+	// ReleaseAfter).
 	Concurrency
 	numAlgorithms
 )
@@ -135,6 +137,12 @@ type Checked struct {
 	Window algo.WindowParams
 }
 
+// Conc returns the parameters of a Concurrency limit, with d as its unit
+// delay: the key's own, or the limit's default when the key has none (0).
+func (c *Checked) Conc(d int64) algo.ConcParams {
+	return algo.ConcParams{WindowParams: c.Window, Burst: c.Burst, Delay: algo.UnitDelay(d, int64(c.UnitDelay))}
+}
+
 // Check validates l and returns it with its parameters.
 func (l Limit) Check() (Checked, error) { return l.check() }
 
@@ -170,6 +178,9 @@ func (l *Limit) checkInto(c *Checked) error {
 	if l.Algorithm != LeakyBucket && l.Delay != 0 {
 		return bad(errors.New("only leaky_bucket takes a delay"))
 	}
+	if l.Algorithm != Concurrency && l.UnitDelay != 0 {
+		return bad(errors.New("only concurrency takes a unit delay"))
+	}
 	if l.Algorithm != FixedWindow && (l.Calendar != NoCalendar || l.Location != nil) {
 		return bad(errors.New("only fixed_window takes a calendar"))
 	}
@@ -202,7 +213,9 @@ func (l *Limit) checkInto(c *Checked) error {
 			err = c.Window.CheckLog()
 		}
 	case Concurrency:
-		c.Window, err = algo.NewWindowParams(l.Count, l.Period)
+		var p algo.ConcParams
+		p, err = algo.NewConcParams(l.Count, l.Period, l.Burst, l.UnitDelay)
+		c.Window = p.WindowParams
 	default:
 		return bad(fmt.Errorf("unknown algorithm %d", l.Algorithm))
 	}
@@ -222,7 +235,10 @@ const (
 	OpTake OpKind = iota
 	// OpRefund gives back N units of Key under Limit, never below an empty
 	// state; for Concurrency it releases Lease (the Limit then carries only
-	// its Algorithm) and the result is Allowed when the lease was held.
+	// its Algorithm) and the result is Allowed when the lease was held. A
+	// release that reports a Latency moves the key's unit delay to the mean
+	// of the two (algo.Leave); when the lease is not held, it is an error
+	// that wraps ErrLeaseNotHeld, and nothing changes.
 	OpRefund
 )
 
@@ -234,6 +250,10 @@ type Op struct {
 	N     int64
 	// Lease is the lease id of a Concurrency operation.
 	Lease string
+	// Latency is, for the release of a Concurrency lease, how long the
+	// lease's request took, when positive (at most algo.MaxUnitDelay); 0
+	// reports none.
+	Latency time.Duration
 }
 
 // Ban is one banned key.
@@ -277,15 +297,15 @@ var oneOps = sync.Pool{New: func() any { return new(oneOp) }}
 
 // do runs one op through the store.
 func (l *Limiter) do(ctx context.Context, op Op) (Result, error) {
-	return l.do1(ctx, op.Kind, op.Key, &op.Limit, op.N, op.Lease)
+	return l.do1(ctx, op.Kind, op.Key, &op.Limit, op.N, op.Lease, op.Latency)
 }
 
 // do1 is do with the op's fields, its limit by pointer: the op is written
 // once, into the pooled buffer, on the path of every decision.
-func (l *Limiter) do1(ctx context.Context, kind OpKind, key string, c *Checked, n int64, lease string) (Result, error) {
+func (l *Limiter) do1(ctx context.Context, kind OpKind, key string, c *Checked, n int64, lease string, latency time.Duration) (Result, error) {
 	b := oneOps.Get().(*oneOp)
 	op := &b.ops[0]
-	op.Kind, op.Key, op.Limit, op.N, op.Lease = kind, key, *c, n, lease
+	op.Kind, op.Key, op.Limit, op.N, op.Lease, op.Latency = kind, key, *c, n, lease, latency
 	err := l.store.Do(ctx, b.ops[:], b.res[:])
 	r := b.res[0]
 	// Keep no key, lease or time zone alive.
@@ -401,19 +421,60 @@ type Lease struct {
 	ID  string
 }
 
-// Acquire takes a lease of key under a Concurrency limit. When refused,
-// Result.RetryAfter is the time until the first held lease expires (a
-// release may come sooner) and the Lease is the zero value.
+// Acquire takes a lease of key under a Concurrency limit. When granted
+// within the limit's Burst, Result.Delay is how long the request must wait
+// before it proceeds (AcquireWait sleeps it); it holds its lease from now.
+// When refused, Result.RetryAfter is the time until the first held lease
+// expires (a release may come sooner) and the Lease is the zero value.
 func (l *Limiter) Acquire(ctx context.Context, key string, limit Limit) (Lease, Result, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	id, err := newLeaseID()
+	if err != nil {
 		return Lease{}, Result{}, err
 	}
-	return l.AcquireID(ctx, key, limit, hex.EncodeToString(b[:]))
+	return l.AcquireID(ctx, key, limit, id)
+}
+
+// leaseIDs is a batch of random lease ids: 64 ids of 32 hex digits (128
+// random bits each) in one string, handed out as substrings, so that an
+// Acquire neither allocates its id nor reads the system's random source.
+type leaseIDs struct {
+	s    string
+	next int
+}
+
+const (
+	leaseIDLen   = 32
+	leaseIDBatch = 64
+)
+
+var leaseIDPool = sync.Pool{New: func() any { return new(leaseIDs) }}
+
+// newLeaseID returns a random lease id of 32 hex digits.
+func newLeaseID() (string, error) {
+	b := leaseIDPool.Get().(*leaseIDs)
+	if b.next == len(b.s) {
+		var raw [leaseIDBatch * leaseIDLen / 2]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			leaseIDPool.Put(b)
+			return "", err
+		}
+		const digits = "0123456789abcdef"
+		var sb strings.Builder // one allocation: the batch's string
+		sb.Grow(2 * len(raw))
+		for _, c := range raw {
+			sb.WriteByte(digits[c>>4])
+			sb.WriteByte(digits[c&15])
+		}
+		b.s, b.next = sb.String(), 0
+	}
+	id := b.s[b.next : b.next+leaseIDLen]
+	b.next += leaseIDLen
+	leaseIDPool.Put(b)
+	return id, nil
 }
 
 // AcquireID is Acquire with a lease id chosen by the caller, such as a
-// request id; acquiring an id that is held renews it.
+// request id; acquiring an id that is held renews it, without a delay.
 func (l *Limiter) AcquireID(ctx context.Context, key string, limit Limit, id string) (Lease, Result, error) {
 	c, err := limit.check()
 	if err != nil {
@@ -429,6 +490,36 @@ func (l *Limiter) AcquireID(ctx context.Context, key string, limit Limit, id str
 	return Lease{Key: key, ID: id}, r, nil
 }
 
+// AcquireWait is Acquire that, when the lease is granted with a Delay,
+// waits it out before returning (a request queued within the limit's
+// Burst). A refused request returns at once with Allowed false.
+//
+// If ctx ends before the Delay has passed, the caller will not proceed, so
+// AcquireWait releases the lease (without a latency) and returns the zero
+// Lease and Result and ctx's error. The release is asked on a context that
+// keeps ctx's values but not its end, bounded by a few seconds. If the
+// release fails too, the lease stays held until it expires and the error
+// wraps both ctx's error and the release's.
+func (l *Limiter) AcquireWait(ctx context.Context, key string, limit Limit) (Lease, Result, error) {
+	lease, r, err := l.Acquire(ctx, key, limit)
+	if err != nil || !r.Allowed || r.Delay <= 0 {
+		return lease, r, err
+	}
+	t := time.NewTimer(r.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return lease, r, nil
+	case <-ctx.Done():
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), waitRefundTimeout)
+	defer cancel()
+	if _, err := l.Release(rctx, lease); err != nil {
+		return Lease{}, Result{}, fmt.Errorf("funnel: AcquireWait ended (%w) and the lease stays held until it expires, its release failed: %w", ctx.Err(), err)
+	}
+	return Lease{}, Result{}, ctx.Err()
+}
+
 // Release frees the lease and reports whether it was still held (false when
 // it had expired or was released before).
 func (l *Limiter) Release(ctx context.Context, lease Lease) (bool, error) {
@@ -437,6 +528,35 @@ func (l *Limiter) Release(ctx context.Context, lease Lease) (bool, error) {
 	}
 	r, err := l.do(ctx, Op{Kind: OpRefund, Key: lease.Key, Limit: releaseLimit, Lease: lease.ID})
 	return r.Allowed, err
+}
+
+// ReleaseAfter is Release that reports how long the lease's request took
+// (0 ≤ latency ≤ algo.MaxUnitDelay; 0 counts as 1ns): the key's unit delay
+// moves to the mean of the latency and itself (see Limit.UnitDelay), so
+// that the delays of queued requests follow how long a lease is really
+// held. A latency out of range is an error that wraps ErrInvalidQuantity;
+// a lease that is not held (expired, released, or never taken), one that
+// wraps ErrLeaseNotHeld. Either error changes nothing.
+func (l *Limiter) ReleaseAfter(ctx context.Context, lease Lease, latency time.Duration) (bool, error) {
+	if err := checkLatency(latency); err != nil {
+		return false, err
+	}
+	if lease.ID == "" {
+		return false, fmt.Errorf("%w: the zero Lease", ErrLeaseNotHeld)
+	}
+	r, err := l.do(ctx, Op{Kind: OpRefund, Key: lease.Key, Limit: releaseLimit, Lease: lease.ID, Latency: max(latency, 1)})
+	return r.Allowed, err
+}
+
+// checkLatency validates the latency of a release.
+func checkLatency(latency time.Duration) error {
+	switch {
+	case latency < 0:
+		return fmt.Errorf("%w: latency %v: %w", ErrInvalidQuantity, latency, algo.ErrNegative)
+	case latency > algo.MaxUnitDelay:
+		return fmt.Errorf("%w: latency %v: %w (at most %v)", ErrInvalidQuantity, latency, algo.ErrOverflow, algo.MaxUnitDelay)
+	}
+	return nil
 }
 
 // releaseLimit is the limit of a release: only its algorithm matters.

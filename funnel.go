@@ -45,20 +45,32 @@ type Limit struct {
 	// Period is the time in which Count units leak.
 	Period time.Duration
 	// Burst is the number of units beyond the first that a full bucket admits
-	// at once (redis-cell's max_burst). Only the funnel (GCRA) and the leaky
-	// bucket use it.
+	// at once (redis-cell's max_burst), for the funnel (GCRA) and the leaky
+	// bucket. For Concurrency it is the number of leases beyond Count that
+	// are granted with a delay (OpenResty limit.conn's burst; see
+	// UnitDelay); 0 refuses every lease beyond Count. The other algorithms
+	// ignore it.
 	Burst int64
 	// Algorithm is how the limit admits requests; the zero value is the
 	// funnel (GCRA). See Algorithm for each one's use of the other fields.
 	Algorithm Algorithm
-	// Delay is, for LeakyBucket only, the number of excess units that pass
-	// at once (nginx's delay=); the rest of the burst is delayed. 0 delays
-	// every excess unit; NoDelay (or any value ≥ Burst) delays none.
-	Delay int64
 	// Calendar, for FixedWindow only, aligns windows to calendar days, weeks
 	// (from Monday) or months in Location, instead of Period-long windows
 	// aligned to the Unix epoch. Period is then ignored.
 	Calendar Calendar
+	// Delay is, for LeakyBucket only, the number of excess units that pass
+	// at once (nginx's delay=); the rest of the burst is delayed. 0 delays
+	// every excess unit; NoDelay (or any value ≥ Burst) delays none.
+	Delay int64
+	// UnitDelay is, for Concurrency only, the default unit delay of a key
+	// (OpenResty limit.conn's default_conn_delay): a lease granted as the
+	// conn-th one held, beyond Count, waits UnitDelay × ⌊(conn−1)/Count⌋
+	// (Result.Delay), never more than Period. A key takes this default when
+	// its first lease is granted; from then on the latencies that releases
+	// report (Limiter.ReleaseAfter) move it, each to the mean of the
+	// latency and the unit delay, until the key holds no lease again. At
+	// most algo.MaxUnitDelay (a day).
+	UnitDelay time.Duration
 	// Location is the time zone of calendar windows; nil means UTC.
 	Location *time.Location
 	// Ban, when positive, turns an overflow into a ban: once a request for
@@ -119,6 +131,9 @@ func (l Limit) String() string {
 		}
 	case Concurrency:
 		s = fmt.Sprintf("%v %d, lease %v", l.Algorithm, l.Count, l.Period)
+		if l.Burst != 0 || l.UnitDelay != 0 {
+			s += fmt.Sprintf(", burst %d, unit delay %v", l.Burst, l.UnitDelay)
+		}
 	default:
 		if l.Calendar != NoCalendar {
 			s = fmt.Sprintf("%v %d per calendar %v", l.Algorithm, l.Count, l.Calendar)
@@ -192,8 +207,9 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
-	// Delay is, for the leaky bucket only, how long an admitted request must
-	// wait before it proceeds (Limiter.Wait sleeps it).
+	// Delay is, for the leaky bucket and for a concurrency lease granted
+	// within its burst, how long an admitted request must wait before it
+	// proceeds (Limiter.Wait and Limiter.AcquireWait sleep it).
 	Delay time.Duration
 }
 
@@ -338,7 +354,7 @@ func (l *Limiter) take(ctx context.Context, key string, limit *Limit, c *Checked
 	case n < 0 && (op.Limit.Algorithm != GCRA || op.Limit.Ban != 0):
 		err = fmt.Errorf("%w %d: %w (only a funnel without a ban takes units back this way; see Refund)", ErrInvalidQuantity, n, algo.ErrNegative)
 	default:
-		op.Kind, op.Key, op.N, op.Lease = OpTake, key, n, ""
+		op.Kind, op.Key, op.N, op.Lease, op.Latency = OpTake, key, n, "", 0
 		err = l.store.Do(ctx, b.ops[:], b.res[:])
 	}
 	r := b.res[0]

@@ -2,9 +2,12 @@ package funnel
 
 import (
 	"fmt"
+
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/funnelrl/funnel/algo"
 )
 
 // Spec is a limit as its text forms give it (the RESP commands' arguments,
@@ -23,12 +26,16 @@ type Spec struct {
 	// Period is the window or leak period (for concurrency: a lease's
 	// lifetime); calendar windows leave it zero.
 	Period time.Duration
-	// Burst is, for gcra and leaky_bucket only, the units beyond the first
-	// that a full bucket admits at once; nil means Count-1.
+	// Burst is, for gcra and leaky_bucket, the units beyond the first that
+	// a full bucket admits at once; nil means Count-1. For concurrency it is
+	// the leases beyond Count granted with a delay; nil means 0.
 	Burst *int64
 	// Delay is, for leaky_bucket only, the excess units that pass at once
 	// (nginx's delay=); nil means 0.
 	Delay *int64
+	// UnitDelay is, for concurrency only, the default unit delay of a
+	// lease granted within the burst (see Limit.UnitDelay); 0 means none.
+	UnitDelay time.Duration
 	// NoDelay is, for leaky_bucket only, nginx's nodelay: every unit within
 	// the burst passes at once. It excludes Delay.
 	NoDelay bool
@@ -46,7 +53,7 @@ type Spec struct {
 // LoadLocation): the field at fault and why. It wraps ErrInvalidLimit.
 type SpecError struct {
 	// Field is the field at fault in snake case ("algorithm", "burst",
-	// "delay", "nodelay", "calendar", "time_zone"), or empty when the limit
+	// "delay", "nodelay", "unit_delay", "calendar", "time_zone"), or empty when the limit
 	// as a whole is invalid (Limit.Validate's reasons).
 	Field string
 	// Reason says why, without the field.
@@ -84,8 +91,8 @@ func (s Spec) Limit() (Limit, error) {
 	l.Count, l.Period, l.Ban = s.Count, s.Period, s.Ban
 	bucket := l.Algorithm == GCRA || l.Algorithm == LeakyBucket
 	switch {
-	case s.Burst != nil && !bucket:
-		return Limit{}, specErr("burst", "only gcra and leaky_bucket take a burst")
+	case s.Burst != nil && !bucket && l.Algorithm != Concurrency:
+		return Limit{}, specErr("burst", "only gcra, leaky_bucket and concurrency take a burst")
 	case s.Burst != nil:
 		l.Burst = *s.Burst
 	case bucket:
@@ -98,6 +105,15 @@ func (s Spec) Limit() (Limit, error) {
 		}
 		return Limit{}, specErr(field, "only leaky_bucket takes a delay")
 	}
+	switch {
+	case s.UnitDelay != 0 && l.Algorithm != Concurrency:
+		return Limit{}, specErr("unit_delay", "only concurrency takes a unit delay")
+	case s.UnitDelay < 0:
+		return Limit{}, specErr("unit_delay", "must not be negative, got %v", s.UnitDelay)
+	case s.UnitDelay > algo.MaxUnitDelay:
+		return Limit{}, specErr("unit_delay", "%v is above the largest, %v", s.UnitDelay, algo.MaxUnitDelay)
+	}
+	l.UnitDelay = s.UnitDelay
 	switch {
 	case s.Delay != nil && s.NoDelay:
 		return Limit{}, specErr("delay", "delay and nodelay exclude each other")

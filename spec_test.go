@@ -29,11 +29,15 @@ func TestSpecLimit(t *testing.T) {
 			funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 9, Delay: 3}},
 		{"WindowNoBurst", funnel.Spec{Algorithm: "sliding_window", Count: 10, Period: time.Second, Ban: time.Hour},
 			funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 10, Period: time.Second, Ban: time.Hour}},
+		{"ConcurrencyNoBurst", funnel.Spec{Algorithm: "concurrency", Count: 10, Period: time.Minute},
+			funnel.Limit{Algorithm: funnel.Concurrency, Count: 10, Period: time.Minute}},
+		{"ConcurrencyBurst", funnel.Spec{Algorithm: "concurrency", Count: 10, Period: time.Minute, Burst: ptr(5), UnitDelay: 200 * time.Millisecond},
+			funnel.Limit{Algorithm: funnel.Concurrency, Count: 10, Period: time.Minute, Burst: 5, UnitDelay: 200 * time.Millisecond}},
 		{"Calendar", funnel.Spec{Algorithm: "fixed_window", Count: 1000, Calendar: "day", TimeZone: "Europe/Paris"},
 			funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1000, Calendar: funnel.Daily, Location: paris}},
 	} {
 		got, err := c.spec.Limit()
-		if err != nil || got.String() != c.want.String() || got.Burst != c.want.Burst || got.Delay != c.want.Delay {
+		if err != nil || got.String() != c.want.String() || got.Burst != c.want.Burst || got.Delay != c.want.Delay || got.UnitDelay != c.want.UnitDelay {
 			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
 		}
 	}
@@ -46,7 +50,7 @@ func TestSpecErrors(t *testing.T) {
 		msg   string
 	}{
 		{funnel.Spec{Algorithm: "token_bucket", Count: 1, Period: time.Second}, "algorithm", `unknown algorithm "token_bucket"`},
-		{funnel.Spec{Algorithm: "fixed_window", Count: 1, Period: time.Second, Burst: ptr(3)}, "burst", "only gcra and leaky_bucket take a burst"},
+		{funnel.Spec{Algorithm: "fixed_window", Count: 1, Period: time.Second, Burst: ptr(3)}, "burst", "only gcra, leaky_bucket and concurrency take a burst"},
 		{funnel.Spec{Count: 1, Period: time.Second, Delay: ptr(1)}, "delay", "only leaky_bucket takes a delay"},
 		{funnel.Spec{Count: 1, Period: time.Second, NoDelay: true}, "nodelay", "only leaky_bucket takes a delay"},
 		{funnel.Spec{Algorithm: "leaky_bucket", Count: 1, Period: time.Second, Delay: ptr(1), NoDelay: true}, "delay", "delay and nodelay exclude each other"},
@@ -56,6 +60,11 @@ func TestSpecErrors(t *testing.T) {
 		{funnel.Spec{Algorithm: "fixed_window", Count: 1, Calendar: "day", TimeZone: "Mars/Olympus"}, "time_zone", `unknown time zone "Mars/Olympus"`},
 		{funnel.Spec{Algorithm: "fixed_window", Count: 1, Calendar: "day", TimeZone: strings.Repeat("x", 100)}, "time_zone", "unknown time zone"},
 		{funnel.Spec{Count: 0, Period: time.Second}, "", "zero rates are not supported"},
+		{funnel.Spec{Count: 1, Period: time.Second, UnitDelay: time.Second}, "unit_delay", "only concurrency takes a unit delay"},
+		{funnel.Spec{Algorithm: "concurrency", Count: 1, Period: time.Second, UnitDelay: -1}, "unit_delay", "must not be negative"},
+		{funnel.Spec{Algorithm: "concurrency", Count: 1, Period: time.Second, UnitDelay: 25 * time.Hour}, "unit_delay", "above the largest"},
+		{funnel.Spec{Algorithm: "concurrency", Count: 1, Period: time.Second, Burst: ptr(-1)}, "", "must not be negative"},
+		{funnel.Spec{Algorithm: "concurrency", Count: 1, Period: time.Second, Burst: ptr(1 << 40)}, "", "too large"},
 	} {
 		_, err := c.spec.Limit()
 		var se *funnel.SpecError

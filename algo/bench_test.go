@@ -89,7 +89,7 @@ func BenchmarkRefund(b *testing.B) {
 // refused for lack of room.
 func BenchmarkAcquire(b *testing.B) {
 	b.ReportAllocs()
-	p := WindowParams{Count: 10, Period: 60_000}
+	p := ConcParams{WindowParams: WindowParams{Count: 10, Period: 60_000}}
 	ids := make([]string, 16)
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)

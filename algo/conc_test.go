@@ -10,13 +10,13 @@ import (
 )
 
 func TestAcquire(t *testing.T) {
-	p := WindowParams{Count: 2, Period: 1000}
+	p := ConcParams{WindowParams: WindowParams{Count: 2, Period: 1000}}
 	const e = int64(1_795_350_508_971) // epoch in ms
 	const life = 999_961_989           // from epoch to e+1000
 	a, b := Lease{"a", e + 1000}, Lease{"b", e + 1000}
 	for i, c := range []struct {
 		now     int64
-		p       WindowParams
+		p       ConcParams
 		leases  []Lease
 		id      string
 		q       int64
@@ -45,13 +45,13 @@ func TestAcquire(t *testing.T) {
 		{now: (e + 5000) * ms, leases: []Lease{a, b}, id: "c", q: 1, ok: true, rem: 1, reset: time.Second, want: []Lease{{"c", e + 6000}}},
 		// More leases than Count (the limit was lowered): room for one
 		// once the third earliest has expired.
-		{now: epoch, p: WindowParams{Count: 1, Period: 1000}, leases: []Lease{{"x", e + 300}, {"y", e + 100}, {"z", e + 200}}, id: "c", q: 1,
+		{now: epoch, p: ConcParams{WindowParams: WindowParams{Count: 1, Period: 1000}}, leases: []Lease{{"x", e + 300}, {"y", e + 100}, {"z", e + 200}}, id: "c", q: 1,
 			retry: 299_961_989, reset: 299_961_989, want: []Lease{{"x", e + 300}, {"y", e + 100}, {"z", e + 200}}},
-		{now: epoch, p: WindowParams{Count: 2, Period: 1000}, leases: []Lease{{"x", e + 300}, {"y", e + 100}, {"z", e + 100}, {"w", e}}, id: "c", q: 1,
+		{now: epoch, p: ConcParams{WindowParams: WindowParams{Count: 2, Period: 1000}}, leases: []Lease{{"x", e + 300}, {"y", e + 100}, {"z", e + 100}, {"w", e}}, id: "c", q: 1,
 			retry: 99_961_989, reset: 299_961_989, want: []Lease{{"x", e + 300}, {"y", e + 100}, {"z", e + 100}, {"w", e}}},
 		{now: epoch, leases: []Lease{a}, id: "b", q: -1, want: []Lease{a}, wantErr: ErrNegative},
 	} {
-		if c.p == (WindowParams{}) {
+		if c.p == (ConcParams{}) {
 			c.p = p
 		}
 		in := slices.Clone(c.leases)
@@ -96,7 +96,7 @@ func TestRelease(t *testing.T) {
 		}
 	}
 	// Release then acquire: the lease given back can be taken by another.
-	p := WindowParams{Count: 1, Period: 1000}
+	p := ConcParams{WindowParams: WindowParams{Count: 1, Period: 1000}}
 	l, _, _ := Acquire(epoch, nil, p, "a", 1)
 	if _, r, _ := Acquire(epoch, l, p, "b", 1); r.Allowed {
 		t.Fatal("two leases of one")
@@ -120,8 +120,9 @@ func TestKthExpiry(t *testing.T) {
 // bytes each: the clock, the lease id, and acquire, peek or release),
 // against a map of lease ids to expiries, and checks that no more than
 // Count unexpired leases are ever held, that a held lease is renewed, that
-// remaining and reset agree, and that every RetryAfter is exact.
-func runConc(t *testing.T, p WindowParams, steps []byte) {
+// remaining and reset agree, that a lease beyond Count waits its delay,
+// and that every RetryAfter is exact.
+func runConc(t *testing.T, p ConcParams, steps []byte) {
 	c := clock{now: epoch, period: p.Period * ms}
 	var (
 		leases []Lease
@@ -156,11 +157,18 @@ func runConc(t *testing.T, p WindowParams, steps []byte) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Result{Allowed: q == 0 || held || int64(len(model)) < p.Count, RetryAfter: r.RetryAfter}
+			most := p.Count + p.Burst
+			want := Result{Allowed: q == 0 || held || int64(len(model)) < most, RetryAfter: r.RetryAfter}
+			if want.Allowed && (q == 0 && int64(len(model)) < most || q == 1 && !held) {
+				conn := int64(len(model)) + 1
+				if conn > p.Count {
+					want.Delay = min(time.Duration(p.Delay*((conn-1)/p.Count)), time.Duration(p.Period*ms))
+				}
+			}
 			if want.Allowed && q == 1 {
 				model[id] = nowMS + p.Period
 			}
-			want.Remaining = max(0, p.Count-int64(len(model)))
+			want.Remaining = max(0, most-int64(len(model)))
 			if len(model) > 0 {
 				last := int64(0)
 				for _, exp := range model {
@@ -192,25 +200,28 @@ func runConc(t *testing.T, p WindowParams, steps []byte) {
 				}
 			}
 		}
-		if live != len(model) || int64(live) > p.Count {
-			t.Fatalf("%d live leases, want %d (at most %d)", live, len(model), p.Count)
+		if live != len(model) || int64(live) > p.Count+p.Burst {
+			t.Fatalf("%d live leases, want %d (at most %d)", live, len(model), p.Count+p.Burst)
 		}
 	}
 }
 
 func TestConcurrencyProperty(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, c := range []struct{ count, period int64 }{{1, 1}, {2, 1000}, {5, 7}, {10, 60_000}} {
-		runConc(t, WindowParams{Count: c.count, Period: c.period}, randomSteps(r, 3*5000))
+	for _, c := range []struct{ count, period, burst, delay int64 }{{1, 1, 0, 0}, {2, 1000, 0, 0}, {5, 7, 0, 0}, {10, 60_000, 0, 0},
+		{1, 1000, 3, 300 * ms}, {2, 1000, 5, 70 * ms}, {3, 7, 4, 5 * ms}, {2, 60_000, 2, 0}} {
+		p := ConcParams{WindowParams: WindowParams{Count: c.count, Period: c.period}, Burst: c.burst, Delay: c.delay}
+		runConc(t, p, randomSteps(r, 3*5000))
 	}
 }
 
 func FuzzConcurrency(f *testing.F) {
-	f.Add(int64(2), int64(1000), []byte{0, 0, 2, 0, 1, 2, 0, 2, 2, 4, 2, 2, 0, 0, 0, 5, 3, 1})
-	f.Add(int64(1), int64(1), []byte{3, 0, 2, 4, 1, 2, 5, 1, 2, 6, 1, 1})
-	f.Fuzz(func(t *testing.T, count, period int64, steps []byte) {
-		p, err := NewWindowParams(count, time.Duration(period)*time.Millisecond)
-		if err != nil || count > 100 {
+	f.Add(int64(2), int64(1000), int64(0), int64(0), []byte{0, 0, 2, 0, 1, 2, 0, 2, 2, 4, 2, 2, 0, 0, 0, 5, 3, 1})
+	f.Add(int64(1), int64(1), int64(0), int64(0), []byte{3, 0, 2, 4, 1, 2, 5, 1, 2, 6, 1, 1})
+	f.Add(int64(2), int64(1000), int64(3), int64(400*ms), []byte{0, 0, 2, 0, 1, 2, 0, 2, 2, 4, 2, 2, 0, 3, 2, 5, 4, 1})
+	f.Fuzz(func(t *testing.T, count, period, burst, delay int64, steps []byte) {
+		p, err := NewConcParams(count, time.Duration(period)*time.Millisecond, burst, time.Duration(delay))
+		if err != nil || count+burst > 100 {
 			return
 		}
 		runConc(t, p, steps)
@@ -231,6 +242,98 @@ func TestBanned(t *testing.T) {
 	} {
 		if banned, left := Banned(c.now, c.until); banned != c.banned || left != c.left {
 			t.Errorf("Banned(epoch, epoch%+d) = %v, %d; want %v, %d", c.until-epoch, banned, left, c.banned, c.left)
+		}
+	}
+}
+
+// TestAcquireBurst follows OpenResty limit.conn with max 2, burst 3 and a
+// unit delay of 100ms: leases 3 and 4 wait one unit, 5 waits two, 6 is
+// refused.
+func TestAcquireBurst(t *testing.T) {
+	p := ConcParams{WindowParams: WindowParams{Count: 2, Period: 1000}, Burst: 3, Delay: int64(100 * time.Millisecond)}
+	var leases []Lease
+	for i, w := range []struct {
+		ok    bool
+		rem   int64
+		delay time.Duration
+	}{{true, 4, 0}, {true, 3, 0}, {true, 2, 100 * time.Millisecond}, {true, 1, 100 * time.Millisecond}, {true, 0, 200 * time.Millisecond}, {false, 0, 0}} {
+		// A peek reports the delay the lease would get.
+		if _, r, _ := Acquire(epoch, leases, p, "peek", 0); !r.Allowed || r.Delay != w.delay || r.Remaining != w.rem+b2i(w.ok) {
+			t.Errorf("peek before lease %d: %+v, want delay %v", i+1, r, w.delay)
+		}
+		var r Result
+		leases, r, _ = Acquire(epoch, leases, p, strconv.Itoa(i), 1)
+		if r.Allowed != w.ok || r.Remaining != w.rem || r.Delay != w.delay {
+			t.Errorf("lease %d: %+v, want allowed %v, remaining %d, delay %v", i+1, r, w.ok, w.rem, w.delay)
+		}
+	}
+	// Renewing a held lease is never delayed.
+	if _, r, _ := Acquire(epoch, leases, p, "4", 1); !r.Allowed || r.Delay != 0 {
+		t.Errorf("renewal: %+v", r)
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestConcDelay(t *testing.T) {
+	p := ConcParams{WindowParams: WindowParams{Count: 3, Period: 1000}, Burst: 100, Delay: int64(150 * time.Millisecond)}
+	for _, c := range []struct {
+		conn int64
+		want time.Duration
+	}{{1, 0}, {3, 0}, {4, 150 * time.Millisecond}, {6, 150 * time.Millisecond}, {7, 300 * time.Millisecond}, {19, 900 * time.Millisecond}, {22, time.Second}, {MaxCount, time.Second}} {
+		if got := ConcDelay(p, c.conn); got != c.want {
+			t.Errorf("ConcDelay(conn %d) = %v, want %v", c.conn, got, c.want)
+		}
+	}
+	big := ConcParams{WindowParams: WindowParams{Count: 1, Period: int64(MaxPeriod / time.Millisecond)}, Burst: MaxCount - 1, Delay: int64(MaxUnitDelay)}
+	if got := ConcDelay(big, MaxCount); got != MaxPeriod {
+		t.Errorf("ConcDelay saturates at %v, want %v", got, MaxPeriod)
+	}
+}
+
+func TestLeave(t *testing.T) {
+	for _, c := range []struct{ unit, latency, want int64 }{
+		{100, 300, 200}, {100, 301, 200}, {0, 0, 1}, {1, 0, 1}, {int64(MaxUnitDelay), int64(MaxUnitDelay), int64(MaxUnitDelay)},
+	} {
+		if got := Leave(c.unit, c.latency); got != c.want {
+			t.Errorf("Leave(%d, %d) = %d, want %d", c.unit, c.latency, got, c.want)
+		}
+	}
+	if UnitDelay(0, 7) != 7 || UnitDelay(3, 7) != 3 {
+		t.Error("UnitDelay: a key's own unit delay comes before the default")
+	}
+}
+
+func TestNewConcParams(t *testing.T) {
+	for _, c := range []struct {
+		burst int64
+		delay time.Duration
+		err   error
+	}{
+		{0, 0, nil}, {5, time.Second, nil}, {MaxCount - 2, MaxUnitDelay, nil},
+		{-1, 0, ErrNegative}, {0, -1, ErrNegative}, {MaxCount - 1, 0, ErrOverflow}, {0, MaxUnitDelay + 1, ErrOverflow},
+	} {
+		p, err := NewConcParams(2, time.Second, c.burst, c.delay)
+		if !errors.Is(err, c.err) || err == nil && (p.Burst != c.burst || p.Delay != int64(c.delay) || p.Count != 2 || p.Period != 1000) {
+			t.Errorf("NewConcParams(2, 1s, %d, %v) = %+v, %v; want %v", c.burst, c.delay, p, err, c.err)
+		}
+	}
+	if _, err := NewConcParams(0, time.Second, 0, 0); !errors.Is(err, ErrZeroSize) {
+		t.Errorf("zero count: %v", err)
+	}
+}
+
+func TestHolds(t *testing.T) {
+	const e = int64(1_795_350_508_971)
+	leases := []Lease{{"a", e + 1000}, {"b", e}}
+	for id, want := range map[string]bool{"a": true, "b": false, "c": false} {
+		if got := Holds(e*ms, leases, id); got != want {
+			t.Errorf("Holds(%q) = %v, want %v", id, got, want)
 		}
 	}
 }

@@ -24,6 +24,9 @@ type familyCase struct {
 	// multi, when set, asks for a second limit on a key of the same hash
 	// slot in the same call (all-or-nothing).
 	multi *funnel.Limit
+	// latency, for concurrency, is reported with each release
+	// (Limiter.ReleaseAfter), which moves the key's unit delay.
+	latency time.Duration
 }
 
 var familyCases = func() []familyCase {
@@ -43,13 +46,17 @@ var familyCases = func() []familyCase {
 		// hot key is mostly refused (at a full log) and other keys admitted.
 		{name: "sliding_log", limit: funnel.Limit{Algorithm: funnel.SlidingLog, Count: 100, Period: time.Second}},
 		{name: "concurrency", limit: funnel.Limit{Algorithm: funnel.Concurrency, Count: 1_000_000, Period: time.Minute}},
+		// limit.conn's queue: a burst and a unit delay, each release
+		// reporting a latency.
+		{name: "concurrency+burst", limit: funnel.Limit{Algorithm: funnel.Concurrency, Count: 1_000_000, Period: time.Minute,
+			Burst: 1000, UnitDelay: 10 * time.Millisecond}, latency: 3 * time.Millisecond},
 		{name: "gcra+day", limit: gcra, multi: &day},
 	}
 }()
 
 // familyDecide returns a function that makes one decision of c on key
-// through lim: for concurrency an acquire and its release, for a multi case
-// both limits at once.
+// through lim: for concurrency an acquire and its release (with a latency
+// when c has one), for a multi case both limits at once.
 func familyDecide(c familyCase, lim *funnel.Limiter) func(ctx context.Context, key string) (bool, error) {
 	switch {
 	case c.limit.Algorithm == funnel.Concurrency:
@@ -58,7 +65,11 @@ func familyDecide(c familyCase, lim *funnel.Limiter) func(ctx context.Context, k
 			if err != nil || !r.Allowed {
 				return r.Allowed, err
 			}
-			_, err = lim.Release(ctx, l)
+			if c.latency > 0 {
+				_, err = lim.ReleaseAfter(ctx, l, c.latency)
+			} else {
+				_, err = lim.Release(ctx, l)
+			}
 			return true, err
 		}
 	case c.multi != nil:

@@ -95,6 +95,57 @@ func TestAcquireRelease(t *testing.T) {
 	}
 }
 
+// A concurrency limit that queues: /v1/acquire answers the delay,
+// /v1/release takes the latency, which moves the unit delay.
+func TestAcquireQueue(t *testing.T) {
+	a := newAPI(t, httpapi.Options{})
+	acquire := func(id string) httpapi.Decision {
+		t.Helper()
+		r := a.post(t, "/v1/acquire", `{"key":"q","limit":{"count":2,"period":"30s","burst":3,"unit_delay":"100ms"},"lease":"`+id+`"}`)
+		var d httpapi.Decision
+		if err := json.Unmarshal([]byte(r.body), &d); err != nil {
+			t.Fatalf("acquire %s: %d %s", id, r.status, r.body)
+		}
+		return d
+	}
+	var got []string
+	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+		d := acquire(id)
+		got = append(got, fmt.Sprintf("%v:%d:%d", d.Allowed, d.Remaining, d.DelayMs))
+	}
+	if want := "[true:4:0 true:3:0 true:2:100 true:1:100 true:0:200 false:0:0]"; fmt.Sprint(got) != want {
+		t.Errorf("acquires %v, want %s", got, want)
+	}
+	r := a.post(t, "/v1/release", `{"key":"q","lease":"a","latency":"300ms"}`)
+	if r.status != 200 || strings.TrimSpace(r.body) != `{"released":true}` {
+		t.Fatalf("release with a latency: %d %s", r.status, r.body)
+	}
+	for _, c := range []struct{ body, detail string }{
+		{`{"key":"q","lease":"a","latency":"300ms"}`, "not held"},
+		{`{"key":"q","lease":"b","latency":"-1s"}`, "latency"},
+		{`{"key":"q","lease":"b","latency":"25h"}`, "latency"},
+		{`{"key":"q","lease":"b","latency":"soon"}`, "latency"},
+	} {
+		r := a.post(t, "/v1/release", c.body)
+		if r.status != 422 || !strings.Contains(r.problem.Detail, c.detail) {
+			t.Errorf("release %s: %d %s", c.body, r.status, r.body)
+		}
+	}
+	// (100ms + 300ms) / 2 per unit; the fifth lease held waits two.
+	if d := acquire("g"); !d.Allowed || d.DelayMs != 400 {
+		t.Errorf("after the latency: %+v", d)
+	}
+	for _, body := range []string{
+		`{"key":"q","limit":{"count":2,"period":"30s","unit_delay":"-1s"}}`,
+		`{"key":"q","limit":{"count":2,"period":"30s","unit_delay":"25h"}}`,
+		`{"key":"q","limit":{"count":2,"period":"30s","burst":-1}}`,
+	} {
+		if r := a.post(t, "/v1/acquire", body); r.status != 422 {
+			t.Errorf("acquire %s: %d %s", body, r.status, r.body)
+		}
+	}
+}
+
 func TestRefund(t *testing.T) {
 	a := newAPI(t, httpapi.Options{})
 	a.post(t, "/v1/throttle", `{"key":"k","limit":{"count":10,"period":"1s"},"quantity":6}`)

@@ -639,11 +639,21 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.Lease == "" {
 		err = inputf("the lease is missing")
 	}
+	var latency time.Duration
+	if err == nil {
+		latency, err = parseDuration("latency", req.Latency)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	ok, err := s.lim.Release(r.Context(), funnel.Lease{Key: req.Key, ID: req.Lease})
+	var ok bool
+	lease := funnel.Lease{Key: req.Key, ID: req.Lease}
+	if req.Latency != "" {
+		ok, err = s.lim.ReleaseAfter(r.Context(), lease, latency)
+	} else {
+		ok, err = s.lim.Release(r.Context(), lease)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -23,8 +23,15 @@ type Limit struct {
 	// lifetime). Calendar windows leave it out.
 	Period string `json:"period,omitempty"`
 	// Burst is, for gcra and leaky_bucket, the units beyond the first that
-	// a full bucket admits at once; left out, it is Count-1.
+	// a full bucket admits at once; left out, it is Count-1. For
+	// concurrency, the leases beyond Count granted with a delay; left out,
+	// 0.
 	Burst *int64 `json:"burst,omitempty"`
+	// UnitDelay, a duration, is for concurrency the default unit delay of
+	// a lease granted within the burst (OpenResty limit.conn's
+	// default_conn_delay): it waits UnitDelay × ⌊(leases held − 1) /
+	// Count⌋, and the latencies releases report move the unit delay.
+	UnitDelay string `json:"unit_delay,omitempty"`
 	// Delay is, for leaky_bucket, the excess units that pass at once
 	// (nginx's delay=); NoDelay delays none (nginx's nodelay).
 	Delay int64 `json:"delay,omitempty"`
@@ -85,6 +92,9 @@ func (l *Limit) Funnel() (funnel.Limit, error) {
 	if spec.Ban, err = parseDuration("ban", l.Ban); err != nil {
 		return funnel.Limit{}, err
 	}
+	if spec.UnitDelay, err = parseDuration("unit_delay", l.UnitDelay); err != nil {
+		return funnel.Limit{}, err
+	}
 	return spec.Limit()
 }
 
@@ -119,6 +129,8 @@ func limitFromQuery(q url.Values) (*Limit, error) {
 			l.TimeZone = v
 		case "ban":
 			l.Ban = v
+		case "unit_delay":
+			l.UnitDelay = v
 		case "name":
 			continue
 		default:
@@ -148,8 +160,9 @@ type Decision struct {
 	RetryAfterMs int64 `json:"retry_after_ms"`
 	// ResetAfterMs is the milliseconds until the limit is whole again.
 	ResetAfterMs int64 `json:"reset_after_ms"`
-	// DelayMs is, for leaky_bucket, how long an admitted request should
-	// wait before it proceeds.
+	// DelayMs is, for leaky_bucket and for a lease granted within a
+	// concurrency limit's burst, how long an admitted request should wait
+	// before it proceeds.
 	DelayMs int64 `json:"delay_ms"`
 	// Banned reports a refusal because the key is banned (RetryAfterMs is
 	// then the time until the ban ends).
@@ -267,6 +280,10 @@ type ReleaseRequest struct {
 	Key string `json:"key"`
 	// Lease is the id that the acquire answered (or was given).
 	Lease string `json:"lease"`
+	// Latency, a duration, is how long the lease's request took, to move
+	// the key's unit delay (see Limit.UnitDelay); left out, none. A
+	// latency for a lease that is not held is refused, changing nothing.
+	Latency string `json:"latency,omitempty"`
 }
 
 // Released is the answer to a release.

@@ -70,7 +70,7 @@ type fstate struct {
 	// expires is when the state is empty (ns since the Unix epoch): from then
 	// on the key reads as absent, and the sweep may drop it.
 	expires int64
-	a, b, c int64        // fixed: Start, N; sliding: Start, Prev, Cur (ms)
+	a, b, c int64        // fixed: Start, N; sliding: Start, Prev, Cur (ms); concurrency: unit delay (ns)
 	times   []int64      // sliding log (ms)
 	leases  []algo.Lease // concurrency
 }
@@ -104,7 +104,11 @@ func checkOp(op *funnel.Op) (kind, error) {
 		return 0, errOpKind
 	}
 	if op.Kind == funnel.OpRefund && k == kindConc {
-		return k, nil // a release needs only the lease's key and id
+		// A release needs only the lease's key and id, and its latency.
+		if op.Latency < 0 || op.Latency > algo.MaxUnitDelay {
+			return 0, fmt.Errorf("%w: latency %v is not within 0 to %v", funnel.ErrInvalidQuantity, op.Latency, algo.MaxUnitDelay)
+		}
+		return k, nil
 	}
 	if op.N < 0 && !(op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0) {
 		return 0, algo.ErrNegative // only a funnel without a ban takes a refund this way
@@ -306,8 +310,7 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 		}
 	}
 	if ps[0].op.Kind == funnel.OpRefund { // alone in its call
-		ps[0].refund(now, &res[0])
-		return nil
+		return ps[0].refund(now, &res[0])
 	}
 	many := len(ps) > 1
 	all := true
@@ -511,6 +514,23 @@ func (p *pending) times() []int64 {
 	return nil
 }
 
+// unit returns the unit delay of p's concurrency key, 0 when it has none.
+func (p *pending) unit() int64 {
+	if p.live {
+		return p.fs.a
+	}
+	return 0
+}
+
+// limit returns the Result.Limit of p's window or concurrency limit: Count,
+// and Burst more for concurrency.
+func (p *pending) limit() int64 {
+	if p.kind == kindConc {
+		return p.op.Limit.Window.Count + p.op.Limit.Burst
+	}
+	return p.op.Limit.Window.Count
+}
+
 func (p *pending) leases() []algo.Lease {
 	switch {
 	case p.live:
@@ -555,13 +575,15 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 			// intact while the call may still be refused.
 			leases = append(make([]algo.Lease, 0, len(leases)+1), leases...)
 		}
-		p.st.leases, ar, err = algo.Acquire(now, leases, w, op.Lease, op.N)
+		cp := op.Limit.Conc(p.unit())
+		p.st.a = cp.Delay // the key's unit delay from now on
+		p.st.leases, ar, err = algo.Acquire(now, leases, cp, op.Lease, op.N)
 	}
 	if err != nil {
 		return err
 	}
 	if p.kind != kindTAT {
-		*r = result(w.Count, ar)
+		*r = result(p.limit(), ar)
 		p.st.expires = now + int64(ar.ResetAfter)
 	}
 	if p.ban > 0 {
@@ -593,33 +615,20 @@ func (p *pending) peek(now int64) funnel.Result {
 	case kindLog:
 		_, ar, _ = algo.LogDecide(now, p.times(), w, 0)
 	case kindConc:
+		var leases []algo.Lease
 		if p.live {
-			ar = peekLeases(now, p.fs.leases, w.Count)
-		} else {
-			ar = peekLeases(now, nil, w.Count)
+			leases = p.fs.leases
 		}
+		ar = peekLeases(now, leases, op.Limit.Conc(p.unit()))
 	}
-	return result(w.Count, ar)
+	return result(p.limit(), ar)
 }
 
 // peekLeases is a peek at a concurrency key: it reads leases without
-// dropping the expired ones in place.
-func peekLeases(now int64, leases []algo.Lease, count int64) algo.Result {
-	ms := algo.Millis(now)
-	n, last := int64(0), int64(0)
-	for _, l := range leases {
-		if l.Expires > ms {
-			n++
-			last = max(last, l.Expires)
-		}
-	}
-	r := algo.Result{Allowed: true}
-	if n < count {
-		r.Remaining = count - n
-	}
-	if n > 0 {
-		r.ResetAfter = time.Duration(last*int64(time.Millisecond) - now)
-	}
+// dropping the expired ones in place, and reports the delay a new lease
+// would get.
+func peekLeases(now int64, leases []algo.Lease, p algo.ConcParams) algo.Result {
+	_, r, _ := algo.Acquire(now, leases, p, "", 0) // a peek changes nothing
 	return r
 }
 
@@ -700,8 +709,9 @@ func cloneLease(leases []algo.Lease, id string) {
 	}
 }
 
-// refund applies an OpRefund (alone in its call) and stores the result.
-func (p *pending) refund(now int64, r *funnel.Result) {
+// refund applies an OpRefund (alone in its call) and stores the result. Its
+// only error, a latency reported for a lease not held, changes nothing.
+func (p *pending) refund(now int64, r *funnel.Result) error {
 	op := p.op
 	w := op.Limit.Window
 	var ar algo.Result
@@ -719,7 +729,7 @@ func (p *pending) refund(now int64, r *funnel.Result) {
 		// leaves is beyond this limit's tolerance (charged under a larger
 		// one) and a peek would be refused.
 		r.Allowed = true
-		return
+		return nil
 	case kindFixed:
 		span := op.Limit.Span(now)
 		st := algo.FixedRefund(p.fixed(), span, op.N)
@@ -733,22 +743,31 @@ func (p *pending) refund(now int64, r *funnel.Result) {
 		p.st.times = algo.LogRefund(now, p.times(), w, op.N)
 		_, ar, _ = algo.LogDecide(now, p.st.times, w, 0)
 	case kindConc:
+		unit := p.unit()
+		if op.Latency > 0 {
+			if !p.live || !algo.Holds(now, p.fs.leases, op.Lease) {
+				return fmt.Errorf("%w: lease %q of key %q", funnel.ErrLeaseNotHeld, op.Lease, op.Key)
+			}
+			unit = algo.Leave(unit, int64(op.Latency))
+		}
 		var held bool
 		p.st.leases, held = algo.Release(now, p.leases(), op.Lease)
-		ar = peekLeases(now, p.st.leases, w.Count)
-		ar.Allowed = held
+		p.st.a = unit
+		ar = peekLeases(now, p.st.leases, op.Limit.Conc(unit))
+		ar.Allowed, ar.Delay = held, 0
 	}
-	*r = result(w.Count, ar)
+	*r = result(p.limit(), ar)
 	if p.kind != kindConc {
 		r.Allowed = true
 	}
 	if p.fs == nil || !p.live {
-		return // nothing to give back
+		return nil // nothing to give back
 	}
 	// An emptied state stays until the sweep, reading as absent, so that a
 	// key used again soon (a lease taken and released) reuses it.
 	p.st.expires = now + int64(ar.ResetAfter)
 	*p.fs = p.st
+	return nil
 }
 
 // banUntil bans key until the instant until (ns), unless it is banned for

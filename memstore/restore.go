@@ -328,7 +328,8 @@ func (sr *snapReader) window(fs *fstate, end int64) {
 // whose state empties at expires. A kind's next version reads its new
 // fields here, after those of the versions before.
 func (sr *snapReader) famState(c *cursor, kind, ver uint8, expires int64) *fstate {
-	_ = ver // every kind is at version 1
+	// Every kind is at version 1 but concurrency, whose version 2 adds the
+	// unit delay.
 	fs := &fstate{expires: expires}
 	switch kind {
 	case recFixed:
@@ -361,6 +362,13 @@ func (sr *snapReader) famState(c *cursor, kind, ver uint8, expires int64) *fstat
 		for i := range fs.leases {
 			id := c.bytes()
 			fs.leases[i] = algo.Lease{ID: string(id), Expires: sr.basems + c.varint()}
+		}
+		if ver >= 2 {
+			fs.a = c.count()
+			if fs.a > int64(algo.MaxUnitDelay) {
+				c.bad = fmt.Sprintf("a unit delay of %dns, above the largest", fs.a)
+				return nil
+			}
 		}
 	}
 	return fs

@@ -45,8 +45,9 @@ const (
 
 // recVersions[k] is the newest version of record kind k that this package
 // writes and reads. A record kind gains a version when its fields change;
-// the reader keeps reading the older versions.
-var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 1, 1}
+// the reader keeps reading the older versions. Concurrency records are at
+// version 2: the key's unit delay (ns, 0 when none) follows the leases.
+var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1}
 
 var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban"}
 
@@ -358,6 +359,7 @@ func (sw *snapWriter) fam(key string, fs *fstate) {
 				b = binary.AppendVarint(b, l.Expires-sw.sms)
 			}
 		}
+		b = binary.AppendUvarint(b, uint64(max(fs.a, 0))) // version 2
 	}
 	sw.buf = b
 	sw.keys++

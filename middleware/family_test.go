@@ -98,3 +98,55 @@ func TestMemstoreLeakyBucket(t *testing.T) {
 		}
 	})
 }
+
+// A concurrency limit that queues (limit.conn): one request at once, two
+// more wait; the handler's latency, reported on release, moves the delay.
+// Time passes on the synctest bubble's fake clock.
+func TestMemstoreConcurrencyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := memLimiter(t, newClock())
+		limit := funnel.Limit{Algorithm: funnel.Concurrency, Count: 1, Period: time.Minute, Burst: 2, UnitDelay: 100 * time.Millisecond}
+		hold := make(chan struct{})
+		app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/hold":
+				<-hold
+			case "/slow":
+				time.Sleep(300 * time.Millisecond)
+			}
+		})
+		h := newMW(t, lim, limit, middleware.ClientIP())(app)
+		serveOne := func(path string) (int, time.Duration) {
+			begin := time.Now()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			return rec.Code, time.Since(begin)
+		}
+		held := make(chan int)
+		go func() { code, _ := serveOne("/hold"); held <- code }()
+		synctest.Wait() // the first request holds the one lease
+		// The second waits one unit, 100ms, then takes 300ms.
+		if code, took := serveOne("/slow"); code != 200 || took != 400*time.Millisecond {
+			t.Fatalf("queued request: %d after %v, want 200 after 400ms", code, took)
+		}
+		// Its latency moved the unit delay to (100ms + 300ms) / 2.
+		if code, took := serveOne("/"); code != 200 || took != 200*time.Millisecond {
+			t.Errorf("after the latency: %d after %v, want 200 after 200ms", code, took)
+		}
+		// The client's key holds the first request's lease only, and the
+		// last one took no time: the unit delay is (200ms + 1ns) / 2.
+		l, res, err := lim.Acquire(t.Context(), "192.0.2.1", limit)
+		if err != nil || res.Delay != 100*time.Millisecond || res.Remaining != 1 {
+			t.Errorf("beside the first request: %+v %v", res, err)
+		}
+		lim.Release(t.Context(), l)
+		close(hold)
+		if code := <-held; code != 200 {
+			t.Fatalf("first request: %d", code)
+		}
+		_, res, err = lim.Acquire(t.Context(), "192.0.2.1", limit)
+		if err != nil || !res.Allowed || res.Delay != 0 || res.Remaining != 2 {
+			t.Errorf("after the requests: %+v %v", res, err)
+		}
+	})
+}

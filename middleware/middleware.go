@@ -11,7 +11,9 @@
 //
 // A leaky bucket limit delays admitted requests as nginx's limit_req does;
 // a concurrency limit holds a lease while the handler runs and releases it
-// after. When the store cannot decide, requests go through (FailOpen, the
+// after, reporting how long the handler took: with a Burst, the requests
+// beyond Count wait their delay first (OpenResty limit.conn), and the
+// latencies reported move the delay. When the store cannot decide, requests go through (FailOpen, the
 // default), are refused with 503 (FailClosed), or go to a handler of yours
 // (OnStoreError).
 //
@@ -44,6 +46,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
 	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/lograte"
 )
@@ -237,15 +240,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.onLimited(w, r, res)
 		return
 	}
+	var started time.Time // when the next handler started; zero until then
 	if lease.ID != "" {
-		defer func() {
-			// Release even when the client has gone: the lease is ours.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if _, err := h.lim.Release(rctx, lease); err != nil {
-				c.log.Warn("rate limit: release (the lease will expire)", "key", k, "err", err)
-			}
-		}()
+		defer func() { h.release(ctx, lease, started) }()
 	}
 	if res.Delay > 0 {
 		t := time.NewTimer(res.Delay)
@@ -257,7 +254,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	started = time.Now()
 	h.next.ServeHTTP(w, r)
+}
+
+// release gives the lease of a request back, even when its client has
+// gone (the lease is ours), with the latency of the next handler when it
+// started: the concurrency limit's unit delay follows it.
+func (h *handler) release(ctx context.Context, lease funnel.Lease, started time.Time) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var err error
+	if started.IsZero() {
+		_, err = h.lim.Release(rctx, lease)
+	} else {
+		_, err = h.lim.ReleaseAfter(rctx, lease, min(time.Since(started), algo.MaxUnitDelay))
+	}
+	if err != nil && !errors.Is(err, funnel.ErrLeaseNotHeld) { // expired while the handler ran: nothing to give back
+		h.c.log.Warn("rate limit: release (the lease will expire)", "key", lease.Key, "err", err)
+	}
 }
 
 // fail answers a request whose decision failed with err. Every error is

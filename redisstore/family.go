@@ -138,8 +138,11 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 
 // limitOf returns Result.Limit for a limit.
 func limitOf(c funnel.Checked) int64 {
-	if c.Algorithm == funnel.GCRA || c.Algorithm == funnel.LeakyBucket {
+	switch c.Algorithm {
+	case funnel.GCRA, funnel.LeakyBucket:
 		return c.GCRA.Limit
+	case funnel.Concurrency:
+		return c.Count + c.Burst
 	}
 	return c.Count
 }
@@ -186,7 +189,32 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 			if strings.HasPrefix(op.Lease, "\x00") || (op.Lease == "" && q > 0) {
 				return nil, fmt.Errorf("%w: a lease id must not be empty or start with a NUL byte", funnel.ErrInvalidLimit)
 			}
-			a = append(a, op.Lease)
+			if op.Latency < 0 || op.Latency > algo.MaxUnitDelay {
+				return nil, fmt.Errorf("%w: latency %v is not within 0 to %v", funnel.ErrInvalidQuantity, op.Latency, algo.MaxUnitDelay)
+			}
+			// -1 spares the script reading the key's unit delay when
+			// nothing depends on it: a release without a latency, or a take
+			// under a limit without a burst or a default unit delay (which
+			// delays nothing and leaves the key's unit delay as it is).
+			latency := int64(-1)
+			switch {
+			case op.Kind == funnel.OpRefund && op.Latency > 0:
+				latency = int64(op.Latency)
+			case op.Kind == funnel.OpTake && (c.Burst > 0 || c.UnitDelay > 0):
+				latency = 0
+			}
+			// The script admits up to count + burst leases.
+			a[len(a)-2] = limb(c.Window.Count + c.Burst)
+			// Empty strings for 0 and for -1: the plain path's arguments
+			// cost nothing to build or to pass.
+			def, lat := "", ""
+			if c.UnitDelay > 0 {
+				def = limb(int64(c.UnitDelay))
+			}
+			if latency >= 0 {
+				lat = limb(latency)
+			}
+			a = append(a, op.Lease, def, lat)
 		}
 	default:
 		return nil, fmt.Errorf("%w: unknown algorithm %v", funnel.ErrInvalidLimit, c.Algorithm)
@@ -215,7 +243,14 @@ func decodeFamily(v []int64, ops []funnel.Op, res []funnel.Result) error {
 		if err != nil {
 			return err
 		}
-		r.Allowed = ops[0].Limit.Algorithm != funnel.Concurrency || f[4] == 1
+		if op := &ops[0]; op.Limit.Algorithm == funnel.Concurrency {
+			r.Allowed, r.Delay = f[4]&1 == 1, 0
+			if !r.Allowed && op.Latency > 0 {
+				return fmt.Errorf("%w: lease %q of key %q", funnel.ErrLeaseNotHeld, op.Lease, op.Key)
+			}
+		} else {
+			r.Allowed = true
+		}
 		res[0] = r
 		return nil
 	}
@@ -346,25 +381,30 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 	case funnel.Concurrency:
 		// last: the latest expiry of the leases held; f[2]: the same
 		// without this lease, which a grant renews
-		n, held, wait, last := f[3], f[4], f[5], f[1]
-		p := c.Window
+		n, held, unit, wait, last := f[3], f[4]&1, f[4]>>1, f[5], f[1]
+		p := c.Conc(unit)
+		most := p.Count + p.Burst
 		ms := algo.Millis(now)
 		switch {
 		case q == 0:
 			r.Allowed = true
+			if n < most {
+				r.Delay = algo.ConcDelay(p, n+1)
+			}
 		case q > 1:
 			r.RetryAfter = funnel.Never
-		case held == 0 && n >= p.Count:
+		case held == 0 && n >= most:
 			r.RetryAfter = untilMS(now, wait)
 		default:
 			r.Allowed = true
 			if held == 0 {
 				n++
+				r.Delay = algo.ConcDelay(p, n)
 			}
 			last = max(f[2], ms+p.Period)
 		}
-		if n < p.Count {
-			r.Remaining = p.Count - n
+		if n < most {
+			r.Remaining = most - n
 		}
 		if n > 0 {
 			r.ResetAfter = untilMS(now, last)

@@ -16,8 +16,9 @@
 -- "<ms>:<seq>" members scored by their ms, and a concurrency key a sorted
 -- set of lease ids scored by their expiry in ms, each with a marker member
 -- that names its kind, scored below every entry (-period for a log, the
--- period of the limit that wrote it last; -1 for leases), so that the state
--- says when it is empty. A ban is the string of its end, in decimal
+-- period of the limit that wrote it last; -1 - the key's unit delay in ns
+-- for leases, -1 when it has none), so that the state says when it is
+-- empty. A ban is the string of its end, in decimal
 -- nanoseconds, under a key of its own in the same hash slot. Every key
 -- expires when its state would be empty.
 --
@@ -36,7 +37,9 @@
 --          g l: cost s, cost ns, tolerance s, tolerance ns
 --          f:   count, period ms (0: calendar), then 6 ms: three spans
 --          s o: count, period ms
---          c:   count, period ms, lease id
+--          c:   count (with the burst), period ms, lease id, default unit
+--               delay ns ('' for 0), latency ns of a release (0: none; ''
+--               or -1: the key's unit delay is not needed, and is not read)
 --
 -- Reply: now's seconds and nanoseconds, then 6 integers per op: status (0
 -- refused, 1 allowed, 2 allowed but the new TAT would overflow int64, 3
@@ -46,8 +49,9 @@
 --          f:   window start ms, window end ms, units in the window
 --          s:   window start ms, previous window's units, current's
 --          o:   units in the log, ms of the entry to wait for (-1), newest (-1)
---          c:   leases held, 1 if this lease is held, the expiry to wait for
---               (-1)
+--          c:   leases held, 1 if this lease is held + 2 × the key's unit
+--               delay (ns, 0 when none; a take's before it, a release's
+--               after it), the expiry to wait for (-1)
 -- (for c, bans do not apply: the latest expiry of the leases held replaces
 -- the ban's seconds, and the latest of the leases other than this one its
 -- nanoseconds)
@@ -170,8 +174,8 @@ for i = 1, nops do
       op.spans = { ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0 }
       a = a + 6
     elseif alg == 'c' then
-      op.id = ARGV[a]
-      a = a + 1
+      op.id, op.def, op.lat = ARGV[a], tonumber(ARGV[a + 1]) or 0, tonumber(ARGV[a + 2]) or -1
+      a = a + 3
     end
   end
   ops[i] = op
@@ -443,9 +447,13 @@ for i = 1, nops do
     -- this one, which an acquire renews (perhaps to an earlier expiry, under
     -- a limit whose period was shortened)
     local n, held, wait, last, others = 0, 0, -1, -1, -1
+    local unit = 0
     if op.exists then
       redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
       n = redis.call('ZCARD', op.key) - 1
+      if op.lat >= 0 then
+        unit = -1 - redis.call('ZSCORE', op.key, MARK.c)
+      end
       local own = redis.call('ZSCORE', op.key, op.id)
       if own then
         held = 1
@@ -472,7 +480,8 @@ for i = 1, nops do
         wait = zat(op.key, n - op.count + 1)
       end
     else
-      -- Release; the reply is the leases it leaves.
+      -- Release; the reply is the leases it leaves. A latency moves the
+      -- unit delay to the mean of the two, rounded down, at least 1ns.
       status = held
       if held == 1 then
         redis.call('ZREM', op.key, op.id)
@@ -481,12 +490,21 @@ for i = 1, nops do
           redis.call('DEL', op.key)
           last = -1
         else
+          if op.lat > 0 then
+            local sum = unit + op.lat
+            unit = (sum - sum % 2) / 2
+            if unit < 1 then
+              unit = 1
+            end
+            redis.call('ZADD', op.key, -1 - unit, MARK.c)
+          end
           last = zlast(op.key)
           redis.call('PEXPIRE', op.key, ms(last - nowms + slack))
         end
       end
     end
-    r1, r2, r3 = n, held, wait
+    op.unit = unit
+    r1, r2, r3 = n, held + 2 * unit, wait
     bh, bl = last, others
   end
   if take and status ~= 1 then
@@ -573,8 +591,9 @@ for i = 1, nops do
       end
     else -- 'c'
       if take then
-        if not op.exists then
-          redis.call('ZADD', op.key, -1, MARK.c)
+        -- a key takes the default unit delay when it has none
+        if op.unit == 0 and (op.def > 0 or not op.exists) then
+          redis.call('ZADD', op.key, -1 - op.def, MARK.c)
         end
         redis.call('ZADD', op.key, nowms + op.period, op.id)
         redis.call('PEXPIRE', op.key, ms(zlast(op.key) - nowms + slack))

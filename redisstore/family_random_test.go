@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/memstore"
@@ -24,7 +25,8 @@ import (
 // algorithm of family.lua, each with small counts (so that refusals are
 // frequent) and periods that do and do not divide a second, the leaky
 // bucket's three delay modes, calendar days in a zone off UTC by a
-// non-whole hour, and bans on all but concurrency.
+// non-whole hour, bans on all but concurrency, and concurrency limits that
+// queue (a burst, with and without a default unit delay).
 var familyLimits = []funnel.Limit{
 	{Algorithm: funnel.GCRA, Count: 10, Period: time.Second, Burst: 4},
 	{Algorithm: funnel.GCRA, Count: 2, Period: time.Second},
@@ -41,6 +43,9 @@ var familyLimits = []funnel.Limit{
 	{Algorithm: funnel.SlidingLog, Count: 5, Period: 200 * time.Millisecond, Ban: time.Second},
 	{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second},
 	{Algorithm: funnel.Concurrency, Count: 3, Period: 450 * time.Millisecond},
+	{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second, Burst: 3, UnitDelay: 70*time.Millisecond + 3},
+	{Algorithm: funnel.Concurrency, Count: 1, Period: 450 * time.Millisecond, Burst: 2},
+	{Algorithm: funnel.Concurrency, Count: 1, Period: 2 * time.Second, Burst: 4, UnitDelay: 300 * time.Millisecond},
 }
 
 // familyRun drives one random sequence through two stores on one clock.
@@ -101,6 +106,7 @@ func TestFamilyAgainstMemstore(t *testing.T) {
 		"allowed fixed_window", "refused fixed_window", "allowed sliding_window", "refused sliding_window",
 		"allowed sliding_log", "refused sliding_log", "allowed concurrency", "refused concurrency",
 		"banned", "refund", "release held", "release not held", "all-or-nothing refused", "all-or-nothing allowed",
+		"delayed concurrency", "release latency", "latency not held",
 		"wrong type", "throttle",
 	} {
 		if counts[what] < 10 {
@@ -224,7 +230,7 @@ func (f *familyRun) take(key string, c funnel.Checked) funnel.Op {
 	op := funnel.Op{Kind: funnel.OpTake, Key: key, Limit: c}
 	if c.Algorithm == funnel.Concurrency {
 		op.N = []int64{1, 1, 1, 1, 1, 0, 2}[f.r.IntN(7)]
-		op.Lease = string(rune('p' + f.r.IntN(4)))
+		op.Lease = string(rune('p' + f.r.IntN(6)))
 		return op
 	}
 	count := c.Count
@@ -240,13 +246,19 @@ func (f *familyRun) take(key string, c funnel.Checked) funnel.Op {
 
 // refund returns a refund of a random quantity (at times past an empty
 // state); for concurrency, a release, as Limiter.Release sends it or with
-// the whole limit.
+// the whole limit, half the time with a latency (at times out of range).
 func (f *familyRun) refund(key string, c funnel.Checked) funnel.Op {
 	op := funnel.Op{Kind: funnel.OpRefund, Key: key, Limit: c}
 	if c.Algorithm == funnel.Concurrency {
-		op.Lease = string(rune('p' + f.r.IntN(4)))
+		op.Lease = string(rune('p' + f.r.IntN(6)))
 		if f.r.IntN(2) == 0 {
 			op.Limit = funnel.Checked{Limit: funnel.Limit{Algorithm: funnel.Concurrency}}
+		}
+		switch f.r.IntN(8) {
+		case 0, 1, 2:
+			op.Latency = time.Duration(f.r.Int64N(int64(500 * time.Millisecond)))
+		case 3:
+			op.Latency = []time.Duration{1, algo.MaxUnitDelay, -1, algo.MaxUnitDelay + 1}[f.r.IntN(4)]
 		}
 		return op
 	}
@@ -304,6 +316,9 @@ func (f *familyRun) count(ops []funnel.Op, res []funnel.Result, err error) {
 	case errors.Is(err, funnel.ErrWrongType):
 		f.counts["wrong type"]++
 		return
+	case errors.Is(err, funnel.ErrLeaseNotHeld):
+		f.counts["latency not held"]++
+		return
 	case err != nil:
 		return
 	}
@@ -316,6 +331,11 @@ func (f *familyRun) count(ops []funnel.Op, res []funnel.Result, err error) {
 		switch {
 		case op.Kind == funnel.OpRefund && op.Limit.Algorithm == funnel.Concurrency:
 			f.counts[map[bool]string{true: "release held", false: "release not held"}[r.Allowed]]++
+			if r.Allowed && op.Latency > 0 {
+				f.counts["release latency"]++
+			}
+		case op.N > 0 && r.Allowed && r.Delay > 0 && op.Limit.Algorithm == funnel.Concurrency:
+			f.counts["delayed concurrency"]++
 		case op.Kind == funnel.OpRefund:
 			f.counts["refund"]++
 		case r.Banned:
@@ -332,7 +352,7 @@ func sameError(a, b error) bool {
 	if (a == nil) != (b == nil) {
 		return false
 	}
-	for _, kind := range []error{funnel.ErrWrongType, funnel.ErrInvalidQuantity, funnel.ErrInvalidLimit, gcra.ErrOverflow, funnel.ErrDuplicateKey} {
+	for _, kind := range []error{funnel.ErrWrongType, funnel.ErrInvalidQuantity, funnel.ErrInvalidLimit, gcra.ErrOverflow, funnel.ErrDuplicateKey, funnel.ErrLeaseNotHeld} {
 		if errors.Is(a, kind) != errors.Is(b, kind) {
 			return false
 		}
@@ -366,6 +386,9 @@ func describeOps(ops []funnel.Op) string {
 		s += fmt.Sprintf("%s %d of %q under %v", verb, op.N, op.Key, op.Limit.Limit)
 		if op.Lease != "" {
 			s += fmt.Sprintf(" lease %q", op.Lease)
+		}
+		if op.Latency != 0 {
+			s += fmt.Sprintf(" latency %d", op.Latency)
 		}
 	}
 	return s

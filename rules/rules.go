@@ -185,8 +185,12 @@ type Match struct {
 //	time_zone: an IANA time zone name for calendar windows (default UTC)
 //
 // requests_per_unit 0 refuses every request (envoy's way to block a value).
-// Concurrency limits are not available in rules: the rate-limit protocol has
-// no way to release a lease. Time zones are read from the system's time
+// Concurrency limits are not available in rules: Envoy's rate-limit
+// protocol (ShouldRateLimit) asks once per request and has no way to
+// release a lease when the request ends, nor to report its latency, which
+// a concurrency limit that queues (burst and unit delay) follows. Take
+// leases with FUNNEL.ACQUIRE and FUNNEL.RELEASE, POST /v1/acquire and
+// /v1/release, or the net/http middleware instead. Time zones are read from the system's time
 // zone database (or the one a binary embeds with time/tzdata).
 //
 // Funnel checks each level of the file for the fields that belong there,
@@ -1029,7 +1033,7 @@ func (b *builder) algorithm(spec *funnel.Spec, n *yaml.Node, path string) {
 	}
 	spec.Algorithm = b.str(n, join(path, "algorithm"))
 	if a, err := funnel.ParseAlgorithm(spec.Algorithm); err == nil && a == funnel.Concurrency {
-		b.fail(n, join(path, "algorithm"), "concurrency limits need a release, which the rate-limit protocol cannot send")
+		b.fail(n, join(path, "algorithm"), "concurrency limits need a release (with the request's latency, for their delay), which Envoy's rate-limit protocol cannot send: take leases with FUNNEL.ACQUIRE/FUNNEL.RELEASE, /v1/acquire and /v1/release, or the middleware")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	_ "time/tzdata" // the calendar cases name time zones
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
 )
 
 // Day0 is the instant from which the family cases count: the first UTC
@@ -55,6 +56,7 @@ func RunFamily(t *testing.T, newStore NewStore) {
 		{"ClockSteppedBack", testClockSteppedBack},
 		{"ConcurrentMultiLimit", testConcurrentMulti},
 		{"ConcurrentLeases", testConcurrentLeases},
+		{"ConcurrencyQueue", testConcurrencyQueue},
 	} {
 		t.Run(c.name, func(t *testing.T) { t.Parallel(); c.f(t, newStore) })
 	}
@@ -74,6 +76,8 @@ type fop struct {
 	limit funnel.Limit
 	n     int64
 	lease string
+	// latency is the latency a release reports.
+	latency time.Duration
 }
 
 func take(key string, l funnel.Limit, n int64) fop {
@@ -94,6 +98,13 @@ func release(key, id string) fop {
 	return fop{kind: funnel.OpRefund, key: key, limit: funnel.Limit{Algorithm: funnel.Concurrency}, lease: id}
 }
 
+// releaseAfter is a release that reports the latency of its request.
+func releaseAfter(key, id string, latency time.Duration) fop {
+	f := release(key, id)
+	f.latency = latency
+	return f
+}
+
 // op checks f's limit and returns the Op. The limit of a release may carry
 // only its algorithm, as Limiter.Release sends it.
 func (f fop) op(t *testing.T) funnel.Op {
@@ -105,7 +116,7 @@ func (f fop) op(t *testing.T) funnel.Op {
 		}
 		c = funnel.Checked{Limit: f.limit}
 	}
-	return funnel.Op{Kind: f.kind, Key: f.key, Limit: c, N: f.n, Lease: f.lease}
+	return funnel.Op{Kind: f.kind, Key: f.key, Limit: c, N: f.n, Lease: f.lease, Latency: f.latency}
 }
 
 // do runs the ops as one Do call at Day0+at and returns the results.
@@ -158,6 +169,9 @@ func describe(fops []fop) string {
 		s += fmt.Sprintf("%s %d of %q under %v", verb, f.n, f.key, f.limit)
 		if f.lease != "" {
 			s += fmt.Sprintf(" lease %q", f.lease)
+		}
+		if f.latency != 0 {
+			s += fmt.Sprintf(" latency %v", f.latency)
 		}
 	}
 	return s
@@ -857,4 +871,48 @@ func testConcurrentLeases(t *testing.T, newStore NewStore) {
 		t.Fatalf("%d leases granted, want 3", got)
 	}
 	expect(t, e, clock, 0, ops(fop{kind: funnel.OpTake, key: "lease", limit: three}), allowed(3, 0, time.Minute))
+}
+
+// limit.conn with 2 leases of 10 s, a burst of 3 and a unit delay of
+// 100ms: the leases beyond 2 wait; the latencies that releases report move
+// the unit delay; a latency that cannot count is an error that changes
+// nothing; a key that holds no lease again starts from the default.
+func testConcurrencyQueue(t *testing.T, newStore NewStore) {
+	e, clock := newExecutor(t, newStore)
+	q := funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: 10 * s, Burst: 3, UnitDelay: 100 * ms}
+	peek := fop{kind: funnel.OpTake, key: "q", limit: q}
+	expect(t, e, clock, 0, ops(acquire("q", q, "a")), allowed(5, 4, 10*s))
+	expect(t, e, clock, 0, ops(acquire("q", q, "b")), allowed(5, 3, 10*s))
+	expect(t, e, clock, 0, ops(peek), delayed(5, 3, 10*s, 100*ms))
+	expect(t, e, clock, 0, ops(acquire("q", q, "c")), delayed(5, 2, 10*s, 100*ms))
+	expect(t, e, clock, 0, ops(acquire("q", q, "d")), delayed(5, 1, 10*s, 100*ms))
+	expect(t, e, clock, 0, ops(acquire("q", q, "e")), delayed(5, 0, 10*s, 200*ms))
+	expect(t, e, clock, 0, ops(acquire("q", q, "f")), refused(5, 0, 10*s, 10*s))
+	expect(t, e, clock, 0, ops(peek), allowed(5, 0, 10*s))
+	// Renewing a held lease is not delayed.
+	expect(t, e, clock, 0, ops(acquire("q", q, "e")), allowed(5, 0, 10*s))
+	// a took 300ms: the unit delay is (100 + 300) / 2 = 200ms.
+	expect(t, e, clock, s, ops(releaseAfter("q", "a", 300*ms)), funnel.Result{Allowed: true, ResetAfter: 9 * s})
+	expect(t, e, clock, s, ops(peek), delayed(5, 1, 9*s, 400*ms))
+	// Latencies that cannot count change nothing.
+	expectErr(t, e, clock, s, ops(releaseAfter("q", "a", 300*ms)), funnel.ErrLeaseNotHeld)
+	expectErr(t, e, clock, s, ops(releaseAfter("q", "zz", 300*ms)), funnel.ErrLeaseNotHeld)
+	expectErr(t, e, clock, s, ops(releaseAfter("none", "a", 300*ms)), funnel.ErrLeaseNotHeld)
+	expectErr(t, e, clock, s, ops(releaseAfter("q", "b", -1)), funnel.ErrInvalidQuantity)
+	expectErr(t, e, clock, s, ops(releaseAfter("q", "b", algo.MaxUnitDelay+1)), funnel.ErrInvalidQuantity)
+	expect(t, e, clock, s, ops(peek), delayed(5, 1, 9*s, 400*ms))
+	// A release without a latency keeps the unit delay.
+	expect(t, e, clock, 2*s, ops(release("q", "b")), funnel.Result{Allowed: true, ResetAfter: 8 * s})
+	expect(t, e, clock, 2*s, ops(acquire("q", q, "g")), delayed(5, 1, 10*s, 200*ms))
+	expect(t, e, clock, 2*s, ops(acquire("q", q, "h")), delayed(5, 0, 10*s, 400*ms))
+	// A latency of 1ns, then the largest.
+	expect(t, e, clock, 3*s, ops(releaseAfter("q", "g", 1)), funnel.Result{Allowed: true, ResetAfter: 9 * s})
+	expect(t, e, clock, 3*s, ops(peek), delayed(5, 1, 9*s, 200*ms)) // (200ms + 1ns) / 2, twice
+	expect(t, e, clock, 3*s, ops(releaseAfter("q", "h", algo.MaxUnitDelay)), funnel.Result{Allowed: true, ResetAfter: 7 * s})
+	// Delays stop at the lease's period.
+	expect(t, e, clock, 3*s, ops(acquire("q", q, "i")), delayed(5, 1, 10*s, 10*s))
+	// Once every lease has expired the key starts again from the default.
+	expect(t, e, clock, 13*s, ops(acquire("q", q, "j")), allowed(5, 4, 10*s))
+	expect(t, e, clock, 13*s, ops(acquire("q", q, "k")), allowed(5, 3, 10*s))
+	expect(t, e, clock, 13*s, ops(acquire("q", q, "l")), delayed(5, 2, 10*s, 100*ms))
 }

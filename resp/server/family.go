@@ -20,9 +20,9 @@ import (
 //	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned]
 //	FUNNEL.ALLOWALL n LIMIT key algorithm count period_ms [options] ... (n times)
 //	  -> [allowed, refused_index, retry_after_ms, [7 integers per limit]...]
-//	FUNNEL.ACQUIRE key count ttl_ms [ID lease_id]
-//	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, lease_id|nil]
-//	FUNNEL.RELEASE key lease_id -> 1 if the lease was held, else 0
+//	FUNNEL.ACQUIRE key count ttl_ms [ID lease_id] [BURST n] [DELAY ms]
+//	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, lease_id|nil, delay_ms]
+//	FUNNEL.RELEASE key lease_id [LATENCY ms] -> 1 if the lease was held, else 0
 //	FUNNEL.REFUND key algorithm count period_ms [options] -> OK
 //	FUNNEL.BANS -> [[key, until_unix_ms]...]
 //	FUNNEL.UNBAN key -> 1 if the key was banned, else 0
@@ -296,24 +296,60 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 // maxLeaseID is the longest lease id FUNNEL.ACQUIRE accepts.
 const maxLeaseID = 256
 
-func cmdFunnelAcquire(c *conn, args [][]byte) {
-	if len(args) != 4 && len(args) != 6 {
-		c.wr.WriteError("ERR wrong number of arguments for 'funnel.acquire' command")
-		return
+// acquireArgs are FUNNEL.ACQUIRE's arguments.
+type acquireArgs struct {
+	limit funnel.Limit
+	id    []byte // nil: a random id
+}
+
+// parseAcquire parses "key count ttl_ms [ID lease_id] [BURST n] [DELAY ms]"
+// (args[0] is the command) into a concurrency limit that a funnel.Spec
+// builds, as the other edges build theirs.
+func parseAcquire(args [][]byte) (acquireArgs, error) {
+	if len(args) < 4 || len(args)%2 != 0 {
+		return acquireArgs{}, errors.New("ERR wrong number of arguments for 'funnel.acquire' command")
 	}
 	count, err := parseFamInt("count", args[2])
 	if err != nil {
-		c.wr.WriteError(err.Error())
-		return
+		return acquireArgs{}, err
 	}
 	ttl, err := parseMillis("ttl", args[3])
 	if err != nil {
-		c.wr.WriteError(err.Error())
-		return
+		return acquireArgs{}, err
 	}
-	lim := funnel.Limit{Algorithm: funnel.Concurrency, Count: count, Period: ttl}
-	if err := lim.Validate(); err != nil {
-		c.wr.WriteError(limitError(err).Error())
+	spec := funnel.Spec{Algorithm: funnel.Concurrency.String(), Count: count, Period: ttl}
+	var a acquireArgs
+	for i := 4; i < len(args); i += 2 {
+		v := args[i+1]
+		switch strings.ToUpper(string(args[i])) {
+		case "ID":
+			if len(v) == 0 || len(v) > maxLeaseID {
+				return acquireArgs{}, fmt.Errorf("ERR lease id must be 1 to %d bytes", maxLeaseID)
+			}
+			a.id = v
+		case "BURST":
+			var b int64
+			b, err = parseFamInt("burst", v)
+			spec.Burst = &b
+		case "DELAY":
+			spec.UnitDelay, err = parseMillis("delay", v)
+		default:
+			return acquireArgs{}, errSyntax
+		}
+		if err != nil {
+			return acquireArgs{}, err
+		}
+	}
+	if a.limit, err = spec.Limit(); err != nil {
+		return acquireArgs{}, limitError(err)
+	}
+	return a, nil
+}
+
+func cmdFunnelAcquire(c *conn, args [][]byte) {
+	a, err := parseAcquire(args)
+	if err != nil {
+		c.wr.WriteError(err.Error())
 		return
 	}
 	ctx := context.Background()
@@ -321,18 +357,10 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 		lease funnel.Lease
 		r     funnel.Result
 	)
-	if len(args) == 6 {
-		if !strings.EqualFold(string(args[4]), "ID") {
-			c.wr.WriteError(errSyntax.Error())
-			return
-		}
-		if len(args[5]) == 0 || len(args[5]) > maxLeaseID {
-			c.wr.WriteError(fmt.Sprintf("ERR lease id must be 1 to %d bytes", maxLeaseID))
-			return
-		}
-		lease, r, err = c.s.lim.AcquireID(ctx, string(args[1]), lim, string(args[5]))
+	if a.id != nil {
+		lease, r, err = c.s.lim.AcquireID(ctx, string(args[1]), a.limit, string(a.id))
 	} else {
-		lease, r, err = c.s.lim.Acquire(ctx, string(args[1]), lim)
+		lease, r, err = c.s.lim.Acquire(ctx, string(args[1]), a.limit)
 	}
 	if err != nil {
 		c.replyError(err)
@@ -342,7 +370,7 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 		return
 	}
 	retry := retryMillis(r.Allowed, r.RetryAfter)
-	c.wr.WriteArray(6)
+	c.wr.WriteArray(7)
 	c.wr.WriteInt(b2i(r.Allowed))
 	c.wr.WriteInt(r.Limit)
 	c.wr.WriteInt(r.Remaining)
@@ -353,10 +381,33 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 	} else {
 		c.wr.WriteNull()
 	}
+	c.wr.WriteInt(millisUp(r.Delay))
 }
 
 func cmdFunnelRelease(c *conn, args [][]byte) {
-	held, err := c.s.lim.Release(context.Background(), funnel.Lease{Key: string(args[1]), ID: string(args[2])})
+	lease := funnel.Lease{Key: string(args[1]), ID: string(args[2])}
+	var (
+		held bool
+		err  error
+	)
+	switch len(args) {
+	case 3:
+		held, err = c.s.lim.Release(context.Background(), lease)
+	case 5:
+		if !strings.EqualFold(string(args[3]), "LATENCY") {
+			c.wr.WriteError(errSyntax.Error())
+			return
+		}
+		var latency time.Duration
+		if latency, err = parseMillis("latency", args[4]); err != nil {
+			c.wr.WriteError(err.Error())
+			return
+		}
+		held, err = c.s.lim.ReleaseAfter(context.Background(), lease, latency)
+	default:
+		c.wr.WriteError("ERR wrong number of arguments for 'funnel.release' command")
+		return
+	}
 	if err != nil {
 		c.replyError(err)
 		return

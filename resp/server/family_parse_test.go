@@ -44,3 +44,34 @@ func FuzzLimitArgs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAcquireArgs: FUNNEL.ACQUIRE's parser answers every argument list with
+// an ERR reply or a valid concurrency limit, never a panic.
+func FuzzAcquireArgs(f *testing.F) {
+	for _, seed := range []string{
+		"FUNNEL.ACQUIRE k 2 1000",
+		"FUNNEL.ACQUIRE k 2 1000 ID x BURST 3 DELAY 100",
+		"FUNNEL.ACQUIRE k 2 1000 DELAY 86400001",
+		"FUNNEL.ACQUIRE k 2 1000 BURST -1",
+		"FUNNEL.ACQUIRE k 2 1000 BURST 1099511627776 ID",
+		"FUNNEL.ACQUIRE k 0 9223372036854775807 DELAY 9223372036854775807",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		args := bytes.Split(in, []byte(" "))
+		a, err := parseAcquire(args)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "ERR ") {
+				t.Fatalf("%q: reply %q is not an ERR", in, err)
+			}
+			return
+		}
+		if err := a.limit.Validate(); err != nil || a.limit.Algorithm.String() != "concurrency" {
+			t.Fatalf("%q: parsed %v: %v", in, a.limit, err)
+		}
+		if a.id != nil && (len(a.id) == 0 || len(a.id) > maxLeaseID) {
+			t.Fatalf("%q: lease id %q", in, a.id)
+		}
+	})
+}

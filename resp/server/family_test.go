@@ -109,21 +109,49 @@ func TestFunnelAllowAll(t *testing.T) {
 func TestFunnelLeases(t *testing.T) {
 	t.Parallel()
 	runFamSteps(t, []famStep{
-		{0, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "x"), array(integer(1), integer(1), integer(0), integer(-1), integer(5000), bulk("x"))},
-		{0, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "y"), array(integer(0), integer(1), integer(0), integer(5000), integer(5000), "$-1\r\n")},
+		{0, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "x"), array(integer(1), integer(1), integer(0), integer(-1), integer(5000), bulk("x"), integer(0))},
+		{0, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "y"), array(integer(0), integer(1), integer(0), integer(5000), integer(5000), "$-1\r\n", integer(0))},
 		{0, cmd("FUNNEL.RELEASE", "k", "x"), integer(1)},
 		{0, cmd("FUNNEL.RELEASE", "k", "x"), integer(0)},
-		{0, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "y"), array(integer(1), integer(1), integer(0), integer(-1), integer(5000), bulk("y"))},
+		{0, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "y"), array(integer(1), integer(1), integer(0), integer(-1), integer(5000), bulk("y"), integer(0))},
 		// Never released, it expires.
-		{5000 * ms, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "z"), array(integer(1), integer(1), integer(0), integer(-1), integer(5000), bulk("z"))},
+		{5000 * ms, cmd("FUNNEL.ACQUIRE", "k", "1", "5000", "ID", "z"), array(integer(1), integer(1), integer(0), integer(-1), integer(5000), bulk("z"), integer(0))},
 	})
 	// Without an ID the server makes one up.
 	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
 	got := c.do("FUNNEL.ACQUIRE", "k", "2", "1000")
-	if !strings.HasPrefix(got, "*6\r\n:1\r\n:2\r\n:1\r\n:-1\r\n:1000\r\n$32\r\n") {
+	if !strings.HasPrefix(got, "*7\r\n:1\r\n:2\r\n:1\r\n:-1\r\n:1000\r\n$32\r\n") || !strings.HasSuffix(got, "\r\n:0\r\n") {
 		t.Errorf("FUNNEL.ACQUIRE without ID: %q", got)
 	}
+}
+
+// FUNNEL.ACQUIRE with BURST and DELAY queues (limit.conn): 2 at once, 3
+// more told to wait; FUNNEL.RELEASE's LATENCY moves the unit delay.
+func TestFunnelLeasesQueue(t *testing.T) {
+	t.Parallel()
+	acq := func(id string) []string {
+		return cmd("FUNNEL.ACQUIRE", "q", "2", "5000", "ID", id, "BURST", "3", "DELAY", "100")
+	}
+	granted := func(rem, delay int64, id string) string {
+		return array(integer(1), integer(5), integer(rem), integer(-1), integer(5000), bulk(id), integer(delay))
+	}
+	runFamSteps(t, []famStep{
+		{0, acq("a"), granted(4, 0, "a")},
+		{0, cmd("FUNNEL.ACQUIRE", "q", "2", "5000", "BURST", "3", "ID", "b", "DELAY", "100"), granted(3, 0, "b")},
+		{0, acq("c"), granted(2, 100, "c")},
+		{0, acq("d"), granted(1, 100, "d")},
+		{0, acq("e"), granted(0, 200, "e")},
+		{0, acq("f"), array(integer(0), integer(5), integer(0), integer(5000), integer(5000), "$-1\r\n", integer(0))},
+		// a took 300 ms: the unit delay is now 200 ms.
+		{0, cmd("FUNNEL.RELEASE", "q", "a", "LATENCY", "300"), integer(1)},
+		{0, cmd("FUNNEL.RELEASE", "q", "a", "LATENCY", "300"), errr("ERR the lease is not held (released, expired or never taken): lease \"a\" of key \"q\"")},
+		{0, cmd("FUNNEL.RELEASE", "q", "b", "latency", "-1"), errr("ERR latency must not be negative")},
+		{0, cmd("FUNNEL.RELEASE", "q", "b", "LATENCY", "86400001"), errr("ERR invalid quantity: latency 24h0m0.001s: algo: count or count×period is too large (at most 24h0m0s)")},
+		{0, cmd("FUNNEL.RELEASE", "q", "b", "WAIT", "1"), errr("ERR syntax error")},
+		{0, cmd("FUNNEL.RELEASE", "q", "b", "LATENCY"), errr("ERR wrong number of arguments for 'funnel.release' command")},
+		{0, acq("g"), granted(0, 400, "g")},
+	})
 }
 
 func TestFunnelBadInput(t *testing.T) {
@@ -143,7 +171,7 @@ func TestFunnelBadInput(t *testing.T) {
 		{cmd("FUNNEL.ALLOW", "k", "fixed_window", "1", "9223372036854775807"), "ERR period is out of range"},
 		{cmd("FUNNEL.ALLOW", "k", "fixed_window", "0", "1000"), "ERR invalid limit fixed_window 0 per 1s: algo: count and period must be positive"},
 		{cmd("FUNNEL.ALLOW", "k", "fixed_window", "1", "0"), "ERR invalid limit fixed_window 1 per 0s: algo: count and period must be positive"},
-		{cmd("FUNNEL.ALLOW", "k", "fixed_window", "1", "1000", "BURST", "3"), "ERR invalid limit: burst: only gcra and leaky_bucket take a burst"},
+		{cmd("FUNNEL.ALLOW", "k", "fixed_window", "1", "1000", "BURST", "3"), "ERR invalid limit: burst: only gcra, leaky_bucket and concurrency take a burst"},
 		{cmd("FUNNEL.ALLOW", "k", "gcra", "1", "1000", "DELAY", "3"), "ERR invalid limit: delay: only leaky_bucket takes a delay"},
 		{cmd("FUNNEL.ALLOW", "k", "gcra", "1", "1000", "CALENDAR", "day"), "ERR invalid limit: calendar: only fixed_window takes a calendar"},
 		{cmd("FUNNEL.ALLOW", "k", "fixed_window", "1", "0", "CALENDAR", "year"), `ERR invalid limit: calendar: unknown calendar "year" (want day, week or month)`},
@@ -158,6 +186,12 @@ func TestFunnelBadInput(t *testing.T) {
 		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "ID"), "ERR wrong number of arguments for 'funnel.acquire' command"},
 		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "ID", ""), "ERR lease id must be 1 to 256 bytes"},
 		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "NAME", "x"), "ERR syntax error"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "BURST", "-1"), "ERR burst must not be negative"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "BURST", "1099511627776"), "ERR invalid limit concurrency 1, lease 1s, burst 1099511627776, unit delay 0s: algo: count or count×period is too large"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "DELAY", "x"), "ERR delay is not an integer or out of range"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "DELAY", "9223372036854775807"), "ERR delay is out of range"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "DELAY", "86400001"), "ERR invalid limit: unit_delay: 24h0m0.001s is above the largest, 24h0m0s"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "BURST"), "ERR wrong number of arguments for 'funnel.acquire' command"},
 	} {
 		if got := c.do(tc.args...); got != errr(tc.want) {
 			t.Errorf("%q:\n got %q\nwant %q", tc.args, got, errr(tc.want))

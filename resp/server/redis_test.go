@@ -141,7 +141,7 @@ func TestServerFallbacks(t *testing.T) {
 	}{
 		{"FailClosedError", server.Config{}, false, tryAgain, tryAgain, tryAgain},
 		{"FailClosedRefuse", server.Config{FailClosed: server.FailClosedRefuse}, false,
-			ints(1, 16, 0, 1, 0), ints(0, 10, 0, 1000, 0, 0, 0), "*6\r\n:0\r\n:3\r\n:0\r\n:1000\r\n:0\r\n$-1\r\n"},
+			ints(1, 16, 0, 1, 0), ints(0, 10, 0, 1000, 0, 0, 0), "*7\r\n:0\r\n:3\r\n:0\r\n:1000\r\n:0\r\n$-1\r\n:0\r\n"},
 		{"FailOpen", server.Config{}, true,
 			ints(0, 16, 16, -1, 0), ints(1, 10, 0, -1, 0, 0, 0), ""},
 	} {
