@@ -584,7 +584,7 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 	}
 	if p.kind != kindTAT {
 		*r = result(p.limit(), ar)
-		p.st.expires = now + int64(ar.ResetAfter)
+		p.st.expires = expiresAt(now, ar.ResetAfter)
 	}
 	if p.ban > 0 {
 		own := r.RetryAfter
@@ -765,7 +765,7 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 	}
 	// An emptied state stays until the sweep, reading as absent, so that a
 	// key used again soon (a lease taken and released) reuses it.
-	p.st.expires = now + int64(ar.ResetAfter)
+	p.st.expires = expiresAt(now, ar.ResetAfter)
 	*p.fs = p.st
 	return nil
 }
@@ -852,4 +852,14 @@ func (fs *fstate) size(key string) int64 {
 		n += int64(len(l.ID))
 	}
 	return n
+}
+
+// expiresAt is when a family state that is empty after reset is: now+reset,
+// or 0 for a state that is empty now, so that a clock stepped back later
+// does not read it as live again (Redis deletes such a key).
+func expiresAt(now int64, reset time.Duration) int64 {
+	if reset <= 0 {
+		return 0
+	}
+	return now + int64(reset)
 }
