@@ -664,7 +664,14 @@ func (p *pending) commit(now int64) {
 	switch {
 	case p.kind == kindTAT:
 		if p.e != nil {
-			p.e.tat.Store(p.tat) // also unlocks it
+			tat := p.tat
+			if p.op.N == 0 {
+				// A peek stores nothing, as in Redis: gcra.Decide's TAT
+				// of a peek on an empty key is now, which a clock
+				// stepped back later would read as a live state.
+				tat = p.old
+			}
+			p.e.tat.Store(tat) // also unlocks it
 		}
 	case p.fs == nil:
 		// a new key: see insertNew

@@ -752,6 +752,19 @@ func testClockSteppedBack(t *testing.T, newStore NewStore) {
 	if err != nil || got[0].Allowed {
 		t.Fatalf("a sliding window after the clock went back: %+v, %v", got, err)
 	}
+	// A peek stores nothing: a clock stepped back does not find a state
+	// that the peek left at its instant.
+	banned := funnel.Limit{Count: 3, Period: time.Second, Burst: 1, Ban: time.Second}
+	expect(t, e, clock, 3*h, ops(take("back:p", banned, 1)), allowed(2, 1, 333333333))
+	expect(t, e, clock, 3*h+2*time.Second, ops(take("back:p", banned, 0)), allowed(2, 2, 0))
+	clock.Set(Day0 + int64(3*h+2*time.Second-time.Millisecond))
+	ctx := context.Background()
+	if d, ok, err := e.TTL(ctx, "back:p"); ok || err != nil {
+		t.Fatalf("TTL after a peek and a clock stepped back: %v, %v, %v", d, ok, err)
+	}
+	if ok, err := e.Reset(ctx, "back:p"); ok || err != nil {
+		t.Fatalf("Reset after a peek and a clock stepped back: %v, %v", ok, err)
+	}
 }
 
 // Goroutines ask for several limits at once on overlapping keys, with
