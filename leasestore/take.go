@@ -74,12 +74,8 @@ type flight struct {
 
 // take decides q units of key under p, leased under r (p reduced).
 func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64, res *funnel.Result) error {
-	s.stats.decisions.Add(1)
 	sh := s.shard(key)
-	waited := false
-	sh.mu.Lock()
-	for {
-		now := s.now()
+	return decide(s, ctx, sh, q, res, func(now int64) funnelLane {
 		e := sh.keys[key]
 		if e == nil || e.p != p {
 			if e != nil {
@@ -90,62 +86,8 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 		}
 		e.used = now
 		s.expire(e, now)
-		held := s.held(e)
-		if held >= q {
-			s.spend(e, q)
-			if !waited {
-				s.stats.local.Add(1)
-			}
-			*res = s.estimate(e, r, now)
-			s.maybePrefetch(key, e, r, now)
-			sh.mu.Unlock()
-			return nil
-		}
-		need := q - held
-		if e.refusedUntil > now && need >= e.refusedQ {
-			// A call found no room for refusedQ more units before
-			// refusedUntil; more units come one interval each later.
-			s.stats.localRefusals.Add(1)
-			retry := time.Duration(satAdd(e.refusedUntil-now, (need-e.refusedQ)*r.Interval))
-			if need > r.Limit {
-				retry = gcra.Never
-			}
-			*res = s.refusal(e, r, now, retry)
-			sh.mu.Unlock()
-			return nil
-		}
-		if f := e.flight; f != nil {
-			// A call is in flight: wait for it, then look again.
-			sh.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				*res = funnel.Result{}
-				return ctx.Err()
-			}
-			waited = true
-			sh.mu.Lock()
-			continue
-		}
-		if s.cold(e, now) {
-			sh.mu.Unlock()
-			return s.direct(ctx, key, e, r, q, res)
-		}
-		f, req := s.start(e, r, need, now)
-		sh.mu.Unlock()
-		err := s.call(ctx, key, e, r, f, req, need, now)
-		waited = true
-		if err != nil {
-			if err == errFailed {
-				s.stats.fallbacks.Add(1)
-				*res = funnel.Result{Fallback: true, Allowed: s.opts.FailOpen, Limit: r.Limit}
-				return nil
-			}
-			*res = funnel.Result{}
-			return err
-		}
-		sh.mu.Lock()
-	}
+		return funnelLane{s: s, e: e, key: key, r: r}
+	})
 }
 
 // warm is the number of decisions of a key, within one lifetime, that

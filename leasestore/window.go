@@ -50,12 +50,8 @@ func windowed(op *funnel.Op) bool {
 
 // takeWindow decides q units of key under the window limit c.
 func (s *Store) takeWindow(ctx context.Context, key string, c *funnel.Checked, q int64, res *funnel.Result) error {
-	s.stats.decisions.Add(1)
 	sh := s.shard(key)
-	waited := false
-	sh.mu.Lock()
-	for {
-		now := s.now()
+	return decide(s, ctx, sh, q, res, func(now int64) windowLane {
 		e := sh.wkeys[key]
 		if e == nil || e.lim != c.Limit {
 			if e != nil {
@@ -66,59 +62,8 @@ func (s *Store) takeWindow(ctx context.Context, key string, c *funnel.Checked, q
 		}
 		e.used = now
 		s.wexpire(e, now)
-		held := e.held()
-		if held >= q {
-			e.spend(q)
-			s.stats.spent.Add(q)
-			if !waited {
-				s.stats.local.Add(1)
-			}
-			*res = e.estimate(c, now)
-			s.wprefetch(e, c, now)
-			sh.mu.Unlock()
-			return nil
-		}
-		need := q - held
-		if e.refusedUntil > now && (need == e.refusedQ || need > e.refusedQ && c.Algorithm == funnel.FixedWindow) {
-			// A take of refusedQ units was refused until refusedUntil; in
-			// a fixed window no more units fit before then either.
-			s.stats.localRefusals.Add(1)
-			*res = e.estimate(c, now)
-			res.Allowed, res.Remaining, res.RetryAfter = false, 0, time.Duration(e.refusedUntil-now)
-			sh.mu.Unlock()
-			return nil
-		}
-		if f := e.flight; f != nil {
-			sh.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				*res = funnel.Result{}
-				return ctx.Err()
-			}
-			waited = true
-			sh.mu.Lock()
-			continue
-		}
-		if coldAt(&e.size, &e.window, &e.count, e.nl > 0 || e.back.units > 0, now, s.lifetime, s.wmaxLease(c)) {
-			sh.mu.Unlock()
-			return s.wdirect(ctx, key, e, c, q, res)
-		}
-		f, back, k := s.wstart(e, c, need, now)
-		sh.mu.Unlock()
-		err := s.wcall(ctx, key, e, c, f, back, k, need)
-		waited = true
-		if err != nil {
-			if err == errFailed {
-				s.stats.fallbacks.Add(1)
-				*res = funnel.Result{Fallback: true, Allowed: s.opts.FailOpen, Limit: c.Window.Count}
-				return nil
-			}
-			*res = funnel.Result{}
-			return err
-		}
-		sh.mu.Lock()
-	}
+		return windowLane{s: s, e: e, key: key, c: c}
+	})
 }
 
 // coldAt reports whether a key is cold here (see cold), for a key whose
