@@ -111,20 +111,8 @@ func (s *Store) cold(e *entry, now int64) bool {
 // does not come into it), but through the store's batched path, with the
 // store's exact result, and nothing held after it.
 func (s *Store) direct(ctx context.Context, key string, e *entry, r gcra.Params, q int64, res *funnel.Result) error {
-	s.stats.direct.Add(1)
-	b := directs.Get().(*directOp)
-	b.ops[0] = funnel.Op{Kind: funnel.OpTake, Key: key, N: q, Limit: funnel.Checked{GCRA: r}}
-	err := s.b.Do(ctx, b.ops[:], b.res[:])
-	*res = b.res[0]
-	b.ops[0].Key = ""
-	directs.Put(b)
-	if err != nil {
-		*res = funnel.Result{}
+	if done, err := s.decideDirect(ctx, key, funnel.Checked{GCRA: r}, q, res); done {
 		return err
-	}
-	if res.Fallback {
-		s.stats.fallbacks.Add(1)
-		return nil
 	}
 	if !res.Allowed && res.RetryAfter > 0 {
 		sh := s.shard(key)
@@ -137,6 +125,28 @@ func (s *Store) direct(ctx context.Context, key string, e *entry, r gcra.Params,
 		s.stats.spent.Add(q)
 	}
 	return nil
+}
+
+// decideDirect sends one take of q units of key under c to the store, and
+// reports true when that is the whole answer: an error, or the store's
+// fallback.
+func (s *Store) decideDirect(ctx context.Context, key string, c funnel.Checked, q int64, res *funnel.Result) (bool, error) {
+	s.stats.direct.Add(1)
+	b := directs.Get().(*directOp)
+	b.ops[0] = funnel.Op{Kind: funnel.OpTake, Key: key, N: q, Limit: c}
+	err := s.b.Do(ctx, b.ops[:], b.res[:])
+	*res = b.res[0]
+	b.ops[0] = funnel.Op{} // keep no key nor time zone alive
+	directs.Put(b)
+	if err != nil {
+		*res = funnel.Result{}
+		return true, err
+	}
+	if res.Fallback {
+		s.stats.fallbacks.Add(1)
+		return true, nil
+	}
+	return false, nil
 }
 
 // directOp is the buffers of a direct decision, pooled: slices passed
@@ -297,18 +307,7 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 		sh.mu.Unlock()
 	}()
 	if err != nil {
-		s.stats.failed.Add(1)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.failLog.Do(func(held int64) {
-			s.log.Warn("leasestore: a lease call failed; keys without units answer the fallback",
-				"key", key, "err", err, "failures_held", held)
-		})
-		if funnelErr(err) {
-			return err
-		}
-		return errFailed
+		return s.failed(ctx, key, err)
 	}
 	now := s.now()
 	e.ahead, e.at = max(g.TAT-g.Now, 0), now
@@ -342,6 +341,25 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	e.leases[e.nl] = lease{units: g.Units, exp: sent + s.lifetime, end: g.TAT}
 	e.nl++
 	return nil
+}
+
+// failed counts and logs (at most once a second) a lease call that failed
+// with err, and returns what the decision answers: the caller's own
+// context's error, an error that is an answer (funnelErr), or errFailed
+// for the fallback.
+func (s *Store) failed(ctx context.Context, key string, err error) error {
+	s.stats.failed.Add(1)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	s.failLog.Do(func(held int64) {
+		s.log.Warn("leasestore: a lease call failed; keys without units answer the fallback",
+			"key", key, "err", err, "failures_held", held)
+	})
+	if funnelErr(err) {
+		return err
+	}
+	return errFailed
 }
 
 // funnelErr reports whether err is an answer rather than an outage: a key

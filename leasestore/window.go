@@ -89,20 +89,8 @@ func coldAt(size, window, count *int64, holds bool, now, lifetime, cap int64) bo
 // wdirect decides q units of a cold window key in the store, as the plain
 // decision it is: a take spent at once needs no lease.
 func (s *Store) wdirect(ctx context.Context, key string, e *wentry, c *funnel.Checked, q int64, res *funnel.Result) error {
-	s.stats.direct.Add(1)
-	b := directs.Get().(*directOp)
-	b.ops[0] = funnel.Op{Kind: funnel.OpTake, Key: key, N: q, Limit: *c}
-	err := s.b.Do(ctx, b.ops[:], b.res[:])
-	*res = b.res[0]
-	b.ops[0] = funnel.Op{}
-	directs.Put(b)
-	if err != nil {
-		*res = funnel.Result{}
+	if done, err := s.decideDirect(ctx, key, *c, q, res); done {
 		return err
-	}
-	if res.Fallback {
-		s.stats.fallbacks.Add(1)
-		return nil
 	}
 	if res.Allowed {
 		s.stats.spent.Add(q)
@@ -302,18 +290,7 @@ func (s *Store) wcall(ctx context.Context, key string, e *wentry, c *funnel.Chec
 		err = errFailed
 	}
 	if err != nil {
-		s.stats.failed.Add(1)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.failLog.Do(func(held int64) {
-			s.log.Warn("leasestore: a lease call failed; keys without units answer the fallback",
-				"key", key, "err", err, "failures_held", held)
-		})
-		if funnelErr(err) {
-			return err
-		}
-		return errFailed
+		return s.failed(ctx, key, err)
 	}
 	now := s.now()
 	if sh.wkeys[key] != e {
