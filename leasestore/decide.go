@@ -104,12 +104,12 @@ type funnelLane struct {
 	r   gcra.Params
 }
 
-func (l funnelLane) held() int64 { return l.s.held(l.e) }
+func (l funnelLane) held() int64 { return l.e.leases.held() }
 
 func (l funnelLane) spend(q, now int64, res *funnel.Result) {
 	l.s.spend(l.e, q)
 	*res = l.s.estimate(l.e, l.r, now)
-	l.s.maybePrefetch(l.key, l.e, l.r, now)
+	l.s.maybePrefetch(l.e, l.r, now)
 }
 
 func (l funnelLane) refusedHere(need, now int64, res *funnel.Result) bool {
@@ -152,10 +152,12 @@ type windowLane struct {
 	c   *funnel.Checked
 }
 
-func (l windowLane) held() int64 { return l.e.held() }
+func (l windowLane) held() int64 { return l.e.leases.held() }
 
 func (l windowLane) spend(q, now int64, res *funnel.Result) {
-	l.e.spend(q)
+	if l.e.leases.spend(q) {
+		l.e.spentOut = true
+	}
 	l.s.stats.spent.Add(q)
 	*res = l.e.estimate(l.c, now)
 	l.s.wprefetch(l.e, l.c, now)
@@ -177,7 +179,7 @@ func (l windowLane) inFlight() *flight { return l.e.flight }
 
 func (l windowLane) cold(now int64) bool {
 	e := l.e
-	return coldAt(&e.size, &e.window, &e.count, e.nl > 0 || e.back.units > 0, now, l.s.lifetime, l.s.wmaxLease(l.c))
+	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.units > 0, now, l.s.lifetime, l.s.wmaxLease(l.c))
 }
 
 func (l windowLane) direct(ctx context.Context, q int64, res *funnel.Result) error {

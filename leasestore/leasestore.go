@@ -350,7 +350,7 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	if e := sh.keys[key]; e != nil {
-		s.forfeit(e, s.now())
+		s.forfeit(e)
 		e.refusedUntil = 0
 		e.back = gcra.LeaseRequest{}
 	}

@@ -12,27 +12,14 @@ import (
 	"github.com/funnelrl/funnel/redisstore"
 )
 
-// lease is a block of units held from one lease call.
-type lease struct {
-	units int64 // left to spend
-	exp   int64 // local time it ends
-	end   int64 // the key's TAT right after it was granted (Redis time)
-}
-
-// maxLeases is the most leases a key holds; a new one beyond them
-// forfeits the oldest.
-const maxLeases = 4
-
 // entry is a key's leases and what the store knows of its shared state.
 // Its fields are guarded by its shard's lock.
 type entry struct {
 	key string      // a copy: the caller's may alias a buffer it reuses
 	p   gcra.Params // the funnel's own parameters, which the state is for
-	// leases holds the key's leases, the older first: typically the
-	// current one and the one a prefetch brought; a decision of several
-	// units may need more.
-	leases [maxLeases]lease
-	nl     int
+	// leases holds the key's leases (their ends are the key's TAT after
+	// each grant).
+	leases blocks
 	// back is the unspent tail of the newest lease once it expired, for
 	// the next call to give back.
 	back gcra.LeaseRequest
@@ -79,7 +66,7 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 		e := sh.keys[key]
 		if e == nil || e.p != p {
 			if e != nil {
-				s.forfeit(e, now) // the limit changed: start afresh
+				s.forfeit(e) // the limit changed: start afresh
 			}
 			e = &entry{key: strings.Clone(key), p: p, reduced: r, size: 1}
 			sh.keys[e.key] = e
@@ -102,7 +89,7 @@ const warm = 8
 // as large as its decisions in the window (its rate times the lifetime).
 // e's shard lock is held.
 func (s *Store) cold(e *entry, now int64) bool {
-	return coldAt(&e.size, &e.window, &e.count, e.nl > 0 || e.back.BackUnits > 0, now, s.lifetime, s.maxLease(e.reduced, e.nodes))
+	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.BackUnits > 0, now, s.lifetime, s.maxLease(e.reduced, e.nodes))
 }
 
 // direct decides q units of a cold key in the store, as a plain decision
@@ -111,7 +98,7 @@ func (s *Store) cold(e *entry, now int64) bool {
 // does not come into it), but through the store's batched path, with the
 // store's exact result, and nothing held after it.
 func (s *Store) direct(ctx context.Context, key string, e *entry, r gcra.Params, q int64, res *funnel.Result) error {
-	if done, err := s.decideDirect(ctx, key, funnel.Checked{GCRA: r}, q, res); done {
+	if done, err := s.decideDirect(ctx, key, &funnel.Checked{GCRA: r}, q, res); done {
 		return err
 	}
 	if !res.Allowed && res.RetryAfter > 0 {
@@ -130,14 +117,10 @@ func (s *Store) direct(ctx context.Context, key string, e *entry, r gcra.Params,
 // decideDirect sends one take of q units of key under c to the store, and
 // reports true when that is the whole answer: an error, or the store's
 // fallback.
-func (s *Store) decideDirect(ctx context.Context, key string, c funnel.Checked, q int64, res *funnel.Result) (bool, error) {
+func (s *Store) decideDirect(ctx context.Context, key string, c *funnel.Checked, q int64, res *funnel.Result) (bool, error) {
 	s.stats.direct.Add(1)
-	b := directs.Get().(*directOp)
-	b.ops[0] = funnel.Op{Kind: funnel.OpTake, Key: key, N: q, Limit: c}
-	err := s.b.Do(ctx, b.ops[:], b.res[:])
-	*res = b.res[0]
-	b.ops[0] = funnel.Op{} // keep no key nor time zone alive
-	directs.Put(b)
+	var err error
+	*res, err = s.do1(ctx, funnel.OpTake, key, c, q)
 	if err != nil {
 		*res = funnel.Result{}
 		return true, err
@@ -149,56 +132,42 @@ func (s *Store) decideDirect(ctx context.Context, key string, c funnel.Checked, 
 	return false, nil
 }
 
-// directOp is the buffers of a direct decision, pooled: slices passed
-// through the Backend interface escape.
-type directOp struct {
+// oneOp is the buffers of one op sent to the Backend, pooled: slices
+// passed through the Backend interface escape.
+type oneOp struct {
 	ops [1]funnel.Op
 	res [1]funnel.Result
 }
 
-var directs = sync.Pool{New: func() any { return new(directOp) }}
+var oneOps = sync.Pool{New: func() any { return new(oneOp) }}
 
-// held is the units e holds.
-func (s *Store) held(e *entry) int64 {
-	var n int64
-	for i := 0; i < e.nl; i++ {
-		n += e.leases[i].units
-	}
-	return n
+// do1 runs one op of kind and n units of key under c in the Backend.
+func (s *Store) do1(ctx context.Context, kind funnel.OpKind, key string, c *funnel.Checked, n int64) (funnel.Result, error) {
+	b := oneOps.Get().(*oneOp)
+	b.ops[0] = funnel.Op{Kind: kind, Key: key, N: n, Limit: *c}
+	err := s.b.Do(ctx, b.ops[:], b.res[:])
+	r := b.res[0]
+	b.ops[0] = funnel.Op{} // keep no key nor time zone alive
+	oneOps.Put(b)
+	return r, err
 }
 
 // spend takes q units from e's leases, the older first.
 func (s *Store) spend(e *entry, q int64) {
 	s.stats.spent.Add(q)
 	e.spentSince += q
-	for q > 0 && e.nl > 0 {
-		l := &e.leases[0]
-		n := min(l.units, q)
-		l.units -= n
-		q -= n
-		if l.units == 0 {
-			if e.nl == 1 {
-				e.spentOut = true // the newest, spent before it expired
-			}
-			e.drop()
-		}
+	if e.leases.spend(q) {
+		e.spentOut = true // the newest, spent before it expired
 	}
-}
-
-// drop removes e's oldest lease.
-func (e *entry) drop() {
-	copy(e.leases[:], e.leases[1:e.nl])
-	e.nl--
-	e.leases[e.nl] = lease{}
 }
 
 // expire drops the leases of e that have ended. The newest one's unspent
 // units are kept in e.back, for the next call to give back; an older one's
 // cannot go back (a later lease followed it) and are forfeited.
 func (s *Store) expire(e *entry, now int64) {
-	for e.nl > 0 && e.leases[0].exp <= now {
-		l := e.leases[0]
-		if e.nl == 1 && l.units > 0 {
+	for e.leases.n > 0 && e.leases.b[0].exp <= now {
+		l := e.leases.b[0]
+		if e.leases.n == 1 && l.units > 0 {
 			if e.back.BackUnits > 0 {
 				s.stats.forfeited.Add(e.back.BackUnits)
 			}
@@ -209,17 +178,13 @@ func (s *Store) expire(e *entry, now int64) {
 		} else {
 			s.stats.forfeited.Add(l.units)
 		}
-		e.drop()
+		e.leases.drop()
 	}
 }
 
 // forfeit drops all of e's leases and its pending give-back.
-func (s *Store) forfeit(e *entry, now int64) {
-	for i := 0; i < e.nl; i++ {
-		s.stats.forfeited.Add(e.leases[i].units)
-		e.leases[i] = lease{}
-	}
-	e.nl = 0
+func (s *Store) forfeit(e *entry) {
+	s.stats.forfeited.Add(e.leases.clear())
 	s.stats.forfeited.Add(e.back.BackUnits)
 	e.back = gcra.LeaseRequest{}
 	e.size = 1
@@ -275,8 +240,8 @@ func (s *Store) noteRTT(d int64) {
 
 // maybePrefetch starts a lease call in the background when a hot key's
 // units run low. e's shard lock is held.
-func (s *Store) maybePrefetch(key string, e *entry, r gcra.Params, now int64) {
-	if s.opts.NoPrefetch || e.flight != nil || e.size < 4 || e.nl > 1 || s.held(e) > s.prefetchAt(e) {
+func (s *Store) maybePrefetch(e *entry, r gcra.Params, now int64) {
+	if s.opts.NoPrefetch || e.flight != nil || e.size < 4 || e.leases.n > 1 || e.leases.held() > s.prefetchAt(e) {
 		return
 	}
 	if e.spentOut {
@@ -334,12 +299,7 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	}
 	s.stats.leased.Add(g.Units)
 	e.refusedUntil = 0
-	if e.nl == maxLeases {
-		s.stats.forfeited.Add(e.leases[0].units)
-		e.drop()
-	}
-	e.leases[e.nl] = lease{units: g.Units, exp: sent + s.lifetime, end: g.TAT}
-	e.nl++
+	s.stats.forfeited.Add(e.leases.add(block{units: g.Units, exp: sent + s.lifetime, end: g.TAT}))
 	return nil
 }
 
@@ -393,7 +353,7 @@ func (s *Store) estimate(e *entry, r gcra.Params, now int64) funnel.Result {
 	if r.Tolerance > d {
 		free = (r.Tolerance - d) / r.Interval
 	}
-	res.Remaining = min(free+s.held(e), r.Limit)
+	res.Remaining = min(free+e.leases.held(), r.Limit)
 	return res
 }
 
@@ -426,8 +386,7 @@ func (s *Store) sweepOnce(now int64) {
 		sh.mu.Lock()
 		for k, e := range sh.keys {
 			if e.flight == nil && now-e.used > 10*s.lifetime && e.refusedUntil <= now {
-				s.expire(e, now)
-				s.forfeit(e, now)
+				s.forfeit(e)
 				delete(sh.keys, k)
 			}
 		}

@@ -3,29 +3,22 @@ package leasestore
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/funnelrl/funnel"
 )
 
-// wlease is a block of a window's units held from one take.
-type wlease struct {
-	units int64 // left to spend
-	exp   int64 // local time it ends: its lifetime's end, or its window's
-	end   int64 // local time by which its window has certainly ended
-}
-
 // wentry is a window key's leases and what the store knows of its shared
 // count. Its fields are guarded by its shard's lock.
 type wentry struct {
-	key    string       // a copy: the caller's may alias a buffer it reuses
-	lim    funnel.Limit // the limit the state is for
-	leases [maxLeases]wlease
-	nl     int
+	key string       // a copy: the caller's may alias a buffer it reuses
+	lim funnel.Limit // the limit the state is for
+	// leases holds the key's takes (each ends with its lifetime or its
+	// window, whichever is sooner).
+	leases blocks
 	// back is the unspent units of ended leases of one window, and that
 	// window's end, for the next call to refund.
-	back wlease
+	back block
 	// refusedUntil is the local time before which no request of refusedQ
 	// units (of at least refusedQ for a fixed window) can be admitted.
 	refusedUntil, refusedQ int64
@@ -89,7 +82,7 @@ func coldAt(size, window, count *int64, holds bool, now, lifetime, cap int64) bo
 // wdirect decides q units of a cold window key in the store, as the plain
 // decision it is: a take spent at once needs no lease.
 func (s *Store) wdirect(ctx context.Context, key string, e *wentry, c *funnel.Checked, q int64, res *funnel.Result) error {
-	if done, err := s.decideDirect(ctx, key, *c, q, res); done {
+	if done, err := s.decideDirect(ctx, key, c, q, res); done {
 		return err
 	}
 	if res.Allowed {
@@ -103,38 +96,6 @@ func (s *Store) wdirect(ctx context.Context, key string, e *wentry, c *funnel.Ch
 		sh.mu.Unlock()
 	}
 	return nil
-}
-
-// held is the units e holds.
-func (e *wentry) held() int64 {
-	var n int64
-	for i := 0; i < e.nl; i++ {
-		n += e.leases[i].units
-	}
-	return n
-}
-
-// spend takes q units from e's leases, the older first.
-func (e *wentry) spend(q int64) {
-	for q > 0 && e.nl > 0 {
-		l := &e.leases[0]
-		n := min(l.units, q)
-		l.units -= n
-		q -= n
-		if l.units == 0 {
-			if e.nl == 1 {
-				e.spentOut = true
-			}
-			e.drop()
-		}
-	}
-}
-
-// drop removes e's oldest lease.
-func (e *wentry) drop() {
-	copy(e.leases[:], e.leases[1:e.nl])
-	e.nl--
-	e.leases[e.nl] = wlease{}
 }
 
 // refundable reports whether units of a window that has certainly ended
@@ -151,11 +112,11 @@ func (s *Store) refundable(end, now int64) bool {
 func (s *Store) wexpire(e *wentry, now int64) {
 	if e.back.units > 0 && !s.refundable(e.back.end, now) {
 		s.stats.forfeited.Add(e.back.units)
-		e.back = wlease{}
+		e.back = block{}
 	}
-	for e.nl > 0 && e.leases[0].exp <= now {
-		l := e.leases[0]
-		if e.nl == 1 && 2*l.units > e.size {
+	for e.leases.n > 0 && e.leases.b[0].exp <= now {
+		l := e.leases.b[0]
+		if e.leases.n == 1 && 2*l.units > e.size {
 			e.size = max(1, e.size/2) // most of it went unspent
 		}
 		switch {
@@ -165,24 +126,20 @@ func (s *Store) wexpire(e *wentry, now int64) {
 		case e.back.units > 0 && e.back.end != l.end:
 			// Units of two windows: the later window's are kept.
 			s.stats.forfeited.Add(e.back.units)
-			e.back = wlease{units: l.units, end: l.end}
+			e.back = block{units: l.units, end: l.end}
 		default:
 			e.back.units += l.units
 			e.back.end = l.end
 		}
-		e.drop()
+		e.leases.drop()
 	}
 }
 
 // wforfeit drops all of e's leases and its pending refund.
 func (s *Store) wforfeit(e *wentry) {
-	for i := 0; i < e.nl; i++ {
-		s.stats.forfeited.Add(e.leases[i].units)
-		e.leases[i] = wlease{}
-	}
-	e.nl = 0
+	s.stats.forfeited.Add(e.leases.clear())
 	s.stats.forfeited.Add(e.back.units)
-	e.back = wlease{}
+	e.back = block{}
 	e.size = 1
 }
 
@@ -200,7 +157,7 @@ func (s *Store) wmaxLease(c *funnel.Checked) int64 {
 // call's flight, the units to refund first, and the units to take: the
 // lease size, but no more than the window had left at the last call. e's
 // shard lock is held.
-func (s *Store) wstart(e *wentry, c *funnel.Checked, need, now int64) (*flight, wlease, int64) {
+func (s *Store) wstart(e *wentry, c *funnel.Checked, need, now int64) (*flight, block, int64) {
 	if e.spentOut {
 		e.size = min(2*e.size, s.wmaxLease(c))
 		e.spentOut = false
@@ -210,7 +167,7 @@ func (s *Store) wstart(e *wentry, c *funnel.Checked, need, now int64) (*flight, 
 		k = max(min(k, e.remaining+e.back.units), need)
 	}
 	back := e.back
-	e.back = wlease{}
+	e.back = block{}
 	f := &flight{done: make(chan struct{})}
 	e.flight = f
 	return f, back, k
@@ -219,7 +176,7 @@ func (s *Store) wstart(e *wentry, c *funnel.Checked, need, now int64) (*flight, 
 // wprefetch starts a lease call in the background when a hot window key's
 // units run low. e's shard lock is held.
 func (s *Store) wprefetch(e *wentry, c *funnel.Checked, now int64) {
-	if s.opts.NoPrefetch || e.flight != nil || e.size < 4 || e.nl > 1 || e.held() > e.size/2 || e.spentOut {
+	if s.opts.NoPrefetch || e.flight != nil || e.size < 4 || e.leases.n > 1 || e.leases.held() > e.size/2 || e.spentOut {
 		return
 	}
 	if e.end > now && e.remaining == 0 {
@@ -234,42 +191,23 @@ func (s *Store) wprefetch(e *wentry, c *funnel.Checked, now int64) {
 	}()
 }
 
-// wop is the buffers of a window lease call, pooled.
-type wop struct {
-	ops [1]funnel.Op
-	res [1]funnel.Result
-}
-
-var wops = sync.Pool{New: func() any { return new(wop) }}
-
-// wdo runs one op of kind and n units of key under c in the Backend.
-func (s *Store) wdo(ctx context.Context, kind funnel.OpKind, key string, c *funnel.Checked, n int64) (funnel.Result, error) {
-	b := wops.Get().(*wop)
-	b.ops[0] = funnel.Op{Kind: kind, Key: key, N: n, Limit: *c}
-	err := s.b.Do(ctx, b.ops[:], b.res[:])
-	r := b.res[0]
-	b.ops[0] = funnel.Op{}
-	wops.Put(b)
-	return r, err
-}
-
 // wcall makes the lease call of flight f for e: it refunds back's units
 // (alone in their Do call, as the Store contract asks), then takes k units
 // of the window, all or nothing; a refused take of more than need units is
 // asked again once for need (or the units the refusal says are left). It
 // applies the answer: a new lease, or a refusal remembered until its
 // RetryAfter, or errFailed.
-func (s *Store) wcall(ctx context.Context, key string, e *wentry, c *funnel.Checked, f *flight, back wlease, k, need int64) error {
+func (s *Store) wcall(ctx context.Context, key string, e *wentry, c *funnel.Checked, f *flight, back block, k, need int64) error {
 	s.stats.calls.Add(1)
 	if back.units > 0 {
-		if _, err := s.wdo(ctx, funnel.OpRefund, key, c, back.units); err != nil {
+		if _, err := s.do1(ctx, funnel.OpRefund, key, c, back.units); err != nil {
 			s.stats.forfeited.Add(back.units) // they stay charged
 		} else {
 			s.stats.givenBack.Add(back.units)
 		}
 	}
 	sent := s.now()
-	r, err := s.wdo(ctx, funnel.OpTake, key, c, k)
+	r, err := s.do1(ctx, funnel.OpTake, key, c, k)
 	if err == nil && !r.Allowed && !r.Fallback && !r.Banned && k > need {
 		if r.Remaining >= need {
 			k = min(r.Remaining, k-1)
@@ -277,7 +215,7 @@ func (s *Store) wcall(ctx context.Context, key string, e *wentry, c *funnel.Chec
 			k = need
 		}
 		sent = s.now()
-		r, err = s.wdo(ctx, funnel.OpTake, key, c, k)
+		r, err = s.do1(ctx, funnel.OpTake, key, c, k)
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
@@ -314,12 +252,7 @@ func (s *Store) wcall(ctx context.Context, key string, e *wentry, c *funnel.Chec
 	e.remaining, e.end = r.Remaining, sent+left
 	s.stats.leased.Add(k)
 	e.refusedUntil = 0
-	if e.nl == maxLeases {
-		s.stats.forfeited.Add(e.leases[0].units)
-		e.drop()
-	}
-	e.leases[e.nl] = wlease{units: k, exp: exp, end: sent + left}
-	e.nl++
+	s.stats.forfeited.Add(e.leases.add(block{units: k, exp: exp, end: sent + left}))
 	return nil
 }
 
@@ -339,7 +272,7 @@ func windowLeft(c *funnel.Checked, reset time.Duration) int64 {
 func (e *wentry) estimate(c *funnel.Checked, now int64) funnel.Result {
 	res := funnel.Result{Allowed: true, Limit: c.Window.Count}
 	if e.end > now {
-		res.Remaining = min(e.remaining+e.held(), c.Window.Count)
+		res.Remaining = min(e.remaining+e.leases.held(), c.Window.Count)
 		res.ResetAfter = time.Duration(e.end - now)
 		if c.Algorithm == funnel.SlidingWindow {
 			res.ResetAfter += c.Period
