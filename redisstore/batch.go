@@ -180,12 +180,7 @@ func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (statu
 	}
 	// "1536" = 6*256: the limbs are ARGV[6..9] (see throttleArgs).
 	args = appendLimbs(appendLimbs(append(args, "1536"), cost), tol)
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	v, err := s.runner.eval(ctx, gcraLua, []string{key}, args)
+	v, err := s.evalTimed(ctx, gcraLua, []string{key}, args)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -108,13 +108,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		}
 		args = append(args, a...)
 	}
-	ctx2 := ctx
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx2, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	v, err := s.runner.eval(ctx2, familyScript, keys, args)
+	v, err := s.evalTimed(ctx, familyScript, keys, args)
 	if err != nil {
 		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) || errors.Is(err, errClock) {
 			return err
@@ -499,15 +493,9 @@ func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	octx := ctx
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	v, err := s.runner.eval(ctx, unbanScript, []string{bk}, args[1:3])
+	v, err := s.evalTimed(ctx, unbanScript, []string{bk}, args[1:3])
 	if err != nil {
-		return false, s.unavailable(octx, err)
+		return false, s.unavailable(ctx, err)
 	}
 	return len(v) == 1 && v[0] > 0, nil
 }
@@ -603,12 +591,7 @@ func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	v, err := s.runner.eval(ctx, keyopsScript, []string{s.prefix + key}, args[:3])
+	v, err := s.evalTimed(ctx, keyopsScript, []string{s.prefix + key}, args[:3])
 	if err != nil {
 		return 0, err
 	}

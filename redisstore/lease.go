@@ -88,15 +88,9 @@ func (s *Store) Lease(ctx context.Context, key string, p gcra.Params, call Lease
 		keys = append(keys, nk)
 		args = append(args, call.Node, limb(max(call.Window.Milliseconds(), 1)))
 	}
-	octx := ctx
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	v, err := s.runner.eval(ctx, leaseScript, keys, args)
+	v, err := s.evalTimed(ctx, leaseScript, keys, args)
 	if err != nil {
-		return Grant{}, s.unavailable(octx, err)
+		return Grant{}, s.unavailable(ctx, err)
 	}
 	if len(v) != 6 || v[2] < 0 || v[2] > req.Want || v[5] < 0 {
 		return Grant{}, fmt.Errorf("%w: lease reply %v", errInternal, v)

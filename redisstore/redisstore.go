@@ -375,6 +375,16 @@ func (s *Store) args(op string, n int) ([]string, error) {
 	return append(args, s.slack), nil
 }
 
+// evalTimed runs sc bounded by the store's timeout as well as by ctx.
+func (s *Store) evalTimed(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	return s.runner.eval(ctx, sc, keys, args)
+}
+
 // decodeLimbs decodes a status and d given on two limbs.
 func decodeLimbs(status, sec, nsec int64) (int64, int64, error) {
 	if status < 0 || status > 2 || sec < 0 || sec > math.MaxInt64/int64(time.Second) || nsec < 0 || nsec >= 1e9 || sec*1e9 > math.MaxInt64-nsec {
