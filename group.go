@@ -14,3 +14,13 @@ type Grouper interface {
 	// decided only alone.
 	Group(key string) int
 }
+
+// GroupOf returns s's group of key when s is a Grouper, else 0: a store
+// that does not group its keys decides any keys of one call together. A
+// store that wraps another says its groups through it.
+func GroupOf(s Store, key string) int {
+	if g, ok := s.(Grouper); ok {
+		return g.Group(key)
+	}
+	return 0
+}

@@ -379,10 +379,7 @@ func (s *Store) Unban(ctx context.Context, key string) (bool, error) { return s.
 // descriptors) work through leases as through the Redis store. Several
 // ops in one Do call go to the Backend as they are.
 func (s *Store) Group(key string) int {
-	if g, ok := s.b.(funnel.Grouper); ok {
-		return g.Group(key)
-	}
-	return 0
+	return funnel.GroupOf(s.b, key)
 }
 
 func (s *Store) shard(key string) *shard {

@@ -150,10 +150,7 @@ func (s *Store) NonBlocking() bool {
 // Group returns the wrapped store's group of key when it has groups
 // (funnel.Grouper), else 0: keys of one call go together.
 func (s *Store) Group(key string) int {
-	if g, ok := s.inner.(funnel.Grouper); ok {
-		return g.Group(key)
-	}
-	return 0
+	return funnel.GroupOf(s.inner, key)
 }
 
 // Unwrap returns the wrapped store.

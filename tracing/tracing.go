@@ -124,10 +124,7 @@ func retrySeconds(d time.Duration) float64 {
 // Group returns the wrapped store's group of key when it has groups
 // (funnel.Grouper), else 0: keys of one call go together.
 func (s *Store) Group(key string) int {
-	if g, ok := s.inner.(funnel.Grouper); ok {
-		return g.Group(key)
-	}
-	return 0
+	return funnel.GroupOf(s.inner, key)
 }
 
 // Reset makes a span "funnel.reset".
