@@ -230,7 +230,13 @@ func (s *sim) stats() leasestore.Stats {
 // (random, or on/off in bursts), to keys drawn with a skew, from random
 // nodes, each of 1 unit or sometimes 2 or 3.
 func (s *sim) run(r *rand.Rand, steps int, load float64, onOff bool) {
-	mean := float64(s.p.Interval) / load
+	drive(r, s.c, steps, float64(s.p.Interval)/load, onOff, s.keys, len(s.nodes), s.request)
+}
+
+// drive sends steps requests to nodes on c: arrivals mean ns apart on
+// average (random, or on/off in bursts of 200), to keys drawn with a skew
+// among keys, from random nodes, each of 1 unit or sometimes 2 or 3.
+func drive(r *rand.Rand, c *clock, steps int, mean float64, onOff bool, keys, nodes int, request func(node int, key string, q int64)) {
 	on := true
 	for step := 0; step < steps; step++ {
 		gap := int64(r.ExpFloat64() * mean)
@@ -240,13 +246,13 @@ func (s *sim) run(r *rand.Rand, steps int, load float64, onOff bool) {
 		if onOff && !on {
 			gap *= 20
 		}
-		s.c.t.Add(gap)
-		key := fmt.Sprintf("k%d", int(float64(s.keys)*r.Float64()*r.Float64()))
+		c.t.Add(gap)
+		key := fmt.Sprintf("k%d", int(float64(keys)*r.Float64()*r.Float64()))
 		q := int64(1)
 		if r.IntN(10) == 0 {
 			q += r.Int64N(3)
 		}
-		s.request(r.IntN(len(s.nodes)), key, q)
+		request(r.IntN(nodes), key, q)
 	}
 }
 

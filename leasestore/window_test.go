@@ -191,23 +191,7 @@ func (s *wsim) run(r *rand.Rand, steps int, load float64, onOff bool) {
 		period = 24 * time.Hour
 	}
 	mean := float64(period) / float64(s.lim.Count) / load
-	on := true
-	for step := 0; step < steps; step++ {
-		gap := int64(r.ExpFloat64() * mean)
-		if onOff && step%200 == 0 {
-			on = !on
-		}
-		if onOff && !on {
-			gap *= 20
-		}
-		s.c.t.Add(gap)
-		key := fmt.Sprintf("k%d", int(float64(s.keys)*r.Float64()*r.Float64()))
-		q := int64(1)
-		if r.IntN(10) == 0 {
-			q += r.Int64N(3)
-		}
-		s.request(r.IntN(len(s.nodes)), key, q)
-	}
+	drive(r, s.c, steps, mean, onOff, s.keys, len(s.nodes), func(node int, key string, q int64) { s.request(node, key, q) })
 }
 
 // windowLimits are the limits of the window simulations: 1 s windows of

@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/daemon"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
 
@@ -29,19 +30,7 @@ descriptors:
 `)
 	cfg.Store = "redis-cluster://" + strings.Join(cl.Addrs(), ",")
 	d, _, stop := start(t, cfg)
-	g, ok := d.Store().(funnel.Grouper)
-	if !ok {
-		t.Fatalf("the daemon's store %T does not say its slots", d.Store())
-	}
-	// The rules' keys are domain_key_value_ and the algorithm's name.
-	path := "p"
-	for i := 0; g.Group("api_user_alice_gcra") == g.Group("api_path_"+path+"_gcra"); i++ {
-		path = fmt.Sprintf("p%d", i)
-	}
-	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
-		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}},
-	}}
+	path, req := crossSlotRequest(t, d)
 	client := dialRLS(t, d.GRPCAddr().String())
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		r, err := client.ShouldRateLimit(context.Background(), req)
@@ -85,22 +74,31 @@ descriptors:
 	cfg.Lease = 200 * time.Millisecond
 	d, _, stop := start(t, cfg)
 	defer stop()
-	g, ok := d.Store().(funnel.Grouper)
-	if !ok {
-		t.Fatalf("the daemon's store %T does not say its slots", d.Store())
-	}
-	path := "p"
-	for i := 0; g.Group("api_user_alice_gcra") == g.Group("api_path_"+path+"_gcra"); i++ {
-		path = fmt.Sprintf("p%d", i)
-	}
-	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
-		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}},
-	}}
+	_, req := crossSlotRequest(t, d)
 	client := dialRLS(t, d.GRPCAddr().String())
 	for i := range 3 {
 		if r, err := client.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("request %d: %v, %v", i+1, r, err)
 		}
 	}
+}
+
+// crossSlotRequest returns a request of two descriptors, user alice and a
+// path, whose keys are in two hash slots of d's store (which must say its
+// slots), and the path.
+func crossSlotRequest(t *testing.T, d *daemon.Daemon) (string, *rlsv3.RateLimitRequest) {
+	t.Helper()
+	g, ok := d.Store().(funnel.Grouper)
+	if !ok {
+		t.Fatalf("the daemon's store %T does not say its slots", d.Store())
+	}
+	// The rules' keys are domain_key_value_ and the algorithm's name.
+	path := "p"
+	for i := 0; g.Group("api_user_alice_gcra") == g.Group("api_path_"+path+"_gcra"); i++ {
+		path = fmt.Sprintf("p%d", i)
+	}
+	return path, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}},
+	}}
 }
