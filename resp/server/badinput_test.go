@@ -362,8 +362,14 @@ func TestServerShutdownDeadline(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
-	c.do("PING")
-	c.send("*2\r\n$4\r\nECHO\r\n$5\r\nab") // a command that never ends
+	// A command that never ends, sent with a PING in one write: once the
+	// PING is answered the server has read the unfinished command too, so
+	// that the connection is busy when Shutdown begins (sent apart, it may
+	// not have arrived yet, and the idle connection would close at once).
+	c.send("*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$5\r\nab")
+	if got := c.read(); got != "+PONG\r\n" {
+		t.Fatalf("PING: %q", got)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := ts.srv.Shutdown(ctx); !errors.Is(err, context.Canceled) {
