@@ -83,8 +83,8 @@ func Millis(now int64) int64 {
 	return ms
 }
 
-// ceilMillis returns now in whole milliseconds, rounded up.
-func ceilMillis(now int64) int64 {
+// CeilMillis returns now in whole milliseconds, rounded up.
+func CeilMillis(now int64) int64 {
 	ms := Millis(now)
 	if now != ms*msNS {
 		ms++
@@ -92,9 +92,9 @@ func ceilMillis(now int64) int64 {
 	return ms
 }
 
-// until returns the nanoseconds from now to the millisecond boundary ms,
+// Until returns the nanoseconds from now to the millisecond boundary ms,
 // saturating at Never, and never negative.
-func until(now, ms int64) time.Duration {
+func Until(now, ms int64) time.Duration {
 	switch {
 	case ms > math.MaxInt64/msNS:
 		return Never

@@ -25,7 +25,7 @@ func TestMillis(t *testing.T) {
 		if got := Millis(c.now); got != c.floor {
 			t.Errorf("Millis(%d) = %d, want %d", c.now, got, c.floor)
 		}
-		if got := ceilMillis(c.now); got != c.ceil {
+		if got := CeilMillis(c.now); got != c.ceil {
 			t.Errorf("ceilMillis(%d) = %d, want %d", c.now, got, c.ceil)
 		}
 	}
@@ -48,7 +48,7 @@ func TestUntil(t *testing.T) {
 		{-epoch, math.MaxInt64 / ms, Never}, // the difference overflows
 		{epoch, math.MinInt64, 0},
 	} {
-		if got := until(c.now, c.ms); got != c.want {
+		if got := Until(c.now, c.ms); got != c.want {
 			t.Errorf("until(%d, %d) = %d, want %d", c.now, c.ms, got, c.want)
 		}
 	}

@@ -123,7 +123,7 @@ func Acquire(now int64, leases []Lease, p ConcParams, id string, q int64) ([]Lea
 		r.RetryAfter = Never
 	case !held && n >= most:
 		// Room for one once n−most+1 of the live leases have expired.
-		r.RetryAfter = until(now, kthExpiry(leases, ms, n-most+1))
+		r.RetryAfter = Until(now, kthExpiry(leases, ms, n-most+1))
 	default:
 		r.Allowed = true
 		leases = dropExpired(leases, ms)
@@ -148,7 +148,7 @@ func Acquire(now int64, leases []Lease, p ConcParams, id string, q int64) ([]Lea
 		for _, l := range leases {
 			last = max(last, l.Expires)
 		}
-		r.ResetAfter = until(now, last)
+		r.ResetAfter = Until(now, last)
 	}
 	return leases, r, nil
 }
@@ -217,9 +217,9 @@ func dropExpired(leases []Lease, ms int64) []Lease {
 
 // Banned reports whether a key banned until the instant until (ns; 0 when
 // never banned) is still banned at now, and for how long.
-func Banned(now, until int64) (bool, int64) {
-	if until > now {
-		return true, until - now
+func Banned(now, Until int64) (bool, int64) {
+	if Until > now {
+		return true, Until - now
 	}
 	return false, 0
 }

@@ -230,7 +230,7 @@ func FuzzConcurrency(f *testing.F) {
 
 func TestBanned(t *testing.T) {
 	for _, c := range []struct {
-		now, until int64
+		now, Until int64
 		banned     bool
 		left       int64
 	}{
@@ -240,8 +240,8 @@ func TestBanned(t *testing.T) {
 		{epoch, epoch + int64(time.Hour), true, int64(time.Hour)},
 		{epoch, epoch - 1, false, 0},
 	} {
-		if banned, left := Banned(c.now, c.until); banned != c.banned || left != c.left {
-			t.Errorf("Banned(epoch, epoch%+d) = %v, %d; want %v, %d", c.until-epoch, banned, left, c.banned, c.left)
+		if banned, left := Banned(c.now, c.Until); banned != c.banned || left != c.left {
+			t.Errorf("Banned(epoch, epoch%+d) = %v, %d; want %v, %d", c.Until-epoch, banned, left, c.banned, c.left)
 		}
 	}
 }

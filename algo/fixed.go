@@ -123,7 +123,7 @@ func FixedDecide(now int64, st Fixed, count int64, span Span, q int64) (Fixed, R
 	case q > count:
 		r.RetryAfter = Never
 	case n > count-q:
-		r.RetryAfter = until(now, span.End)
+		r.RetryAfter = Until(now, span.End)
 	default:
 		r.Allowed = true
 		if q > 0 {
@@ -132,7 +132,7 @@ func FixedDecide(now int64, st Fixed, count int64, span Span, q int64) (Fixed, R
 		}
 	}
 	if n > 0 {
-		r.ResetAfter = until(now, span.End)
+		r.ResetAfter = Until(now, span.End)
 	}
 	if n < count {
 		r.Remaining = count - n

@@ -30,10 +30,10 @@ func LogDecide(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 		r.RetryAfter = Never
 	case n > p.Count-q:
 		// Admitted once the oldest n+q−Count units have left the period.
-		r.RetryAfter = until(now, times[n+q-p.Count-1]+p.Period)
+		r.RetryAfter = Until(now, times[n+q-p.Count-1]+p.Period)
 	default:
 		r.Allowed = true
-		at := ceilMillis(now)
+		at := CeilMillis(now)
 		if n > 0 && times[n-1] > at {
 			at = times[n-1] // the clock went back: keep the log ascending
 		}
@@ -46,7 +46,7 @@ func LogDecide(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 		r.Remaining = p.Count - n
 	}
 	if n > 0 {
-		r.ResetAfter = until(now, times[n-1]+p.Period)
+		r.ResetAfter = Until(now, times[n-1]+p.Period)
 	}
 	return times, r, nil
 }

@@ -168,7 +168,7 @@ func runLog(t *testing.T, p WindowParams, steps []byte) {
 				if !r.Allowed || q == 0 {
 					last = units[len(units)-1]
 				}
-				want.ResetAfter = time.Duration((ceilMillis(last)+p.Period)*ms - now)
+				want.ResetAfter = time.Duration((CeilMillis(last)+p.Period)*ms - now)
 			}
 			if r != want {
 				t.Fatalf("%+v at epoch%+d, %d units held, q=%d: %+v, want %+v", p, now-epoch, held, q, r, want)
@@ -196,8 +196,8 @@ func runLog(t *testing.T, p WindowParams, steps []byte) {
 			t.Fatalf("at epoch%+d the log holds %d entries, want %d", now-epoch, len(log), len(units)-j)
 		}
 		for k, u := range units[j:] {
-			if log[k] != ceilMillis(u) {
-				t.Fatalf("at epoch%+d entry %d is %d, want %d", now-epoch, k, log[k], ceilMillis(u))
+			if log[k] != CeilMillis(u) {
+				t.Fatalf("at epoch%+d entry %d is %d, want %d", now-epoch, k, log[k], CeilMillis(u))
 			}
 		}
 	}

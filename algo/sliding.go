@@ -66,7 +66,7 @@ func SlidingDecide(now int64, st Sliding, p WindowParams, q int64) (Sliding, Res
 	case q > p.Count:
 		r.RetryAfter = Never
 	case est > p.Count-q:
-		r.RetryAfter = until(now, slidingRetry(cur, p, q))
+		r.RetryAfter = Until(now, slidingRetry(cur, p, q))
 	default:
 		r.Allowed = true
 		if q > 0 {
@@ -80,9 +80,9 @@ func SlidingDecide(now int64, st Sliding, p WindowParams, q int64) (Sliding, Res
 	}
 	switch {
 	case cur.Cur > 0:
-		r.ResetAfter = until(now, start+2*p.Period)
+		r.ResetAfter = Until(now, start+2*p.Period)
 	case cur.Prev > 0:
-		r.ResetAfter = until(now, start+p.Period)
+		r.ResetAfter = Until(now, start+p.Period)
 	}
 	return st, r, nil
 }

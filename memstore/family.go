@@ -3,7 +3,6 @@ package memstore
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -39,12 +38,6 @@ var errWrongType = func() (errs [numKinds]error) {
 	}
 	return errs
 }()
-
-var (
-	errShortResults = errors.New("memstore: fewer results than ops")
-	errRefundAlone  = errors.New("memstore: a refund must be the only op of its call")
-	errOpKind       = errors.New("memstore: unknown op kind")
-)
 
 // kindOf returns the kind of state algorithm a keeps.
 func kindOf(a funnel.Algorithm) (kind, bool) {
@@ -92,42 +85,6 @@ type pending struct {
 	ban  int64   // time left in the key's ban, when positive
 }
 
-// checkOp validates op and returns the kind of state it acts on. The
-// parameters must come from funnel.Limit.Check; the test here only keeps a
-// zero Checked from dividing by zero.
-func checkOp(op *funnel.Op) (kind, error) {
-	k, ok := kindOf(op.Limit.Algorithm)
-	if !ok {
-		return 0, fmt.Errorf("%w: unknown algorithm %v", funnel.ErrInvalidLimit, op.Limit.Algorithm)
-	}
-	if op.Kind != funnel.OpTake && op.Kind != funnel.OpRefund {
-		return 0, errOpKind
-	}
-	if op.Kind == funnel.OpRefund && k == kindConc {
-		// A release needs only the lease's key and id, and its latency.
-		if op.Latency < 0 || op.Latency > algo.MaxUnitDelay {
-			return 0, fmt.Errorf("%w: latency %v is not within 0 to %v", funnel.ErrInvalidQuantity, op.Latency, algo.MaxUnitDelay)
-		}
-		return k, nil
-	}
-	if op.N < 0 && !(op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0) {
-		return 0, algo.ErrNegative // only a funnel without a ban takes a refund this way
-	}
-	w := op.Limit.Window
-	switch {
-	case k == kindTAT:
-		ok = op.Limit.GCRA.Interval > 0
-	case k == kindFixed && op.Limit.Calendar != funnel.NoCalendar:
-		ok = w.Count > 0
-	default:
-		ok = w.Count > 0 && w.Period > 0
-	}
-	if !ok {
-		return 0, fmt.Errorf("%w %v: parameters not computed by Limit.Check", funnel.ErrInvalidLimit, op.Limit.Limit)
-	}
-	return k, nil
-}
-
 // Do applies ops at the store's current time and writes their results into
 // res, as funnel.Store says. It never blocks on I/O and ignores ctx.
 //
@@ -143,8 +100,8 @@ func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 			return s.throttle(op.Key, op.Limit.GCRA, op.N, &res[0])
 		}
 	}
-	if len(res) < len(ops) {
-		return errShortResults
+	if err := funnel.CheckOps(ops, res); err != nil {
+		return err
 	}
 	switch len(ops) {
 	case 0:
@@ -154,10 +111,8 @@ func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 		return s.doMany(ops, res)
 	}
 	op := &ops[0]
-	k, err := checkOp(op)
-	if err != nil {
-		return err
-	}
+	k, _ := kindOf(op.Limit.Algorithm)
+	var err error
 	h, sh := s.hash(op.Key)
 	if k == kindTAT && op.Kind == funnel.OpTake && op.Limit.Ban == 0 {
 		// An entry in the table means the key holds no family state, so
@@ -182,38 +137,17 @@ func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 	}
 }
 
-// doMany applies several ops, which must all be OpTake, all-or-nothing.
+// doMany applies several ops, which must all be OpTake (CheckOps has
+// passed them), all-or-nothing.
 func (s *Store) doMany(ops []funnel.Op, res []funnel.Result) error {
 	var buf [8]pending
 	ps := buf[:0]
 	if len(ops) > len(buf) {
 		ps = make([]pending, 0, len(ops))
 	}
-	var seen map[string]struct{}
-	if len(ops) > 16 {
-		seen = make(map[string]struct{}, len(ops))
-	}
 	for i := range ops {
 		op := &ops[i]
-		k, err := checkOp(op)
-		if err != nil {
-			return err
-		}
-		if op.Kind == funnel.OpRefund {
-			return errRefundAlone
-		}
-		dup := false
-		if seen != nil {
-			_, dup = seen[op.Key]
-			seen[op.Key] = struct{}{}
-		} else {
-			for j := range i {
-				dup = dup || ops[j].Key == op.Key
-			}
-		}
-		if dup {
-			return fmt.Errorf("%w: %q", funnel.ErrDuplicateKey, op.Key)
-		}
+		k, _ := kindOf(op.Limit.Algorithm)
 		h, sh := s.hash(op.Key)
 		ps = append(ps, pending{op: op, sh: sh, h: h, kind: k})
 	}
@@ -279,22 +213,10 @@ func decideTAT(now, tat int64, op *funnel.Op) (int64, funnel.Result, error) {
 	p := op.Limit.GCRA
 	if op.Limit.Algorithm == funnel.LeakyBucket {
 		newTAT, r, err := algo.LeakyDecide(now, tat, p, op.Limit.Delay, op.N)
-		return newTAT, result(p.Limit, r), err
+		return newTAT, funnel.ResultOfAlgo(p.Limit, r), err
 	}
 	newTAT, r, err := gcra.Decide(now, tat, p, op.N)
 	return newTAT, funnel.ResultOf(p, r), err
-}
-
-// result converts an algo result under a limit that admits limit units.
-func result(limit int64, r algo.Result) funnel.Result {
-	return funnel.Result{
-		Allowed:    r.Allowed,
-		Limit:      limit,
-		Remaining:  r.Remaining,
-		RetryAfter: r.RetryAfter,
-		ResetAfter: r.ResetAfter,
-		Delay:      r.Delay,
-	}
 }
 
 // apply applies the ops of ps at now. The caller holds the locks of the
@@ -522,15 +444,6 @@ func (p *pending) unit() int64 {
 	return 0
 }
 
-// limit returns the Result.Limit of p's window or concurrency limit: Count,
-// and Burst more for concurrency.
-func (p *pending) limit() int64 {
-	if p.kind == kindConc {
-		return p.op.Limit.Window.Count + p.op.Limit.Burst
-	}
-	return p.op.Limit.Window.Count
-}
-
 func (p *pending) leases() []algo.Lease {
 	switch {
 	case p.live:
@@ -583,7 +496,7 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 		return err
 	}
 	if p.kind != kindTAT {
-		*r = result(p.limit(), ar)
+		*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
 		p.st.expires = expiresAt(now, ar.ResetAfter)
 	}
 	if p.ban > 0 {
@@ -621,7 +534,7 @@ func (p *pending) peek(now int64) funnel.Result {
 		}
 		ar = peekLeases(now, leases, op.Limit.Conc(p.unit()))
 	}
-	return result(p.limit(), ar)
+	return funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
 }
 
 // peekLeases is a peek at a concurrency key: it reads leases without
@@ -763,7 +676,7 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		ar = peekLeases(now, p.st.leases, op.Limit.Conc(unit))
 		ar.Allowed, ar.Delay = held, 0
 	}
-	*r = result(p.limit(), ar)
+	*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
 	if p.kind != kindConc {
 		r.Allowed = true
 	}

@@ -71,18 +71,10 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	}
 	args = append(args[1:], strconv.Itoa(len(ops)))
 	slot := -1
-	for i, op := range ops {
-		if op.Kind == funnel.OpRefund && len(ops) > 1 {
-			return fmt.Errorf("redisstore: a refund is applied alone")
-		}
-		if op.N < 0 {
-			return fmt.Errorf("%w %d: %w", funnel.ErrInvalidQuantity, op.N, algo.ErrNegative)
-		}
-		for _, o := range ops[:i] {
-			if o.Key == op.Key {
-				return fmt.Errorf("%w: %q", funnel.ErrDuplicateKey, op.Key)
-			}
-		}
+	if err := funnel.CheckOps(ops, res); err != nil {
+		return err
+	}
+	for _, op := range ops {
 		key := s.prefix + op.Key
 		if s.runner.grouping() == groupSlot {
 			if sl := int(keySlot(key)); slot < 0 {
@@ -123,22 +115,11 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		s.fallbacks.Add(int64(len(ops)))
 		s.failed(err)
 		for i, op := range ops {
-			res[i] = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: limitOf(op.Limit)}
+			res[i] = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: op.Limit.Capacity()}
 		}
 		return nil
 	}
 	return decodeFamily(v, ops, res)
-}
-
-// limitOf returns Result.Limit for a limit.
-func limitOf(c funnel.Checked) int64 {
-	switch c.Algorithm {
-	case funnel.GCRA, funnel.LeakyBucket:
-		return c.GCRA.Limit
-	case funnel.Concurrency:
-		return c.Count + c.Burst
-	}
-	return c.Count
 }
 
 // opArgs returns the script's arguments for one op.
@@ -312,23 +293,12 @@ func banned(r funnel.Result, left time.Duration) funnel.Result {
 	return r
 }
 
-// untilMS returns the time from now (ns) to the millisecond ms.
-func untilMS(now, ms int64) time.Duration {
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return funnel.Never
-	}
-	if d := ms*int64(time.Millisecond) - now; d > 0 {
-		return time.Duration(d)
-	}
-	return 0
-}
-
 // familyResult computes, at now, the result of a take of q units under op's
 // limit on the state the script found (f: status, two numbers, and three of
 // the state).
 func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, error) {
 	c := op.Limit
-	r := funnel.Result{Limit: limitOf(c)}
+	r := funnel.Result{Limit: c.Capacity()}
 	switch c.Algorithm {
 	case funnel.GCRA, funnel.LeakyBucket:
 		_, d, err := decodeLimbs(0, f[3], f[4])
@@ -342,14 +312,14 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 		if c.Algorithm == funnel.GCRA {
 			ar.Delay = 0
 		}
-		return fromAlgo(r.Limit, ar), nil
+		return funnel.ResultOfAlgo(r.Limit, ar), nil
 	case funnel.FixedWindow:
 		span := algo.Span{Start: f[3], End: f[4]}
 		_, ar, err := algo.FixedDecide(now, algo.Fixed{Start: f[3], N: f[5]}, c.Window.Count, span, q)
-		return fromAlgo(r.Limit, ar), err
+		return funnel.ResultOfAlgo(r.Limit, ar), err
 	case funnel.SlidingWindow:
 		_, ar, err := algo.SlidingDecide(now, algo.Sliding{Start: f[3], Prev: f[4], Cur: f[5]}, c.Window, q)
-		return fromAlgo(r.Limit, ar), err
+		return funnel.ResultOfAlgo(r.Limit, ar), err
 	case funnel.SlidingLog:
 		n, wait, newest := f[3], f[4], f[5]
 		p := c.Window
@@ -357,19 +327,19 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 		case q > p.Count:
 			r.RetryAfter = funnel.Never
 		case n > p.Count-q:
-			r.RetryAfter = untilMS(now, wait+p.Period)
+			r.RetryAfter = algo.Until(now, wait+p.Period)
 		default:
 			r.Allowed = true
 			if q > 0 {
 				n += q
-				newest = max(newest, algo.Millis(now+int64(time.Millisecond)-1)) // ⌈now⌉ in ms
+				newest = max(newest, algo.CeilMillis(now))
 			}
 		}
 		if n < p.Count {
 			r.Remaining = p.Count - n
 		}
 		if n > 0 {
-			r.ResetAfter = untilMS(now, newest+p.Period)
+			r.ResetAfter = algo.Until(now, newest+p.Period)
 		}
 		return r, nil
 	case funnel.Concurrency:
@@ -388,7 +358,7 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 		case q > 1:
 			r.RetryAfter = funnel.Never
 		case held == 0 && n >= most:
-			r.RetryAfter = untilMS(now, wait)
+			r.RetryAfter = algo.Until(now, wait)
 		default:
 			r.Allowed = true
 			if held == 0 {
@@ -401,17 +371,11 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 			r.Remaining = most - n
 		}
 		if n > 0 {
-			r.ResetAfter = untilMS(now, last)
+			r.ResetAfter = algo.Until(now, last)
 		}
 		return r, nil
 	}
 	return r, fmt.Errorf("%w: unknown algorithm %v", funnel.ErrInvalidLimit, c.Algorithm)
-}
-
-// fromAlgo converts an algo result.
-func fromAlgo(limit int64, r algo.Result) funnel.Result {
-	return funnel.Result{Allowed: r.Allowed, Limit: limit, Remaining: r.Remaining,
-		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Delay: r.Delay}
 }
 
 // clearEmpty deletes key if it holds a state of the limiter family that is
@@ -611,7 +575,7 @@ func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error
 	case v[2] < 0:
 		return 0, nil
 	}
-	return untilMS(now, v[2]), nil
+	return algo.Until(now, v[2]), nil
 }
 
 // banScan reads the bans of one node: a script that scans for pattern

@@ -638,6 +638,11 @@ func testAllOrNothingErrors(t *testing.T, newStore NewStore) {
 		t.Fatal("a call with a negative quantity was accepted")
 	}
 	ttlIs(t, e, "{e}:g", 0)
+	// A funnel takes units back (a negative N) only alone in its call.
+	expect(t, e, clock, 0, ops(take("{e}:n", perSecond, 5)), allowed(21, 16, 500*ms))
+	expectErr(t, e, clock, 0, ops(take("{e}:n", perSecond, -2), take("{e}:f", fixed3, 1)), funnel.ErrInvalidQuantity)
+	expectErr(t, e, clock, 0, ops(take("{e}:f", fixed3, 1), take("{e}:n", perSecond, -2)), funnel.ErrInvalidQuantity)
+	ttlIs(t, e, "{e}:n", 500*ms)
 	expect(t, e, clock, 0, ops(take("{e}:f", fixed3, 0)), allowed(3, 2, s))
 }
 
