@@ -130,9 +130,13 @@ func TestConcurrencyLimitString(t *testing.T) {
 		{Algorithm: funnel.Concurrency, Count: 1, Period: time.Second, UnitDelay: algo.MaxUnitDelay + 1},
 		{Algorithm: funnel.Concurrency, Count: algo.MaxCount, Period: time.Second, Burst: 1},
 		{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Second, UnitDelay: time.Second},
+		{Count: 1, Period: time.Second, UnitDelay: time.Second}, // the funnel's commonest path too
 	} {
 		if err := l.Validate(); !errors.Is(err, funnel.ErrInvalidLimit) {
 			t.Errorf("%v: Validate() = %v, want ErrInvalidLimit", l, err)
+		}
+		if _, err := newConcLimiter(t).Allow(context.Background(), "k", l); !errors.Is(err, funnel.ErrInvalidLimit) {
+			t.Errorf("%v: Allow() = %v, want ErrInvalidLimit", l, err)
 		}
 	}
 }

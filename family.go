@@ -154,12 +154,22 @@ func (l Limit) check() (Checked, error) {
 	return c, nil
 }
 
+// plainFunnel reports whether l is a funnel (GCRA) with no option, the
+// commonest limit: its parameters are gcraParams alone.
+func (l *Limit) plainFunnel() bool {
+	return l.Algorithm == GCRA && l.Ban == 0 && l.Delay == 0 && l.Calendar == NoCalendar && l.Location == nil && l.UnitDelay == 0
+}
+
+// plainFunnel reports whether c is a funnel (GCRA) without a ban, which a
+// store decides on its commonest path.
+func (c *Checked) plainFunnel() bool { return c.Algorithm == GCRA && c.Ban == 0 }
+
 // checkInto is check writing into *c (left undefined on error), so that a
 // decision checks its limit in place, in the op it sends to the store.
 func (l *Limit) checkInto(c *Checked) error {
 	// Field by field: a composite literal would be built aside and copied.
 	c.Limit, c.Window = *l, algo.WindowParams{}
-	if l.Algorithm == GCRA && l.Ban == 0 && l.Delay == 0 && l.Calendar == NoCalendar && l.Location == nil {
+	if l.plainFunnel() {
 		// The plain funnel, the commonest limit, checked on every decision.
 		var err error
 		c.GCRA, err = l.gcraParams()

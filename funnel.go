@@ -277,14 +277,36 @@ type Store interface {
 	Unban(ctx context.Context, key string) (bool, error)
 }
 
+// FunnelTaker is what a Store may offer beside Do for the commonest call:
+// one funnel (GCRA) take of n units of key without a ban, under parameters
+// p from Limit.Check. TakeFunnel must answer exactly what Do answers for
+// that op (a negative n gives units back, as Do says), except that a
+// quantity whose cost overflows is an error that wraps ErrInvalidQuantity,
+// as the Limiter's methods say. It only spares the op and result buffers
+// that cross Do, so that a Limiter over a store that offers it decides
+// through no pooled buffer and returns the store's answer as it is. Every
+// decision still goes through the Limiter, which uses it when the store
+// has it.
+//
+// A store that wraps another and observes its decisions (metrics, traces,
+// leases) must not pass its inner store's TakeFunnel through: the Limiter
+// would then decide around the wrapper.
+type FunnelTaker interface {
+	TakeFunnel(ctx context.Context, key string, p gcra.Params, n int64) (Result, error)
+}
+
 // Limiter applies limits to keys through a Store. It is safe for concurrent
 // use; the zero Limiter is not usable, build one with New.
 type Limiter struct {
 	store Store
+	fast  FunnelTaker // store's, when it has one
 }
 
 // New returns a Limiter over store.
-func New(store Store) *Limiter { return &Limiter{store: store} }
+func New(store Store) *Limiter {
+	fast, _ := store.(FunnelTaker)
+	return &Limiter{store: store, fast: fast}
+}
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
@@ -300,6 +322,13 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	if l.fast != nil && n >= 0 && limit.plainFunnel() {
+		p, err := limit.gcraParams()
+		if err != nil {
+			return Result{}, err
+		}
+		return l.fast.TakeFunnel(ctx, key, p, n)
+	}
 	if err := checkN(n); err != nil {
 		if err := limit.Validate(); err != nil {
 			return Result{}, err // the limit's error first, as ever
@@ -319,6 +348,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 // bucket (redis-cell's refund idiom, CL.THROTTLE key b c p -1). Other limits
 // take no negative n.
 func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (Result, error) {
+	if l.fast != nil && c.plainFunnel() {
+		return l.fast.TakeFunnel(ctx, key, c.GCRA, n)
+	}
 	return l.take(ctx, key, nil, c, n)
 }
 
@@ -328,8 +360,14 @@ func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n in
 // does, with nothing to allocate or pool. The ops' limits must come from
 // Limit.Check. A cost that overflows is ErrInvalidQuantity.
 func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
-	err := l.store.Do(ctx, ops, res)
-	if err != nil && errors.Is(err, gcra.ErrOverflow) {
+	var err error
+	if len(ops) == 1 && len(res) > 0 && l.fast != nil && ops[0].Kind == OpTake && ops[0].Limit.plainFunnel() {
+		op := &ops[0]
+		res[0], err = l.fast.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N)
+	} else {
+		err = l.store.Do(ctx, ops, res)
+	}
+	if err != nil && errors.Is(err, gcra.ErrOverflow) && !errors.Is(err, ErrInvalidQuantity) {
 		err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
 	}
 	return err

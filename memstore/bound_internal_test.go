@@ -104,7 +104,7 @@ func testBoundUnderContention(t *testing.T, max, shards int) {
 					if r.IntN(2) == 0 {
 						p = short
 					}
-					_, err = s.throttleT(ctx, g, p, 1)
+					_, err = s.TakeFunnel(ctx, g, p, 1)
 				case 2, 3:
 					err = s.Do(ctx, []funnel.Op{{Kind: funnel.OpTake, Key: f, Limit: fixed, N: 1}}, res)
 				case 4, 5:
@@ -174,7 +174,7 @@ func TestNoRoomRetries(t *testing.T) {
 		call  func(s *Store, b []string) error
 	}{
 		{"throttle", false, func(s *Store, b []string) error {
-			_, err := s.throttleT(ctx, b[0], p, 1)
+			_, err := s.TakeFunnel(ctx, b[0], p, 1)
 			return err
 		}},
 		{"do_one", false, func(s *Store, b []string) error {
@@ -211,12 +211,12 @@ func TestNoRoomRetries(t *testing.T) {
 				}
 			}
 			for _, k := range a[:2] {
-				if _, err := s.throttleT(ctx, k, p, 1); err != nil {
+				if _, err := s.TakeFunnel(ctx, k, p, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if c.withC {
-				if _, err := s.throttleT(ctx, "c", p, 2); err != nil {
+				if _, err := s.TakeFunnel(ctx, "c", p, 2); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -258,12 +258,4 @@ func TestNoRoomRetries(t *testing.T) {
 			}
 		})
 	}
-}
-
-// throttleT is one funnel decision, as the Limiter sends it (for the tests
-// of this file).
-func (s *Store) throttleT(_ context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
-	var r funnel.Result
-	err := s.throttle(key, p, quantity, &r)
-	return r, err
 }

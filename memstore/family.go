@@ -93,11 +93,13 @@ type pending struct {
 // the shards of its keys (each once, in a global order) for the length of
 // the call; see the package documentation for how several keys are charged
 // atomically.
-func (s *Store) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
+func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
 	if len(ops) == 1 && len(res) > 0 {
 		if op := &ops[0]; op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 && op.Limit.GCRA.Interval > 0 {
 			// The commonest decision, first and on its own path.
-			return s.throttle(op.Key, op.Limit.GCRA, op.N, &res[0])
+			var err error
+			res[0], err = s.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N)
+			return err
 		}
 	}
 	if err := funnel.CheckOps(ops, res); err != nil {

@@ -106,6 +106,7 @@ package memstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
@@ -264,15 +265,19 @@ func (s *Store) hash(key string) (uint64, *shard) {
 	return h, &s.shards[h>>s.shift]
 }
 
-// throttle decides a request for quantity units (a negative quantity is a
-// refund) of key under the funnel p at the store's current time, and writes
-// the result into *res: Do's path
-// for one funnel op without a ban, the commonest call, lock-free when the
-// key is in the table. The key may alias a buffer the caller reuses: the
-// store copies a key it keeps. A key that holds the state of another
-// algorithm than the funnel's is an error that wraps funnel.ErrWrongType.
-// It does not look for bans.
-func (s *Store) throttle(key string, p gcra.Params, quantity int64, res *funnel.Result) error {
+// TakeFunnel decides a take of quantity units of key (a negative quantity
+// gives units back) under the funnel p without a ban, at the store's
+// current time, exactly as Do decides that op (a quantity whose cost
+// overflows is an error that wraps funnel.ErrInvalidQuantity): the Limiter's path for the
+// commonest decision (funnel.FunnelTaker), and Do's, lock-free when the key
+// is in the table. The key may alias a buffer the caller reuses: the store
+// copies a key it keeps. A key that holds the state of another algorithm
+// than the funnel's is an error that wraps funnel.ErrWrongType. It does not
+// look for bans.
+func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+	if p.Interval <= 0 {
+		return funnel.Result{}, fmt.Errorf("%w: funnel parameters %+v not computed by Limit.Check", funnel.ErrInvalidLimit, p)
+	}
 	now := s.Now()
 	h, sh := s.hash(key)
 	if e := sh.table.Load().find(h, key); e != nil {
@@ -284,12 +289,10 @@ func (s *Store) throttle(key string, p gcra.Params, quantity int64, res *funnel.
 			}
 			newTAT, r, err := gcra.Decide(now, tat, p, quantity)
 			if err != nil {
-				*res = funnel.Result{}
-				return err
+				return funnel.Result{}, quantityErr(quantity, err)
 			}
 			if !r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT) {
-				*res = funnel.ResultOf(p, r)
-				return nil
+				return funnel.ResultOf(p, r), nil
 			}
 		}
 	}
@@ -298,7 +301,18 @@ func (s *Store) throttle(key string, p gcra.Params, quantity int64, res *funnel.
 		s.evictAnywhere(now, 1)
 		r, err = s.throttleLocked(sh, h, key, now, p, quantity)
 	}
-	*res = r
+	if err != nil {
+		return funnel.Result{}, quantityErr(quantity, err)
+	}
+	return r, nil
+}
+
+// quantityErr wraps gcra.ErrOverflow, the error of a quantity whose cost
+// overflows, in funnel.ErrInvalidQuantity, as the Limiter does.
+func quantityErr(quantity int64, err error) error {
+	if err == gcra.ErrOverflow {
+		return fmt.Errorf("%w %d: %w", funnel.ErrInvalidQuantity, quantity, err)
+	}
 	return err
 }
 
