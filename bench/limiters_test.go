@@ -40,6 +40,12 @@ var throughputSpec = spec{count: 1_000_000_000, period: 1000 * time.Second}
 // its request, and Funnel would rightly forget it.
 var memorySpec = spec{count: 10, period: time.Hour}
 
+// preparer is a keyed reference (the floor) that must be given its keys
+// before the timer starts: its allow only looks a key up.
+type preparer interface {
+	prepare(key string)
+}
+
 // keyed is one rate limiter seen through the benchmarks' eyes.
 type keyed interface {
 	// allow asks for one unit of key and reports whether it was allowed.
@@ -65,6 +71,7 @@ var kinds = []limiterKind{
 	{"throttled", newThrottled, true},
 	{"ulule", newUlule, true},
 	{"xrate-single", newXrateSingle, false},
+	{"floor-memstore", newFloor, true},
 	{"xrate-map", newXrateMap, true},
 }
 
@@ -92,6 +99,36 @@ func (f *funnelStore) allow(key string) (bool, error) {
 }
 
 func (f *funnelStore) close() { f.store.Close() }
+
+// floorStore is the floor of a decision, a reference rather than a
+// limiter: one lookup of the key in the memory store's table and one read of
+// its clock (Store.TAT), which every decision makes, and nothing else. Its
+// keys are inserted before the timer starts (prepare) by a funnel decision
+// under the same limit, as the Funnel rows insert theirs, and never swept,
+// so that every lookup finds its key.
+type floorStore struct {
+	funnelStore
+}
+
+func newFloor(s spec) keyed {
+	c, err := funnel.Per(s.count, s.period).Check()
+	if err != nil {
+		panic(err)
+	}
+	st := memstore.New(memstore.Options{SweepInterval: -1})
+	return &floorStore{funnelStore{store: st, lim: funnel.New(st), c: c}}
+}
+
+func (f *floorStore) prepare(key string) {
+	if _, err := f.funnelStore.allow(key); err != nil {
+		panic(err)
+	}
+}
+
+func (f *floorStore) allow(key string) (bool, error) {
+	f.store.TAT(key)
+	return true, nil
+}
 
 // funnelLimiter calls funnel.Limiter.Allow, which validates the Limit and
 // computes its parameters on every call.

@@ -107,7 +107,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
@@ -156,8 +155,8 @@ const evictionSample = 8
 // one with New and stop its sweep with Close.
 type Store struct {
 	shards []shard
-	shift  uint // shard index = hash >> shift
-	seed   maphash.Seed
+	shift  uint         // shard index = hash >> shift
+	seed   uintptr      // of hash
 	now    func() int64 // nil: the monotonic real clock below
 	start  time.Time
 	base   int64
@@ -211,7 +210,7 @@ func New(opts Options) *Store {
 	s := &Store{
 		shards: make([]shard, n),
 		shift:  uint(64 - bits.Len(uint(n-1))),
-		seed:   maphash.MakeSeed(),
+		seed:   newSeed(),
 		now:    opts.Now,
 		start:  time.Now(),
 		done:   make(chan struct{}),
@@ -252,19 +251,6 @@ func (s *Store) Now() int64 {
 	return s.base + int64(time.Since(s.start))
 }
 
-// hash returns key's hash: never 0 (an empty slot), the shard from its top
-// bits and the slot from its bottom bits.
-func (s *Store) hash(key string) (uint64, *shard) {
-	h := maphash.String(s.seed, key)
-	if h == 0 {
-		h = 1
-	}
-	if len(s.shards) == 1 {
-		return h, &s.shards[0]
-	}
-	return h, &s.shards[h>>s.shift]
-}
-
 // TakeFunnel decides a take of quantity units of key (a negative quantity
 // gives units back) under the funnel p without a ban, at the store's
 // current time, exactly as Do decides that op (a quantity whose cost
@@ -275,25 +261,47 @@ func (s *Store) hash(key string) (uint64, *shard) {
 // than the funnel's is an error that wraps funnel.ErrWrongType. It does not
 // look for bans.
 func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+	// Now and hash, inlined by hand: this is the path of every decision.
+	var now int64
+	if s.now == nil {
+		now = s.base + int64(time.Since(s.start))
+	} else {
+		now = s.now()
+	}
+	h := uint64(memhash(unsafe.Pointer(unsafe.StringData(key)), s.seed, uintptr(len(key))))
+	if h == 0 {
+		h = 1
+	}
+	sh := &s.shards[h>>s.shift]
+	if p.Interval > 0 {
+		if e := sh.table.Load().find(h, key); e != nil {
+			if tat := e.tat.Load(); tat > locked {
+				newTAT, r, err := gcra.Decide(now, tat, p, quantity)
+				// Refusals and peeks change nothing; a charge must land on
+				// the TAT it was computed from.
+				if err == nil && (!r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT)) {
+					return funnel.ResultOf(p, r), nil
+				}
+			}
+		}
+	}
+	return s.takeFunnelSlow(sh, h, key, now, p, quantity)
+}
+
+// takeFunnelSlow is TakeFunnel for all but a key found, live and decided
+// at the first try: bad parameters, a decision's error, a charge that lost
+// its compare-and-swap to another (it is decided again), a key held by a Do
+// call or deleted meanwhile, and a key the table does not hold.
+func (s *Store) takeFunnelSlow(sh *shard, h uint64, key string, now int64, p gcra.Params, quantity int64) (funnel.Result, error) {
 	if p.Interval <= 0 {
 		return funnel.Result{}, fmt.Errorf("%w: funnel parameters %+v not computed by Limit.Check", funnel.ErrInvalidLimit, p)
 	}
-	now := s.Now()
-	h, sh := s.hash(key)
 	if e := sh.table.Load().find(h, key); e != nil {
-		// decideOn, inlined by hand on this hot path.
-		for {
-			tat := e.tat.Load()
-			if tat <= locked {
-				break // deleted, or held by a Do call: decide under the lock
-			}
-			newTAT, r, err := gcra.Decide(now, tat, p, quantity)
+		if r, err, ok := decideOn(e, now, p, quantity); ok {
 			if err != nil {
 				return funnel.Result{}, quantityErr(quantity, err)
 			}
-			if !r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT) {
-				return funnel.ResultOf(p, r), nil
-			}
+			return r, nil
 		}
 	}
 	r, err := s.throttleLocked(sh, h, key, now, p, quantity)

@@ -134,6 +134,7 @@ var known = []struct{ name, label string }{
 	{"throttled", "throttled GCRA"},
 	{"ulule", "ulule/limiter"},
 	{"xrate-single", "x/time/rate single (ref)"},
+	{"floor-memstore", "floor: memstore lookup + clock (ref)"},
 	{"xrate-map", "x/time/rate map+mutex (naive)"},
 	{"funnel-redis", "Funnel redisstore (go-redis)"},
 	{"funnel-redis-rueidis", "Funnel redisstore (rueidis)"},
@@ -157,8 +158,14 @@ func label(limiter string) string {
 	return limiter
 }
 
-func isFunnel(limiter string) bool    { return strings.HasPrefix(limiter, "funnel-") }
-func isReference(limiter string) bool { return strings.HasPrefix(limiter, "xrate-") }
+func isFunnel(limiter string) bool { return strings.HasPrefix(limiter, "funnel-") }
+func isReference(limiter string) bool {
+	return strings.HasPrefix(limiter, "xrate-") || strings.HasPrefix(limiter, "floor-")
+}
+
+// floor is the column of the floor row: the least a decision can cost, a
+// lookup of the key in the memory store's table and one clock read.
+const floor = "floor-memstore"
 
 // row is one line of a table: a scenario (or limiter) at one GOMAXPROCS.
 type row struct {
@@ -338,6 +345,12 @@ func throughputTable(w io.Writer, r *results) {
 	for _, f := range funnels {
 		head = append(head, label(f)+" ÷ fastest other keyed")
 	}
+	withFloor := slices.Contains(cols, floor)
+	if withFloor {
+		for _, f := range funnels {
+			head = append(head, label(f)+" ÷ floor")
+		}
+	}
 	writeRow(w, head)
 	writeRule(w, len(head))
 	var notes []string
@@ -379,6 +392,19 @@ func throughputTable(w io.Writer, r *results) {
 				continue
 			}
 			line = append(line, fmt.Sprintf("%.2f× (vs %s)", ns/best, label(bestName)))
+		}
+		if withFloor {
+			base, okBase := r.get(cell[rw][floor], "ns/op")
+			for _, f := range funnels {
+				ns, ok := r.get(cell[rw][f], "ns/op")
+				_, in := cell[rw][f]
+				_, inBase := cell[rw][floor]
+				if !in || !inBase || !ok || !okBase || base == 0 {
+					line = append(line, "—")
+					continue
+				}
+				line = append(line, fmt.Sprintf("%.2f×", ns/base))
+			}
 		}
 		writeRow(w, line)
 	}
