@@ -305,6 +305,13 @@ type oneOp struct {
 
 var oneOps = sync.Pool{New: func() any { return new(oneOp) }}
 
+// manyOp is the op buffer of AllowAll for a few requests.
+type manyOp struct {
+	ops [8]Op
+}
+
+var manyOps = sync.Pool{New: func() any { return new(manyOp) }}
+
 // do runs one op through the store.
 func (l *Limiter) do(ctx context.Context, op Op) (Result, error) {
 	return l.do1(ctx, op.Kind, op.Key, &op.Limit, op.N, op.Lease, op.Latency)
@@ -341,7 +348,19 @@ func checkN(n int64) error {
 // Redis Cluster they must share a {hash tag}. Concurrency limits are not
 // taken here (use Acquire).
 func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, error) {
-	ops := make([]Op, len(reqs))
+	var ops []Op
+	if len(reqs) <= len(manyOp{}.ops) {
+		// Few requests, the common case: the ops go to the store in a
+		// pooled buffer, so that only the results are allocated.
+		b := manyOps.Get().(*manyOp)
+		ops = b.ops[:len(reqs)]
+		defer func() {
+			clear(ops) // keep no key or time zone alive
+			manyOps.Put(b)
+		}()
+	} else {
+		ops = make([]Op, len(reqs))
+	}
 	var seen map[string]struct{} // for many keys; a few are compared in turn
 	if len(reqs) > 16 {
 		seen = make(map[string]struct{}, len(reqs))

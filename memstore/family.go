@@ -66,6 +66,7 @@ type fstate struct {
 	a, b, c int64        // fixed: Start, N; sliding: Start, Prev, Cur (ms); concurrency: unit delay (ns)
 	times   []int64      // sliding log (ms)
 	leases  []algo.Lease // concurrency
+	ids     []byte       // concurrency: the arena of the leases' ids (keepID)
 }
 
 // pending is one op of a Do call while the call holds its shards' locks.
@@ -595,9 +596,10 @@ func (p *pending) commit(now int64) {
 			p.fs.leases = p.st.leases
 		}
 	default:
+		p.st.ids = p.fs.ids // the arena of the ids held, and to come
 		*p.fs = p.st
 		if p.kind == kindConc {
-			cloneLease(p.fs.leases, p.op.Lease)
+			p.fs.keepID(p.op.Lease)
 		}
 	}
 }
@@ -615,19 +617,42 @@ func (s *Store) insertNew(now int64, p *pending) {
 		fs := new(fstate)
 		*fs = p.st
 		if p.kind == kindConc {
-			cloneLease(fs.leases, p.op.Lease)
+			fs.keepID(p.op.Lease)
 		}
 		p.sh.insertFam(p.op.Key, fs)
 	}
 }
 
-// cloneLease copies the id of the lease just granted, if it is still the
-// caller's string (which may alias a buffer the caller reuses).
-func cloneLease(leases []algo.Lease, id string) {
-	for i := range leases {
-		if l := &leases[i]; l.ID == id && len(id) > 0 && unsafe.StringData(l.ID) == unsafe.StringData(id) {
-			l.ID = strings.Clone(id)
+// keepID makes the id of the lease just granted the state's own, if it is
+// still the caller's string (which may alias a buffer the caller reuses):
+// it is copied into the state's arena, ids, and the lease's ID points there.
+// The arena is filled from its start again when this lease is the only one
+// held, and replaced (the ids already in it keep the old one alive) when it
+// is full, by one twice the size of the ids held: a key whose leases come
+// and go allocates nothing once its arena has grown, and one that holds n
+// leases at a time allocates about once every n grants.
+func (fs *fstate) keepID(id string) {
+	if len(id) == 0 {
+		return
+	}
+	for i := range fs.leases {
+		l := &fs.leases[i]
+		if l.ID != id || unsafe.StringData(l.ID) != unsafe.StringData(id) {
+			continue
 		}
+		if len(fs.leases) == 1 {
+			fs.ids = fs.ids[:0] // no other id lives in the arena
+		}
+		if len(fs.ids)+len(id) > cap(fs.ids) {
+			held := 0
+			for _, o := range fs.leases {
+				held += len(o.ID)
+			}
+			fs.ids = make([]byte, 0, max(64, 2*held))
+		}
+		off := len(fs.ids)
+		fs.ids = append(fs.ids, id...)
+		l.ID = unsafe.String(&fs.ids[off], len(id))
 	}
 }
 
@@ -688,6 +713,7 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 	// An emptied state stays until the sweep, reading as absent, so that a
 	// key used again soon (a lease taken and released) reuses it.
 	p.st.expires = expiresAt(now, ar.ResetAfter)
+	p.st.ids = p.fs.ids // the arena of the ids held, and to come
 	*p.fs = p.st
 	return nil
 }
@@ -770,10 +796,22 @@ func (fs *fstate) size(key string) int64 {
 	n := mapEntry + int64(unsafe.Sizeof(*fs)) + int64(len(key))
 	n += int64(cap(fs.times)) * 8
 	n += int64(cap(fs.leases)) * int64(unsafe.Sizeof(algo.Lease{}))
+	n += int64(cap(fs.ids))
 	for _, l := range fs.leases {
-		n += int64(len(l.ID))
+		if !fs.inArena(l.ID) {
+			n += int64(len(l.ID))
+		}
 	}
 	return n
+}
+
+// inArena reports whether id lies in the state's current arena of ids.
+func (fs *fstate) inArena(id string) bool {
+	if len(id) == 0 || cap(fs.ids) == 0 {
+		return false
+	}
+	p, base := uintptr(unsafe.Pointer(unsafe.StringData(id))), uintptr(unsafe.Pointer(unsafe.SliceData(fs.ids)))
+	return p >= base && p < base+uintptr(cap(fs.ids))
 }
 
 // expiresAt is when a family state that is empty after reset is: now+reset,

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,7 +168,7 @@ func TestDoZeroAllocs(t *testing.T) {
 	ctx := context.Background()
 	res := make([]funnel.Result, 2)
 	for _, c := range benchCases(t) {
-		if c.name == "sliding_log" || c.name == "concurrency" {
+		if c.name == "sliding_log" {
 			continue
 		}
 		c.op(s, ctx, res) // the key exists from now on
@@ -193,6 +194,57 @@ func TestFamilyKeysAreCopied(t *testing.T) {
 	res := do(t, s, funnel.Op{Kind: funnel.OpRefund, Key: "alpha", Limit: conc, Lease: "lease-1"})
 	if !res[0].Allowed {
 		t.Fatal("the stored key or lease id changed with the caller's buffer")
+	}
+}
+
+// The leases' ids are kept in an arena per key, filled again from its
+// start when one lease is held and replaced when full: ids granted from a
+// reused buffer, many held at once and released in another order, stay
+// exactly the ids granted.
+func TestLeaseIDsArena(t *testing.T) {
+	s, _ := newStore(t, memstore.Options{SweepInterval: -1})
+	conc := check(t, funnel.Limit{Algorithm: funnel.Concurrency, Count: 100, Period: time.Minute})
+	buf := make([]byte, 0, 64)
+	acquire := func(id string) {
+		buf = append(buf[:0], id...)
+		if r := do(t, s, funnel.Op{Kind: funnel.OpTake, Key: "k", Limit: conc, N: 1, Lease: string(buf)}); !r[0].Allowed {
+			t.Fatalf("acquire %s: %+v", id, r[0])
+		}
+		for i := range buf {
+			buf[i] = '#' // the caller reuses its buffer
+		}
+	}
+	held := map[string]bool{}
+	for round := range 40 {
+		for i := range round%7 + 1 {
+			id := fmt.Sprintf("lease-%d-%d-%s", round, i, strings.Repeat("x", round%13))
+			acquire(id)
+			held[id] = true
+		}
+		// Release about half, in the map's order.
+		n := 0
+		for id := range held {
+			if n%2 == 0 {
+				releaseHeld(t, s, conc, id, true)
+				delete(held, id)
+			}
+			n++
+		}
+	}
+	for id := range held {
+		releaseHeld(t, s, conc, id, true)
+		releaseHeld(t, s, conc, id, false)
+	}
+}
+
+// releaseHeld releases lease id of key "k" with a latency, which is an
+// error when the lease is not held, and fails unless held is as given.
+func releaseHeld(t *testing.T, s *memstore.Store, conc funnel.Checked, id string, held bool) {
+	t.Helper()
+	res := make([]funnel.Result, 1)
+	err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpRefund, Key: "k", Limit: conc, Lease: id, Latency: time.Millisecond}}, res)
+	if got := err == nil && res[0].Allowed; got != held {
+		t.Fatalf("release %s: %+v, %v; want held %v", id, res[0], err, held)
 	}
 }
 
