@@ -155,6 +155,21 @@ func ParseInt(b []byte) (int64, bool) {
 	if len(b) == 0 {
 		return 0, false
 	}
+	if len(b) <= 18 {
+		// Up to 18 digits cannot overflow: no test per digit.
+		var v int64
+		for _, c := range b {
+			d := c - '0' // wraps above 9 for any byte below '0'
+			if d > 9 {
+				return 0, false
+			}
+			v = v*10 + int64(d)
+		}
+		if neg {
+			v = -v
+		}
+		return v, true
+	}
 	// Accumulate negatively so that math.MinInt64 parses.
 	var v int64
 	for _, c := range b {

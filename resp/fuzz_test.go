@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"testing"
 	"testing/iotest"
 )
@@ -298,6 +300,32 @@ func FuzzSplitArgs(f *testing.F) {
 		}
 		if ok != wantOK || (ok && !slices.Equal(got, want)) {
 			t.Fatalf("splitArgs(%q) = %q, %v; sdssplitargs gives %q, %v", line, got, ok, want, wantOK)
+		}
+	})
+}
+
+// FuzzWriteInt checks the integer line the writer builds by hand against
+// strconv's, for every int64, and as a header of arrays and bulk strings.
+func FuzzWriteInt(f *testing.F) {
+	for _, n := range []int64{0, 1, 9, 10, -1, -9, -10, 99, 100, 1000001, math.MaxInt64, math.MinInt64, math.MinInt64 + 1} {
+		f.Add(n)
+	}
+	f.Fuzz(func(t *testing.T, n int64) {
+		var out bytes.Buffer
+		w := NewWriter(&out)
+		w.WriteInt(n)
+		if n >= 0 {
+			w.WriteArray(int(n % (1 << 30)))
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		want := ":" + strconv.FormatInt(n, 10) + "\r\n"
+		if n >= 0 {
+			want += "*" + strconv.FormatInt(n%(1<<30), 10) + "\r\n"
+		}
+		if out.String() != want {
+			t.Fatalf("WriteInt(%d) wrote %q, want %q", n, out.String(), want)
 		}
 	})
 }

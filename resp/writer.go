@@ -115,10 +115,47 @@ func (w *Writer) appendLine(prefix byte, s string) {
 }
 
 // appendHeader appends a line made of prefix and n.
+// twoDigits holds "00" to "99", two bytes each.
+const twoDigits = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" +
+	"30313233343536373839" + "40414243444546474849" + "50515253545556575859" +
+	"60616263646566676869" + "70717273747576777879" + "80818283848586878889" + "90919293949596979899"
+
 func (w *Writer) appendHeader(prefix byte, n int64) {
-	w.buf = append(w.buf, prefix)
-	w.buf = strconv.AppendInt(w.buf, n, 10)
-	w.buf = append(w.buf, '\r', '\n')
+	if uint64(n) < 10 {
+		// The commonest: 0, 1, an array of 5.
+		w.buf = append(w.buf, prefix, byte('0'+n), '\r', '\n')
+		return
+	}
+	// The line is built backwards in one buffer and appended once: the
+	// writer's path for every integer of every reply.
+	var b [24]byte // prefix, sign, 19 digits, CRLF
+	i := len(b) - 2
+	b[i], b[i+1] = '\r', '\n'
+	u := uint64(n)
+	if n < 0 {
+		u = -u // also for math.MinInt64, in unsigned arithmetic
+	}
+	for u >= 100 {
+		q := u / 100
+		r := 2 * (u - 100*q)
+		i -= 2
+		b[i], b[i+1] = twoDigits[r], twoDigits[r+1]
+		u = q
+	}
+	if u >= 10 {
+		i -= 2
+		b[i], b[i+1] = twoDigits[2*u], twoDigits[2*u+1]
+	} else {
+		i--
+		b[i] = byte('0' + u)
+	}
+	if n < 0 {
+		i--
+		b[i] = '-'
+	}
+	i--
+	b[i] = prefix
+	w.buf = append(w.buf, b[i:]...)
 }
 
 // WriteSimpleString writes a simple string reply ("+OK"). A CR or LF in s is
