@@ -55,3 +55,11 @@ func ForwardGCRA(ctx context.Context, inner Store, key string, p gcra.CommandPar
 	}
 	return g.GCRA(ctx, key, p)
 }
+
+// isGCRACommandError reports whether err is one of the GCRA command's own
+// errors (its arguments, its overflows, a key that holds no TAT): the
+// caller's, answered with their texts.
+func isGCRACommandError(err error) bool {
+	return errors.Is(err, gcra.ErrCommandArgs) || errors.Is(err, gcra.ErrCommandTokensOverflow) || errors.Is(err, gcra.ErrCommandBurstOverflow) ||
+		errors.Is(err, gcra.ErrCommandInvalidKey) || errors.Is(err, gcra.ErrCommandNegativeTime)
+}
