@@ -100,11 +100,11 @@ func RunGCRA(t *testing.T, newStore NewStore) {
 		for _, v := range GCRAVectors {
 			t.Run(v.Name, func(t *testing.T) {
 				t.Parallel()
-				clock := NewClock(gcraEpoch)
+				clock := NewClock(GCRAEpoch)
 				g := gcraStore(t, newStore(t, clock.Now))
 				model := gcraref.New()
 				for i, c := range v.Calls {
-					clock.Set(gcraEpoch + int64(c.At))
+					clock.Set(GCRAEpoch + int64(c.At))
 					got, gotErr := CallGCRA(g, c, clock.Now())
 					want, wantErr := model.Call(clock.Now()/1e6, c.Args()...)
 					if want != c.Want || wantErr != c.WantErr {
@@ -127,9 +127,9 @@ func RunGCRA(t *testing.T, newStore NewStore) {
 	})
 }
 
-// gcraEpoch is Epoch rounded down to a whole millisecond, so that the
-// vectors' offsets are their command times.
-const gcraEpoch = Epoch / 1e6 * 1e6
+// GCRAEpoch is Epoch rounded down to a whole millisecond: the start of the
+// GCRAVectors' cases, so that their offsets are their command times.
+const GCRAEpoch = Epoch / 1e6 * 1e6
 
 func gcraStore(t *testing.T, s funnel.Store) funnel.GCRAStore {
 	t.Helper()
