@@ -4,11 +4,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/resp/server"
 	"github.com/funnelrl/funnel/storetest"
 )
@@ -244,5 +246,41 @@ func TestGCRARedisCLI(t *testing.T) {
 		if got, code := ts.run(t, "redis-cli", "", tc.args...); got != tc.want || code != 0 {
 			t.Errorf("redis-cli %q: exit %d\n%s\nwant\n%s", tc.args, code, got, tc.want)
 		}
+	}
+}
+
+// With Redis down, GCRA answers the store's fallback as CL.THROTTLE does:
+// TRYAGAIN by default, a refusal with a retry after of one second under
+// FailClosedRefuse, a fresh key's reply when failing open.
+func TestGCRAFallbacks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		cfg      server.Config
+		failOpen bool
+		want     string
+	}{
+		{"FailClosedError", server.Config{}, false, "-" + server.ErrFailClosed + "\r\n"},
+		{"FailClosedRefuse", server.Config{FailClosed: server.FailClosedRefuse}, false, ints(1, 6, 0, 1, 0)},
+		{"FailOpen", server.Config{}, true, ints(0, 6, 5, -1, 6)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			tc.cfg.Logger = quietLogger()
+			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 5 * time.Second, FailOpen: tc.failOpen})
+			ts.clock.Set(storetest.GCRAEpoch)
+			c := ts.dial(t)
+			if got := c.do("GCRA", "k", "5", "10", "60"); got != ints(0, 6, 5, -1, 6) {
+				t.Fatalf("with Redis up: %q", got)
+			}
+			srv.Stop()
+			if got := c.do("GCRA", "k", "5", "10", "60"); got != tc.want {
+				t.Errorf("GCRA: %q, want %q", got, tc.want)
+			}
+			if st := ts.srv.Stats(); tc.failOpen && st.FailOpen != 1 || !tc.failOpen && st.FailClosed != 1 {
+				t.Errorf("Stats: %+v", st)
+			}
+		})
 	}
 }
