@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"math"
+	"sync"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
@@ -30,13 +31,18 @@ var _ funnel.GCRAStore = (*Store)(nil)
 // ctx; it never answers a fallback.
 func (s *Store) GCRA(_ context.Context, key string, p gcra.CommandParams) (funnel.GCRAResult, error) {
 	h, sh := s.hash(key)
-	op := funnel.Op{Key: key, N: 1}
-	held := [1]*shard{sh}
+	c := cmdCalls.Get().(*cmdCall)
+	defer func() {
+		*c = cmdCall{}
+		cmdCalls.Put(c)
+	}()
+	c.op = funnel.Op{Key: key, N: 1}
+	c.held[0] = sh
 	for {
-		ps := [1]pending{{op: &op, sh: sh, h: h, kind: kindCmd}}
+		c.ps[0] = pending{op: &c.op, sh: sh, h: h, kind: kindCmd}
 		sh.mu.Lock()
 		now := s.Now()
-		r, err := s.applyCmd(now, ps[:], p, held[:])
+		r, err := s.applyCmd(now, c.ps[:], p, c.held[:])
 		sh.mu.Unlock()
 		if err != errNoRoom {
 			return funnel.GCRAResult{Reply: r}, err
@@ -44,6 +50,16 @@ func (s *Store) GCRA(_ context.Context, key string, p gcra.CommandParams) (funne
 		s.evictAnywhere(now, 1)
 	}
 }
+
+// cmdCall holds what one GCRA call passes by pointer, pooled rather than
+// allocated per call.
+type cmdCall struct {
+	op   funnel.Op
+	ps   [1]pending
+	held [1]*shard
+}
+
+var cmdCalls = sync.Pool{New: func() any { return new(cmdCall) }}
 
 // applyCmd decides the GCRA call of ps[0] at now and stores its new TAT,
 // as apply does for the family's ops. The caller holds the shard's lock.
