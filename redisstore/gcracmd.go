@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
@@ -103,4 +104,20 @@ func (s *Store) gcraFallback(p gcra.CommandParams) funnel.GCRAResult {
 	_, r, _, _ := gcra.DecideCommand(0, 0, false, p)
 	r.Limit, r.Limited = p.Limit, !s.failOpen
 	return funnel.GCRAResult{Reply: r, Fallback: true}
+}
+
+// gcraKeyBound tells the two decimal TATs apart for TTL and Reset: a
+// funnel's (redis-cell's nanoseconds) is after it, and a smaller number is
+// the GCRA command's (microseconds, which pass 10^17 only in the year 5138).
+const gcraKeyBound = 1e17
+
+// gcraKeyTTL returns, for a key that holds the decimal number tat, the time
+// until it is empty if it is the GCRA command's key: until the end of its
+// TAT's millisecond, when Redis expires it (as the memory store counts it).
+func gcraKeyTTL(now, tat int64) (time.Duration, bool) {
+	if tat >= gcraKeyBound {
+		return 0, false
+	}
+	end := (gcra.CommandExpiry(tat) + 1) * 1e6
+	return time.Duration(max(end-now, 0)), true
 }

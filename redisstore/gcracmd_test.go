@@ -159,3 +159,30 @@ func TestGCRAPastTATWithoutExpiry(t *testing.T) {
 		}
 	}
 }
+
+// TTL and Reset (PTTL, EXISTS, DEL over RESP) see a GCRA key's state: until
+// the end of its TAT's millisecond, as the memory store counts it.
+func TestGCRAKeyTTLAndReset(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.GCRAEpoch)
+	st := redisstore.New(c, redisstore.Options{Prefix: "gcra:", Timeout: 10 * time.Second, Now: clock.Now})
+	if _, err := st.GCRA(ctx, "k", cmdParams(t, 5, 10, 60, 1)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Second + 500*time.Microsecond)
+	if d, ok, err := st.TTL(ctx, "k"); err != nil || !ok || d != 5*time.Second-500*time.Microsecond+time.Millisecond {
+		t.Fatalf("TTL %v %v %v", d, ok, err)
+	}
+	if ok, err := st.Reset(ctx, "k"); err != nil || !ok {
+		t.Fatalf("Reset %v %v", ok, err)
+	}
+	if n, _ := c.Exists(ctx, "gcra:k").Result(); n != 0 {
+		t.Fatal("Reset left the key")
+	}
+	if _, ok, _ := st.TTL(ctx, "k"); ok {
+		t.Fatal("TTL of a deleted key")
+	}
+}

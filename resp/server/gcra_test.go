@@ -45,6 +45,29 @@ func runGCRAWire(t *testing.T, start func(t *testing.T) *testServer) {
 			})
 		}
 	}
+	t.Run("KeyCommands", func(t *testing.T) {
+		t.Parallel()
+		ts := start(t)
+		c := ts.dial(t)
+		ts.clock.Set(storetest.GCRAEpoch)
+		c.do("GCRA", "k", "5", "10", "60")
+		ts.clock.Set(storetest.GCRAEpoch + int64(time.Second+500*time.Microsecond))
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"EXISTS", "k"}, ":1\r\n"},
+			{[]string{"PTTL", "k"}, ":5000\r\n"}, // Redis's: the TAT's ms (t0+6000) - now's (t0+1000)
+			{[]string{"TTL", "k"}, ":5\r\n"},
+			{[]string{"DEL", "k"}, ":1\r\n"},
+			{[]string{"EXISTS", "k"}, ":0\r\n"},
+			{[]string{"PTTL", "k"}, ":-2\r\n"},
+		} {
+			if got := c.do(tc.args...); got != tc.want {
+				t.Errorf("%q: %q, want %q", tc.args, got, tc.want)
+			}
+		}
+	})
 	t.Run("Errors", func(t *testing.T) {
 		t.Parallel()
 		ts := start(t)
