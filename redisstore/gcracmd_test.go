@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,5 +185,56 @@ func TestGCRAKeyTTLAndReset(t *testing.T) {
 	}
 	if _, ok, _ := st.TTL(ctx, "k"); ok {
 		t.Fatal("TTL of a deleted key")
+	}
+}
+
+// BenchmarkGCRARedis is one GCRA call at a time on one hot key that every
+// call is admitted on, through the Redis store: it reports the CPU Redis
+// spends in the script per call (INFO commandstats), beside the funnel's
+// own script (gcra.lua) on the same key count.
+func BenchmarkGCRARedis(b *testing.B) {
+	srv := redistest.StartServer(b)
+	c := srv.Client()
+	ctx := context.Background()
+	st := redisstore.New(c, redisstore.Options{Timeout: 10 * time.Second})
+	p, err := gcra.NewCommandParams(1000000, 1000000, 1, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	limit := funnel.PerSecond(1000000).WithBurst(1000000)
+	lim := funnel.New(st)
+	for _, bc := range []struct {
+		name string
+		call func() error
+	}{
+		{"gcracmd", func() error { _, err := st.GCRA(ctx, "hot", p); return err }},
+		{"throttle", func() error { _, err := lim.Allow(ctx, "hot2", limit); return err }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range 100 {
+				if err := bc.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bc.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stats, err := srv.Info("commandstats")
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, kv := range strings.Split(stats["cmdstat_evalsha"], ",") {
+				if k, v, _ := strings.Cut(kv, "="); k == "usec_per_call" {
+					f, _ := strconv.ParseFloat(v, 64)
+					b.ReportMetric(f, "redis-µs/op")
+				}
+			}
+		})
 	}
 }
