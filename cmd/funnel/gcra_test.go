@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"net"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -12,8 +14,8 @@ import (
 )
 
 // rueidis's own GCRA builder (B().Gcra(), as a client of Redis 8.8 sends
-// the command) against `funnel serve`, on the memory store, on Redis, and
-// on Redis with leases; on Redis the key is the command's own.
+// the command), and redis-cli, against `funnel serve`, on the memory store,
+// on Redis, and on Redis with leases; on Redis the key is the command's own.
 func TestServeGCRARueidis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -51,6 +53,12 @@ func TestServeGCRARueidis(t *testing.T) {
 				if got, err := c.Do(ctx, cmd).AsIntSlice(); err != nil || !slices.Equal(got, want) {
 					t.Fatalf("call %d: %v, %v; want %v\n%s", i, got, err, want, p.log())
 				}
+			}
+			// redis-cli, as a user types it.
+			host, port, _ := net.SplitHostPort(p.rdb.Options().Addr)
+			out, code := redistest.RunTool(t, "redis-cli", "", time.Minute, nil, "-h", host, "-p", port, "--no-raw", "GCRA", "cli", "0", "1", "60")
+			if want := "1) (integer) 0\n2) (integer) 1\n3) (integer) 0\n4) (integer) -1\n5) (integer) 60\n"; out != want || code != 0 {
+				t.Fatalf("redis-cli: exit %d\n%s\nwant\n%s", code, out, want)
 			}
 			if len(tc.flags) == 0 {
 				return
