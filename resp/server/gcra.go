@@ -26,26 +26,22 @@ var gcraDoc = commandDoc{summary: "Rate limit via GCRA (Generic Cell Rate Algori
 
 // Redis's replies to GCRA's arguments.
 const (
-	gcraArityError      = "ERR wrong number of arguments for 'gcra' command"
-	gcraNotInteger      = "ERR value is not an integer or out of range"
-	gcraNotPositive     = "ERR value is out of range, must be positive"
-	gcraNotAtLeastOne   = "ERR value is out of range, value must between 1 and 9223372036854775807"
-	gcraNotFloat        = "ERR value is not a valid float"
-	gcraPeriodRange     = "ERR period must be > 0 and < 1e12"
-	gcraSyntaxError     = "ERR syntax error"
-	gcraMissingTokens   = "ERR Missing TOKENS value"
-	gcraErrorPrefix     = "ERR "
-	gcraMaxArgs         = 7 // the name, the key, three numbers, TOKENS and its count
-	gcraCountArg        = 6
-	gcraTokensArg       = 5
-	gcraMinArgsForToken = 6
+	gcraArityError    = "ERR wrong number of arguments for 'gcra' command"
+	gcraNotInteger    = "ERR value is not an integer or out of range"
+	gcraNotPositive   = "ERR value is out of range, must be positive"
+	gcraNotAtLeastOne = "ERR value is out of range, value must between 1 and 9223372036854775807"
+	gcraNotFloat      = "ERR value is not a valid float"
+	gcraPeriodRange   = "ERR period must be > 0 and < 1e12"
+	gcraSyntaxError   = "ERR syntax error"
+	gcraMissingTokens = "ERR Missing TOKENS value"
+	gcraErrorPrefix   = "ERR "
 )
 
 // parseGCRA parses GCRA's arguments (the command name first) into the
 // command's parameters, or returns Redis's error reply for the first bad
 // one. The command table has checked that there are at least five.
 func parseGCRA(args [][]byte) (gcra.CommandParams, string) {
-	if len(args) > gcraMaxArgs {
+	if len(args) > 7 { // the name, the key, three numbers, TOKENS and its count
 		return gcra.CommandParams{}, gcraArityError
 	}
 	maxBurst, ok := redisInt(args[2])
@@ -70,14 +66,14 @@ func parseGCRA(args [][]byte) (gcra.CommandParams, string) {
 		return gcra.CommandParams{}, gcraPeriodRange
 	}
 	tokens := int64(1)
-	if len(args) >= gcraMinArgsForToken {
-		if !equalFoldC(args[gcraTokensArg], "tokens") {
+	if len(args) >= 6 {
+		if !equalFoldC(args[5], "tokens") {
 			return gcra.CommandParams{}, gcraSyntaxError
 		}
-		if len(args) == gcraMinArgsForToken {
+		if len(args) == 6 {
 			return gcra.CommandParams{}, gcraMissingTokens
 		}
-		if tokens, ok = redisInt(args[gcraCountArg]); !ok {
+		if tokens, ok = redisInt(args[6]); !ok {
 			return gcra.CommandParams{}, gcraNotInteger
 		}
 		if tokens < 1 {
