@@ -91,7 +91,7 @@ func ClassOf(err error) Class {
 	case errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidQuantity), errors.Is(err, ErrDuplicateKey), errors.Is(err, ErrLeaseNotHeld),
 		errors.Is(err, gcra.ErrZeroRate), errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow),
 		errors.Is(err, algo.ErrZeroSize), errors.Is(err, algo.ErrNegative), errors.Is(err, algo.ErrPeriodTooShort),
-		errors.Is(err, algo.ErrOverflow), errors.Is(err, algo.ErrTooManyEvents):
+		errors.Is(err, algo.ErrOverflow), errors.Is(err, algo.ErrTooManyEvents), isGCRACommandError(err):
 		return ClassInvalid
 	case errors.Is(err, ErrUnavailable):
 		// Before the context's errors: a store's own timeout is an outage

@@ -26,10 +26,11 @@ const (
 	kindSliding
 	kindLog
 	kindConc
+	kindCmd // Redis's GCRA command (gcracmd.go)
 	numKinds
 )
 
-var kindNames = [numKinds]string{"funnel (gcra or leaky_bucket)", "fixed_window", "sliding_window", "sliding_log", "concurrency"}
+var kindNames = [numKinds]string{"funnel (gcra or leaky_bucket)", "fixed_window", "sliding_window", "sliding_log", "concurrency", "GCRA command"}
 
 // errWrongType[k] is the error of an op on a key that holds state of kind k.
 var errWrongType = func() (errs [numKinds]error) {

@@ -86,6 +86,7 @@
 //	kind 4 sliding log             instant: state empty; n; n times, each from the one before (the first from the write's ms)
 //	kind 5 concurrency             instant: state empty; n; n leases: id (length, bytes), expiry (from the write's ms)
 //	kind 6 ban                     instant: the ban's end
+//	kind 7 GCRA command            instant: state empty; the TAT in µs, after the write's time in µs
 //	kind 0 end                     number of key records; number of ban records
 //
 // Instants are nanoseconds after the store's time at the write, so a

@@ -351,6 +351,10 @@ func (sr *snapReader) famState(c *cursor, kind, ver uint8, expires int64) *fstat
 			t += c.varint()
 			fs.times[i] = t
 		}
+	case recCmd:
+		fs.kind = kindCmd
+		fs.a = addSat(sr.base/1000, c.varint())
+		fs.expires = cmdExpires(fs.a)
 	case recConc:
 		fs.kind = kindConc
 		n := c.count()

@@ -40,16 +40,17 @@ const (
 	recLog     = 4
 	recConc    = 5
 	recBan     = 6
-	numRecs    = 7
+	recCmd     = 7 // a key of Redis's GCRA command
+	numRecs    = 8
 )
 
 // recVersions[k] is the newest version of record kind k that this package
 // writes and reads. A record kind gains a version when its fields change;
 // the reader keeps reading the older versions. Concurrency records are at
 // version 2: the key's unit delay (ns, 0 when none) follows the leases.
-var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1}
+var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1, 1}
 
-var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban"}
+var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban", "gcra_command"}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -317,6 +318,8 @@ func (sw *snapWriter) fam(key string, fs *fstate) {
 		rec = recLog
 	case kindConc:
 		rec = recConc
+	case kindCmd:
+		rec = recCmd
 	default:
 		return
 	}
@@ -360,6 +363,9 @@ func (sw *snapWriter) fam(key string, fs *fstate) {
 			}
 		}
 		b = binary.AppendUvarint(b, uint64(max(fs.a, 0))) // version 2
+	case kindCmd:
+		// The TAT in µs, after the write's time in µs.
+		b = binary.AppendVarint(b, fs.a-sw.s/1000)
 	}
 	sw.buf = b
 	sw.keys++

@@ -47,6 +47,7 @@ func Example() {
 	// funnel_decisions_total{outcome="refused",rule="per-user"} 1
 	// funnel_store_duration_seconds_count{op="bans"} 0
 	// funnel_store_duration_seconds_count{op="do"} 0
+	// funnel_store_duration_seconds_count{op="gcra"} 0
 	// funnel_store_duration_seconds_count{op="reset"} 0
 	// funnel_store_duration_seconds_count{op="throttle"} 3
 	// funnel_store_duration_seconds_count{op="ttl"} 0

@@ -16,10 +16,11 @@ const (
 	opDo
 	opBans
 	opUnban
+	opGCRA // Redis's GCRA command (gcra.go)
 	numOps
 )
 
-var opNames = [numOps]string{"throttle", "reset", "ttl", "do", "bans", "unban"}
+var opNames = [numOps]string{"throttle", "reset", "ttl", "do", "bans", "unban", "gcra"}
 
 // Kinds of store errors, the values of the kind label.
 const (

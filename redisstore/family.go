@@ -569,6 +569,9 @@ func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error
 		if err != nil {
 			return 0, err
 		}
+		if d, ok := gcraKeyTTL(now, tat); ok {
+			return d, nil
+		}
 		return time.Duration(max(tat-now, 0)), nil
 	case len(v) != 3:
 		return 0, fmt.Errorf("%w: keyops reply %v", errInternal, v)

@@ -51,8 +51,9 @@ func (c *Clock) Set(ns int64) { c.ns.Store(ns) }
 // Add moves the clock by d.
 func (c *Clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
 
-// Run runs the conformance suite against stores built by newStore, and the
-// limiter family's (RunFamily) when they implement funnel.Store.
+// Run runs the conformance suite against stores built by newStore, the
+// limiter family's (RunFamily), and Redis's GCRA command's (RunGCRA) when
+// they implement funnel.GCRAStore.
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Steps", func(t *testing.T) {
 		for _, tc := range stepCases {
@@ -71,6 +72,12 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("RefundState", func(t *testing.T) { t.Parallel(); testRefundState(t, newStore) })
 	t.Run("Differential", func(t *testing.T) { t.Parallel(); testDifferential(t, newStore) })
 	t.Run("Family", func(t *testing.T) { RunFamily(t, newStore) })
+	t.Run("GCRACommand", func(t *testing.T) {
+		if _, ok := funnel.GCRAOf(newStore(t, NewClock(Epoch).Now)); !ok {
+			t.Skip("the store does not run the GCRA command")
+		}
+		RunGCRA(t, newStore)
+	})
 }
 
 // step is one request of a case: at offset At from Epoch, Quantity units.

@@ -29,3 +29,23 @@ func BenchmarkCmdThrottle(b *testing.B) {
 		c.wr.Flush()
 	}
 }
+
+// BenchmarkCmdGCRA is BenchmarkCmdThrottle for Redis's GCRA command.
+func BenchmarkCmdGCRA(b *testing.B) {
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	s := New(st, Config{})
+	a, z := net.Pipe()
+	defer a.Close()
+	defer z.Close()
+	c := newConn(s, a, struct {
+		io.Reader
+		io.Writer
+	}{a, io.Discard})
+	args := [][]byte{[]byte("GCRA"), []byte("user:12345"), []byte("1000000"), []byte("1000000"), []byte("1"), []byte("TOKENS"), []byte("1")}
+	b.ReportAllocs()
+	for b.Loop() {
+		cmdGCRA(c, args)
+		c.wr.Flush()
+	}
+}

@@ -59,6 +59,7 @@ func init() {
 			doc: commandDoc{summary: "Applies a rate limit (GCRA funnel) to a key, as redis-cell's CL.THROTTLE.", since: "0.1.0", group: "module", complexity: "O(1)",
 				args: []argDoc{{name: "key", typ: "key"}, {name: "max_burst", typ: "integer"}, {name: "count", typ: "integer"},
 					{name: "period", typ: "integer"}, {name: "quantity", typ: "integer", optional: true}}}},
+		{name: "gcra", arity: -5, flags: []string{"write", "denyoom", "fast"}, firstKey: 1, lastKey: 1, step: 1, run: cmdGCRA, doc: gcraDoc},
 		{name: "funnel.allow", arity: -5, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelAllow,
 			doc: commandDoc{summary: "Applies a limit of the family (gcra, leaky_bucket, fixed_window, sliding_window, sliding_log) to a key. Durations in milliseconds. Reply: allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
 				args: limitArgDocs(true)}},
