@@ -85,6 +85,25 @@ func ParseLimit(args [][]byte) (funnel.Checked, int64, error) {
 	return c, q, nil
 }
 
+// ParseQuantity returns the quantity of CL.THROTTLE's arguments after the
+// command name (key, max_burst, count, period and an optional quantity),
+// 1 when it is absent, for a server that has parsed the same limit before
+// and kept it: what ParseLimitInto would answer when its limit's arguments
+// are valid.
+func ParseQuantity(args [][]byte) (int64, error) {
+	switch len(args) {
+	case 4:
+		return 1, nil
+	case 5:
+		q, ok := ParseInt(args[4])
+		if !ok {
+			return 0, &ParseError{Arg: string(args[4])}
+		}
+		return q, nil
+	}
+	return 0, ErrUsage
+}
+
 // ParseLimitInto is ParseLimit writing the limit into *c (left undefined
 // on error), for a server that writes it straight into the op it sends.
 func ParseLimitInto(args [][]byte, c *funnel.Checked) (int64, error) {

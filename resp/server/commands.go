@@ -242,7 +242,18 @@ func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func cmdThrottle(c *conn, args [][]byte) {
 	op := &c.op[0]
-	q, err := cell.ParseLimitInto(args[1:], &op.Limit)
+	var q int64
+	var err error
+	if c.limitText.holds(args) {
+		// The limit of the connection's last CL.THROTTLE, parsed and
+		// checked then: clients send the same few limits again and again.
+		q, err = cell.ParseQuantity(args[1:])
+	} else {
+		c.limitText.forget()
+		if q, err = cell.ParseLimitInto(args[1:], &op.Limit); err == nil {
+			c.limitText.keep(args)
+		}
+	}
 	if err != nil {
 		c.wr.WriteError(err.Error())
 		return
@@ -287,6 +298,49 @@ func cmdThrottle(c *conn, args [][]byte) {
 		c.wr.WriteInt(v)
 	}
 }
+
+// limitText is the text of the limit (max_burst, count, period) of a
+// connection's last CL.THROTTLE whose limit was valid, when it was short
+// enough to keep.
+type limitText struct {
+	buf [45]byte
+	n   [3]uint8 // lengths of the three arguments in buf
+	ok  bool
+}
+
+// holds reports whether args (CL.THROTTLE's, from the command name on)
+// give the limit whose text t holds.
+func (t *limitText) holds(args [][]byte) bool {
+	if !t.ok || len(args) < 5 {
+		return false
+	}
+	at := 0
+	for i, a := range args[2:5] {
+		n := int(t.n[i])
+		if !bytes.Equal(a, t.buf[at:at+n]) {
+			return false
+		}
+		at += n
+	}
+	return true
+}
+
+// keep remembers the limit's text of args, a CL.THROTTLE whose limit was
+// valid, if it fits.
+func (t *limitText) keep(args [][]byte) {
+	at := 0
+	for i, a := range args[2:5] {
+		if len(a) > 15 {
+			return
+		}
+		t.n[i] = uint8(copy(t.buf[at:], a))
+		at += len(a)
+	}
+	t.ok = true
+}
+
+// forget drops the text kept.
+func (t *limitText) forget() { t.ok = false }
 
 // wrongTypeError is Redis's own reply to a command on a key that holds the
 // wrong kind of value, which CL.THROTTLE, PTTL and the other key commands

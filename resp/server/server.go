@@ -431,9 +431,11 @@ func (s *Server) Stats() Stats {
 // conn is one client connection.
 type conn struct {
 	s *Server
-	// The op and result of CL.THROTTLE, reused from command to command.
-	op      [1]funnel.Op
-	res     [1]funnel.Result
+	// The op and result of CL.THROTTLE, reused from command to command;
+	// op's limit is the one limitText holds the text of.
+	op        [1]funnel.Op
+	res       [1]funnel.Result
+	limitText limitText
 	nc      net.Conn // with a goroutine per connection; nil in an event loop
 	raddr   net.Addr
 	laddr   net.Addr
