@@ -327,5 +327,19 @@ func FuzzWriteInt(f *testing.F) {
 		if out.String() != want {
 			t.Fatalf("WriteInt(%d) wrote %q, want %q", n, out.String(), want)
 		}
+		// WriteInts is WriteArray and a WriteInt each.
+		var one, many bytes.Buffer
+		w1, wn := NewWriter(&one), NewWriter(&many)
+		vs := []int64{n, -n, n / 7, 0, -1}
+		w1.WriteInts(vs...)
+		wn.WriteArray(len(vs))
+		for _, v := range vs {
+			wn.WriteInt(v)
+		}
+		w1.Flush()
+		wn.Flush()
+		if one.String() != many.String() {
+			t.Fatalf("WriteInts(%v) wrote %q, want %q", vs, one.String(), many.String())
+		}
 	})
 }

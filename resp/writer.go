@@ -120,14 +120,16 @@ const twoDigits = "00010203040506070809" + "10111213141516171819" + "20212223242
 	"30313233343536373839" + "40414243444546474849" + "50515253545556575859" +
 	"60616263646566676869" + "70717273747576777879" + "80818283848586878889" + "90919293949596979899"
 
+// appendHeader appends the line of prefix and n, such as ":42\r\n": the
+// path of every integer of every reply.
 func (w *Writer) appendHeader(prefix byte, n int64) {
 	if uint64(n) < 10 {
 		// The commonest: 0, 1, an array of 5.
 		w.buf = append(w.buf, prefix, byte('0'+n), '\r', '\n')
 		return
 	}
-	// The line is built backwards in one buffer and appended once: the
-	// writer's path for every integer of every reply.
+	// The line is built backwards in one buffer, two digits at a time, and
+	// appended once.
 	var b [24]byte // prefix, sign, 19 digits, CRLF
 	i := len(b) - 2
 	b[i], b[i+1] = '\r', '\n'
@@ -177,6 +179,16 @@ func (w *Writer) WriteError(msg string) {
 // WriteInt writes an integer reply.
 func (w *Writer) WriteInt(n int64) {
 	w.appendHeader(':', n)
+	w.autoFlush()
+}
+
+// WriteInts writes an array reply of the integers vs, as WriteArray and
+// WriteInt would, in one call.
+func (w *Writer) WriteInts(vs ...int64) {
+	w.appendHeader('*', int64(len(vs)))
+	for _, v := range vs {
+		w.appendHeader(':', v)
+	}
 	w.autoFlush()
 }
 

@@ -293,10 +293,7 @@ func cmdThrottle(c *conn, args [][]byte) {
 		c.batch.limited++
 	}
 	reply := cell.Reply(p, res)
-	c.wr.WriteArray(5)
-	for _, v := range reply {
-		c.wr.WriteInt(v)
-	}
+	c.wr.WriteInts(reply[:]...)
 }
 
 // limitText is the text of the limit (max_burst, count, period) of a
