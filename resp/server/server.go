@@ -436,13 +436,13 @@ type conn struct {
 	op        [1]funnel.Op
 	res       [1]funnel.Result
 	limitText limitText
-	nc      net.Conn // with a goroutine per connection; nil in an event loop
-	raddr   net.Addr
-	laddr   net.Addr
-	rd      *resp.Reader
-	wr      *resp.Writer
-	id      int64
-	created time.Time
+	nc        net.Conn // with a goroutine per connection; nil in an event loop
+	raddr     net.Addr
+	laddr     net.Addr
+	rd        *resp.Reader
+	wr        *resp.Writer
+	id        int64
+	created   time.Time
 
 	// Guarded by mu: read by CLIENT INFO/LIST of other connections.
 	mu    sync.Mutex
