@@ -840,6 +840,10 @@ func (s *Store) Len() int {
 // cheaprand returns a pseudo-random number, for choosing where to sample.
 func cheaprand() uint32 { return uint32(rand.Uint64()) }
 
+// Keys returns the number of keys the store holds (Len) and true: the
+// store is a funnel.KeyCounter.
+func (s *Store) Keys() (int, bool) { return s.Len(), true }
+
 // NonBlocking reports that the store's operations never wait on I/O or on a
 // lock held across I/O, so a server may call it from an event loop that
 // serves many connections on one thread (see resp.NonBlockingStore).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -361,5 +362,38 @@ func TestConnCounter(t *testing.T) {
 	srv.Close() // waits for the connection to be closed
 	if n := conns.Count(); n != 0 {
 		t.Errorf("%d connections after close", n)
+	}
+}
+
+// A leasing store's counters take the registry's namespace, as every other
+// metric does, and this package does not bring the Redis clients with it.
+func TestLeasesNamespace(t *testing.T) {
+	m := metrics.New(metrics.Options{Namespace: "edge"})
+	if err := m.Leases(func() metrics.LeaseStats { return metrics.LeaseStats{Decisions: 7, Local: 5, Spent: 3} }); err != nil {
+		t.Fatal(err)
+	}
+	got := scrape(t, m)
+	for series, want := range map[string]string{
+		`edge_lease_decisions_total{how="local"}`:  "5",
+		`edge_lease_decisions_total{how="waited"}`: "2",
+		`edge_lease_units_total{state="spent"}`:    "3",
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %q, want %q", series, got[series], want)
+		}
+	}
+	for series := range got {
+		if strings.HasPrefix(series, "funnel_lease") {
+			t.Errorf("%s ignores the namespace", series)
+		}
+	}
+	out, err := exec.Command("go", "list", "-deps", "github.com/funnelrl/funnel/metrics").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.Contains(dep, "leasestore") || strings.Contains(dep, "redis") {
+			t.Errorf("metrics depends on %s", dep)
+		}
 	}
 }

@@ -143,10 +143,11 @@ func (s *Store) Unban(ctx context.Context, key string) (bool, error) {
 
 // NonBlocking reports whether the wrapped store says that its calls never
 // wait (see resp.NonBlockingStore); recording metrics does not wait.
-func (s *Store) NonBlocking() bool {
-	nb, ok := s.inner.(interface{ NonBlocking() bool })
-	return ok && nb.NonBlocking()
-}
+func (s *Store) NonBlocking() bool { return funnel.NonBlockingOf(s.inner) }
+
+// Keys returns the keys the wrapped store holds, when it counts them
+// (funnel.KeyCounter).
+func (s *Store) Keys() (int, bool) { return funnel.KeysOf(s.inner) }
 
 // Group returns the wrapped store's group of key when it has groups
 // (funnel.Grouper), else 0: keys of one call go together.

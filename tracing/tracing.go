@@ -127,6 +127,15 @@ func (s *Store) Group(key string) int {
 	return funnel.GroupOf(s.inner, key)
 }
 
+// NonBlocking reports whether the wrapped store's calls never wait
+// (funnel.NonBlocker); making spans does not wait, so that the RESP server
+// serves a traced memory store from its event loops as it serves the store.
+func (s *Store) NonBlocking() bool { return funnel.NonBlockingOf(s.inner) }
+
+// Keys returns the keys the wrapped store holds, when it counts them
+// (funnel.KeyCounter).
+func (s *Store) Keys() (int, bool) { return funnel.KeysOf(s.inner) }
+
 // Reset makes a span "funnel.reset".
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	ctx, span := s.tracer.Start(ctx, "funnel.reset")

@@ -22,5 +22,13 @@ func (d *Daemon) openLeases(s *redisstore.Store) error {
 		return closeRedis()
 	}
 	d.log.Info("leasing the Redis store's funnels", "lifetime", d.cfg.Lease, "max_units", d.cfg.LeaseMax)
-	return d.metrics.Leases(ls.Stats)
+	return d.metrics.Leases(func() metrics.LeaseStats {
+		s := ls.Stats()
+		return metrics.LeaseStats{
+			Decisions: s.Decisions, Local: s.Local, LocalRefusals: s.LocalRefusals,
+			Calls: s.Calls, Prefetches: s.Prefetches, Failed: s.Failed,
+			Leased: s.Leased, Spent: s.Spent, Forfeited: s.Forfeited, GivenBack: s.GivenBack,
+			Fallbacks: s.Fallbacks,
+		}
+	})
 }

@@ -998,9 +998,6 @@ func cmdConfig(c *conn, args [][]byte) {
 	}
 }
 
-// keyCounter is what a store may offer for INFO's keyspace section.
-type keyCounter interface{ Len() int }
-
 func cmdInfo(c *conn, args [][]byte) {
 	want := map[string]bool{}
 	for _, a := range args[1:] {
@@ -1054,10 +1051,8 @@ func cmdInfo(c *conn, args [][]byte) {
 		"throttle_limited:"+strconv.FormatInt(st.Limited+c.batch.limited, 10),
 	)
 	var keyspace []string
-	if kc, ok := s.store.(keyCounter); ok {
-		if n := kc.Len(); n > 0 {
-			keyspace = append(keyspace, fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", n, n))
-		}
+	if n, ok := funnel.KeysOf(s.store); ok && n > 0 {
+		keyspace = append(keyspace, fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", n, n))
 	}
 	section("Keyspace", keyspace...)
 	c.wr.WriteVerbatim("txt", b.String())

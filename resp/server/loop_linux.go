@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/funnelrl/funnel"
 )
 
 // Event loops.
@@ -115,7 +117,7 @@ func (s *Server) loopsFor(ln net.Listener) *loopGroup {
 	if _, tcp := ln.(*net.TCPListener); !tcp || n < 0 {
 		return nil
 	}
-	if n == 0 && !nonBlocking(s.store) {
+	if n == 0 && !funnel.NonBlockingOf(s.store) {
 		return nil
 	}
 	if s.loops != nil {

@@ -124,17 +124,10 @@ const failClosedRetry = time.Second
 // network, a disk or a lock held for long, as an in-memory store's do. With
 // Config.EventLoops zero, a Server serves a store with event loops only if
 // the store says so, since the loops call the store on their own threads.
+// (funnel.NonBlockingOf tells; the wrappers of a store pass it through.)
 type NonBlockingStore interface {
 	funnel.Store
-	// NonBlocking reports whether the store's calls return without
-	// waiting. A store that wraps another may ask it.
-	NonBlocking() bool
-}
-
-// nonBlocking reports whether st says that its calls never wait.
-func nonBlocking(st funnel.Store) bool {
-	nb, ok := st.(NonBlockingStore)
-	return ok && nb.NonBlocking()
+	funnel.NonBlocker
 }
 
 // Server serves funnel decisions over the Redis protocol: redis-cell's
