@@ -277,8 +277,16 @@ func TestPeekAndReset(t *testing.T) {
 		t.Errorf("peek with an unknown parameter: %d %s", r.status, r.body)
 	}
 	r = a.do(t, "GET", "/v1/keys/user%2F1", "")
-	if r.status != 422 {
+	if r.status != 422 || !strings.Contains(r.problem.Detail, "query parameter count is missing") {
 		t.Errorf("peek without a limit: %d %s", r.status, r.body)
+	}
+	r = a.do(t, "GET", "/v1/keys/user%2F1?count=10", "")
+	if r.status != 422 || !strings.Contains(r.problem.Detail, "query parameter period is missing") {
+		t.Errorf("peek without a period: %d %s", r.status, r.body)
+	}
+	r = a.do(t, "GET", "/v1/keys/daily?algorithm=fixed_window&count=10&calendar=day", "")
+	if r.status != 200 {
+		t.Errorf("peek of a calendar window, which has no period: %d %s", r.status, r.body)
 	}
 
 	r = a.do(t, "DELETE", "/v1/keys/user%2F1", "")

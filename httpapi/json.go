@@ -140,6 +140,12 @@ func limitFromQuery(q url.Values) (*Limit, error) {
 			return nil, inputf("query parameter %s: %q is not valid", name, v)
 		}
 	}
+	switch {
+	case !q.Has("count"):
+		return nil, inputf("query parameter count is missing: the limit is in the query string, such as ?count=10&period=1m")
+	case !q.Has("period") && !q.Has("calendar"):
+		return nil, inputf("query parameter period is missing: the limit is in the query string, such as ?count=10&period=1m")
+	}
 	return l, nil
 }
 
