@@ -697,6 +697,10 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 		if reset == 0 && it.rule.Limit.Algorithm == funnel.FixedWindow {
 			reset = windowReset(it.rule.Limit, clock.get())
 		}
+		if it.res.Banned && it.res.RetryAfter != funnel.Never {
+			// The key is refused until its ban ends, whatever its window.
+			reset = max(reset, it.res.RetryAfter)
+		}
 		st.DurationUntilReset = durationpb.New(reset)
 	default: // a refund
 		st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))

@@ -368,6 +368,8 @@ descriptors:
     rate_limit: {algorithm: sliding_log, period: 90m, requests_per_unit: 2}
   - key: tiny
     rate_limit: {period: 250ms, requests_per_unit: 5}
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 2, ban: 5m}
 `
 
 func extEnv(t *testing.T, opts rls.Options) *env {
@@ -506,6 +508,24 @@ func TestFunnelAlgorithms(t *testing.T) {
 	r = e.ask(t, "ext", desc("tiny", "1"))
 	if l := r.Statuses[0].CurrentLimit; l.RequestsPerUnit != 20 || l.Unit != rlsv3.RateLimitResponse_RateLimit_SECOND || l.UnitMultiplier != nil {
 		t.Fatalf("%v", l)
+	}
+}
+
+// A banned key's duration_until_reset is the time left in its ban, not
+// the end of its window (which came 47 s into a 5-minute ban).
+func TestBanDurationUntilReset(t *testing.T) {
+	e := extEnv(t, rls.Options{})
+	d := desc("banned", "1")
+	e.clock.Add(13 * time.Second)
+	e.expectCodes(t, 2, "OK OK", "ext", d)
+	r := e.ask(t, "ext", d) // overflows: banned for 5 minutes
+	if st := r.Statuses[0]; codesOf(r) != "OVER_LIMIT OVER_LIMIT" || st.DurationUntilReset.AsDuration() != 5*time.Minute {
+		t.Fatalf("the overflow: %v", r)
+	}
+	e.clock.Add(time.Minute) // a new window, still banned
+	r = e.ask(t, "ext", d)
+	if st := r.Statuses[0]; codesOf(r) != "OVER_LIMIT OVER_LIMIT" || st.DurationUntilReset.AsDuration() != 4*time.Minute {
+		t.Fatalf("during the ban: %v", r)
 	}
 }
 
