@@ -73,6 +73,8 @@ func (d *Daemon) openGRPC() error {
 			return fmt.Errorf("daemon: %w", err)
 		}
 		d.metrics.RulesReloaded(nil)
+		r := w.Rules()
+		d.log.Info("rules loaded", "path", d.cfg.Rules, "files", len(r.Files()), "domains", len(r.Domains()), "rules", len(r.All()))
 		d.watcher = w
 		src = w
 	default:

@@ -38,7 +38,11 @@ func TestDaemonGRPC(t *testing.T) {
 	write(2)
 	cfg := testConfig()
 	cfg.Rules = rules
-	d, _, stop := start(t, cfg)
+	d, logs, stop := start(t, cfg)
+	// The start says which rules are in force.
+	if l := logs.String(); !strings.Contains(l, "rules loaded") || !strings.Contains(l, "domains=1 rules=1") {
+		t.Errorf("no log line of the rules loaded at start:\n%s", l)
+	}
 	conn, err := grpc.NewClient(d.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
