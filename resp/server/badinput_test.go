@@ -414,3 +414,24 @@ func TestServerNoGoroutineLeak(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, now, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestServerHugeArgument sends a command whose argument of 10 MB is far
+// over the bulk limit, in one write, and only then reads, as most clients
+// do: the server answers the protocol error and reads what the client still
+// sends before it closes, so that the client's write completes and the
+// reply arrives, instead of a reset (which a closed socket with unread input
+// sends, once the client's bytes no longer fit in the buffers).
+func TestServerHugeArgument(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, server.Config{})
+	for _, size := range []int{600 << 10, 10 << 20} {
+		c := ts.dial(t)
+		cmd := "*2\r\n$4\r\nECHO\r\n$" + strconv.Itoa(size) + "\r\n" + strings.Repeat("x", size) + "\r\n"
+		c.nc.SetWriteDeadline(time.Now().Add(waitFor))
+		if _, err := io.WriteString(c.nc, cmd); err != nil {
+			t.Fatalf("writing an argument of %d bytes: %v", size, err)
+		}
+		c.expectClosed("-ERR Protocol error: invalid bulk length\r\n")
+	}
+	ts.healthy(t)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -430,6 +431,43 @@ func (l *eventLoop) close(lc *lconn) {
 	l.s.forget(lc.c)
 }
 
+// end closes a connection that is done, with every reply written; one
+// closed for bad input lingers first (see lingerClose), on a goroutine of
+// its own that closes it, still counted among the server's clients until
+// then.
+func (l *eventLoop) end(lc *lconn) {
+	if !lc.linger || l.s.closing.Load() {
+		l.close(lc)
+		return
+	}
+	fd := lc.fd
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	l.conns[fd] = nil
+	last := l.list[len(l.list)-1]
+	l.list[lc.slot], last.slot = last, lc.slot
+	l.list[len(l.list)-1] = nil
+	l.list = l.list[:len(l.list)-1]
+	lc.slot, lc.fd, lc.out = -1, -1, nil
+	c := lc.c
+	c.publishAt(l.now)
+	// The descriptor goes to Go's netpoller, which lingerClose waits on.
+	f := os.NewFile(uintptr(fd), "")
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		l.s.forget(c)
+		return
+	}
+	l.s.mu.Lock()
+	c.nc = nc // for Close
+	l.s.mu.Unlock()
+	go func() {
+		defer l.s.forget(c)
+		lingerClose(nc)
+		nc.Close()
+	}()
+}
+
 // handle serves a connection that epoll reports ready.
 func (l *eventLoop) handle(lc *lconn, events uint32) {
 	if lc.outWatch {
@@ -443,7 +481,7 @@ func (l *eventLoop) handle(lc *lconn, events uint32) {
 			return
 		}
 		if lc.finish {
-			l.close(lc)
+			l.end(lc)
 			return
 		}
 		if err := l.watch(lc, false); err != nil {
@@ -468,7 +506,7 @@ func (l *eventLoop) serve(lc *lconn) {
 			break
 		}
 		if err != nil {
-			c.readFailed(err)
+			lc.linger = c.readFailed(err)
 			lc.finish = true
 			break
 		}
@@ -497,7 +535,7 @@ func (l *eventLoop) serve(lc *lconn) {
 	case lc.finish:
 		// Done (QUIT, an error, the end of the input), with every reply
 		// written.
-		l.close(lc)
+		l.end(lc)
 	case l.s.closing.Load() && !inputWaiting(lc.fd):
 		// Drained, as Shutdown says.
 		l.close(lc)
@@ -563,6 +601,7 @@ type lconn struct {
 	werr     error     // the first write error: the connection is done
 	outWatch bool      // epoll watches EPOLLOUT, not EPOLLIN
 	finish   bool      // close once the replies are written
+	linger   bool      // and linger first: closed for bad input
 	last     time.Time // the last commands or written replies, for IdleTimeout
 }
 

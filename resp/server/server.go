@@ -529,7 +529,9 @@ func (c *conn) serve() {
 				// what it had read.
 				continue
 			}
-			c.readFailed(err)
+			if c.readFailed(err) {
+				lingerClose(c.nc)
+			}
 			return
 		}
 		c.batch.commands++
@@ -580,8 +582,11 @@ func (c *conn) drained() bool {
 	return !waiting
 }
 
-// readFailed answers a protocol error before the connection closes.
-func (c *conn) readFailed(err error) {
+// readFailed answers a protocol error before the connection closes. It
+// reports whether the client may still be sending what the server will not
+// read (a protocol error, a command over the query buffer): the connection
+// then lingers (see lingerClose) once its replies are written.
+func (c *conn) readFailed(err error) (linger bool) {
 	c.publish()
 	var pe *resp.ProtocolError
 	switch {
@@ -589,9 +594,11 @@ func (c *conn) readFailed(err error) {
 		c.wr.WriteError("ERR " + pe.Msg)
 		c.wr.Flush()
 		c.s.log.Debug("resp: protocol error", "client", c.id, "addr", c.raddr, "err", pe.Msg)
+		return true
 	case errors.Is(err, resp.ErrQueryBufferFull):
 		c.wr.Flush()
 		c.s.log.Warn("resp: client closed for exceeding the query buffer limit", "client", c.id, "addr", c.raddr)
+		return true
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 		c.wr.Flush()
 	default:
@@ -601,6 +608,31 @@ func (c *conn) readFailed(err error) {
 		}
 		c.wr.Flush()
 	}
+	return false
+}
+
+// A connection closed for bad input lingers: it reads and drops what the
+// client goes on sending, for at most lingerTimeout and lingerBytes.
+const (
+	lingerTimeout = 5 * time.Second
+	lingerBytes   = 64 << 20
+)
+
+// lingerClose ends the connection nc, whose replies are written, as a
+// connection closed for bad input: it sends the end of the stream
+// (CloseWrite), then reads and drops what the client still sends until the
+// client closes its side, or for lingerTimeout and lingerBytes at most. A
+// socket closed with unread input is reset, and a reset can reach the
+// client before it has read the reply, while it is still writing a large
+// command (a 10 MB argument): its write fails, and the reply is lost. The
+// caller closes nc.
+func lingerClose(nc net.Conn) {
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+	io.CopyN(io.Discard, nc, lingerBytes)
 }
 
 // publish adds the batch's counters to the connection's statistics.
