@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/funnelrl/funnel/internal/testlog"
 	"github.com/funnelrl/funnel/resp/server"
@@ -83,5 +85,68 @@ func TestAuthLogsNoPassword(t *testing.T) {
 				t.Errorf("%q: the log shows %q:\n%s", tc.args, s, out)
 			}
 		}
+	}
+}
+
+// TestAuthTimeout fills MaxClients with clients that never authenticate,
+// one silent, one that keeps sending commands and one that authenticates
+// and then RESETs: each is closed AuthTimeout after it connected (or lost
+// its credentials), busy or not, which frees their places; a client that
+// authenticated stays connected, past the timeout, until it leaves.
+func TestAuthTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	ts := startServer(t, server.Config{Password: "pw", AuthTimeout: timeout, MaxClients: 4})
+	authed := ts.dial(t)
+	if got := authed.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("AUTH: %q", got)
+	}
+	silent, busy, reset := ts.dial(t), ts.dial(t), ts.dial(t)
+	if got := reset.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("AUTH: %q", got)
+	}
+	if got := reset.do("RESET"); got != simple("RESET") {
+		t.Fatalf("RESET: %q", got)
+	}
+	ts.dial(t).expectClosed("-ERR max number of clients reached\r\n")
+	stop := make(chan struct{})
+	busyDone := make(chan error, 1)
+	go func() {
+		// Commands every 20 ms, as a client that guesses passwords:
+		// they do not keep it connected.
+		for {
+			select {
+			case <-stop:
+				busyDone <- nil
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			busy.nc.SetDeadline(time.Now().Add(waitFor))
+			if _, err := io.WriteString(busy.nc, multibulk("AUTH", "guess")); err != nil {
+				busyDone <- nil // closed
+				return
+			}
+			if _, err := readReply(busy.br); err != nil {
+				busyDone <- nil // closed
+				return
+			}
+		}
+	}()
+	silent.expectClosed("")
+	reset.expectClosed("")
+	select {
+	case <-busyDone:
+	case <-time.After(waitFor):
+		close(stop)
+		<-busyDone
+		t.Fatalf("a client that sends commands without authenticating is still connected after %v", waitFor)
+	}
+	poll(t, "the unauthenticated clients to be gone", func() bool { return ts.srv.Stats().Clients == 1 })
+	if got := authed.do("PING"); got != simple("PONG") {
+		t.Fatalf("the authenticated client after the timeout: %q", got)
+	}
+	late := ts.dial(t)
+	if got := late.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("a new client once places are free: %q", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -433,5 +434,37 @@ func TestServerHugeArgument(t *testing.T) {
 		}
 		c.expectClosed("-ERR Protocol error: invalid bulk length\r\n")
 	}
+	ts.healthy(t)
+}
+
+// slots is a Config.Slots of n places.
+type slots struct{ free atomic.Int64 }
+
+func (s *slots) TryAcquire() bool {
+	if s.free.Add(-1) < 0 {
+		s.free.Add(1)
+		return false
+	}
+	return true
+}
+func (s *slots) Release() { s.free.Add(1) }
+
+// TestServerSharedSlots bounds the server by slots shared with other
+// listeners, below MaxClients: a client over them is refused as one over
+// MaxClients, and a client that leaves gives its slot back.
+func TestServerSharedSlots(t *testing.T) {
+	t.Parallel()
+	sl := &slots{}
+	sl.free.Store(2)
+	ts := startServer(t, server.Config{Slots: sl})
+	a, b := ts.dial(t), ts.dial(t)
+	a.do("PING")
+	b.do("PING")
+	ts.dial(t).expectClosed("-ERR max number of clients reached\r\n")
+	if got := sl.free.Load(); got != 0 {
+		t.Fatalf("%d slots free with two clients of two", got)
+	}
+	b.nc.Close()
+	poll(t, "the slot to be given back", func() bool { return sl.free.Load() == 1 })
 	ts.healthy(t)
 }

@@ -349,6 +349,9 @@ func cmdReset(c *conn, _ [][]byte) {
 	c.mu.Lock()
 	c.name, c.user, c.proto = "", "default", 2
 	c.mu.Unlock()
+	if c.authed && c.s.authRequired() {
+		c.unauthSince = time.Now()
+	}
 	c.authed = !c.s.authRequired()
 	c.wr.WriteSimpleString("RESET")
 }

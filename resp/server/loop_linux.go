@@ -55,10 +55,12 @@ import (
 // replies exceed Config.MaxOutputBuffer is disconnected. Writes use
 // MSG_NOSIGNAL: a reset peer is an EPIPE error and never a SIGPIPE.
 //
-// Time. Each loop reads the clock once per epoll_wait. IdleTimeout is
-// checked by a sweep of the loop's connections every tenth of the timeout
-// (at least every 10 ms, at most every second): a client is idle when it has
-// neither sent commands nor taken replies for that long.
+// Time. Each loop reads the clock once per epoll_wait. IdleTimeout and
+// AuthTimeout are checked by a sweep of the loop's connections every tenth
+// of the shorter timeout (at least every 10 ms, at most every second): a
+// client is idle when it has neither sent commands nor taken replies for
+// that long, and closed for want of credentials when it has not
+// authenticated AuthTimeout after it connected, idle or not.
 //
 // Shutdown. When a loop sees that the server is closing, it serves each of
 // its connections once, and from then on closes a connection as soon as it
@@ -298,8 +300,13 @@ func (l *eventLoop) wake() {
 func (l *eventLoop) run() {
 	defer l.release()
 	s := l.s
-	idle := s.cfg.IdleTimeout
-	sweepEvery := min(max(idle/10, 10*time.Millisecond), time.Second)
+	idle, auth := s.cfg.IdleTimeout, s.cfg.AuthTimeout
+	sweep := idle > 0 || auth > 0
+	shortest := idle
+	if auth > 0 && (idle <= 0 || auth < idle) {
+		shortest = auth
+	}
+	sweepEvery := min(max(shortest/10, 10*time.Millisecond), time.Second)
 	l.now = time.Now()
 	l.nextSweep = l.now.Add(sweepEvery)
 	yielded := l.now
@@ -312,7 +319,7 @@ func (l *eventLoop) run() {
 			runtime.Gosched()
 			yielded = l.now
 		}
-		n, err := unix.EpollWait(l.epfd, l.events[:], l.timeout(idle))
+		n, err := unix.EpollWait(l.epfd, l.events[:], l.timeout(sweep))
 		l.now = time.Now()
 		if err != nil {
 			if err != unix.EINTR {
@@ -342,7 +349,7 @@ func (l *eventLoop) run() {
 		if !l.draining && s.closing.Load() {
 			l.startDrain()
 		}
-		if idle > 0 && !l.now.Before(l.nextSweep) {
+		if sweep && !l.now.Before(l.nextSweep) {
 			l.sweep(idle)
 			l.nextSweep = l.now.Add(sweepEvery)
 		}
@@ -351,8 +358,8 @@ func (l *eventLoop) run() {
 
 // timeout returns epoll_wait's timeout in milliseconds: until the next
 // sweep, or -1 (none).
-func (l *eventLoop) timeout(idle time.Duration) int {
-	if idle <= 0 {
+func (l *eventLoop) timeout(sweep bool) int {
+	if !sweep {
 		return -1
 	}
 	d := time.Until(l.nextSweep)
@@ -570,16 +577,23 @@ func (l *eventLoop) startDrain() {
 	}
 }
 
-// sweep closes the connections idle for idle or longer.
+// sweep closes the connections idle for idle or longer (when idle is
+// positive), and those that have gone without credentials for AuthTimeout.
 func (l *eventLoop) sweep(idle time.Duration) {
 	for i := 0; i < len(l.list); {
 		lc := l.list[i]
-		if l.now.Sub(lc.last) < idle {
+		switch {
+		case lc.c.unauthenticated(l.now):
+			if !l.s.closing.Load() {
+				l.s.log.Debug("resp: client closed for not authenticating in time", "client", lc.c.id, "addr", lc.c.raddr)
+			}
+		case idle > 0 && l.now.Sub(lc.last) >= idle:
+			if !l.s.closing.Load() {
+				l.s.log.Debug("resp: idle client closed", "client", lc.c.id, "addr", lc.c.raddr)
+			}
+		default:
 			i++
 			continue
-		}
-		if !l.s.closing.Load() {
-			l.s.log.Debug("resp: idle client closed", "client", lc.c.id, "addr", lc.c.raddr)
 		}
 		l.close(lc) // moves the last connection to i
 	}

@@ -54,6 +54,17 @@ type Config struct {
 	// IdleTimeout disconnects a client idle for that long; zero means never
 	// (Redis's timeout 0).
 	IdleTimeout time.Duration
+	// AuthTimeout disconnects a client that has not authenticated that
+	// long after it connected (or after a RESET), when clients must
+	// authenticate: idle or not, a client without credentials holds a
+	// place for no longer. Zero means DefaultAuthTimeout; a negative
+	// value, never.
+	AuthTimeout time.Duration
+	// Slots, when not nil, is a bound on connections that the server
+	// shares with other listeners (the process's descriptors): a
+	// connection takes one of its slots, or is refused as one over
+	// MaxClients is, and gives it back once closed.
+	Slots Slots
 	// Limits bound what one client may send.
 	Limits resp.Limits
 	// EventLoops chooses how connections are served. An event loop serves
@@ -94,6 +105,18 @@ type Config struct {
 	// them (Redis's rdb_last_save_time, rdb_last_bgsave_status, ...). Nil
 	// leaves the section out.
 	Persistence func() []string
+}
+
+// DefaultAuthTimeout is the default of Config.AuthTimeout.
+const DefaultAuthTimeout = 10 * time.Second
+
+// Slots is a bound on connections shared with other listeners, as
+// Config.Slots takes it. Its methods must be safe for concurrent use.
+type Slots interface {
+	// TryAcquire takes a slot and reports whether one was free.
+	TryAcquire() bool
+	// Release gives back a slot taken by TryAcquire.
+	Release()
 }
 
 // FailClosedReply is how a Server answers a fail-closed fallback.
@@ -187,6 +210,12 @@ func New(store funnel.Store, cfg Config) *Server {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	switch {
+	case !cfg.Credentials.Enabled() || cfg.AuthTimeout < 0:
+		cfg.AuthTimeout = 0 // never
+	case cfg.AuthTimeout == 0:
+		cfg.AuthTimeout = DefaultAuthTimeout
+	}
 	return &Server{
 		store:     store,
 		lim:       funnel.New(store),
@@ -263,8 +292,8 @@ func (s *Server) Serve(ln net.Listener) error {
 // closes it and returns false when the server is full or closing.
 func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 	s.mu.Lock()
-	full := len(s.conns) >= s.cfg.MaxClients
 	closing := s.closing.Load()
+	full := !closing && (len(s.conns) >= s.cfg.MaxClients || s.cfg.Slots != nil && !s.cfg.Slots.TryAcquire())
 	ok := !full && !closing
 	if ok {
 		s.conns[c] = struct{}{}
@@ -376,6 +405,9 @@ func (s *Server) stopLoops() {
 }
 
 func (s *Server) forget(c *conn) {
+	if s.cfg.Slots != nil {
+		s.cfg.Slots.Release()
+	}
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.done.commands += c.stats.commands.Load()
@@ -452,10 +484,13 @@ type conn struct {
 
 	tlsIn  *tlsInput // what rd reads on a TLS connection; nil otherwise
 	authed bool
-	quit   bool
-	batch  counters // since the last flush, published into stats then
-	stats  struct{ commands, allowed, limited atomic.Int64 }
-	lower  [32]byte // scratch for the lower-cased command name
+	// unauthSince is when the client connected, or last lost its
+	// credentials (RESET), for AuthTimeout.
+	unauthSince time.Time
+	quit        bool
+	batch       counters // since the last flush, published into stats then
+	stats       struct{ commands, allowed, limited atomic.Int64 }
+	lower       [32]byte // scratch for the lower-cased command name
 }
 
 // newConn returns the connection of a client accepted as nc, whose commands
@@ -474,6 +509,8 @@ func newConn(s *Server, nc net.Conn, rw io.ReadWriter) *conn {
 		user:    "default",
 		proto:   2,
 		authed:  !s.authRequired(),
+
+		unauthSince: now,
 	}
 	if rw == nc {
 		c.nc = nc
@@ -500,7 +537,7 @@ func (c *conn) serve() {
 		// closes it.
 		c.wr = resp.NewWriter(deadlineWriter{c.nc, idle})
 	}
-	var idleAt time.Time // the read deadline of IdleTimeout; zero: none
+	var idleAt time.Time // the read deadline of IdleTimeout or AuthTimeout; zero: none
 	for {
 		if !c.rd.Ready() {
 			// Every command read so far is answered: flush once for the
@@ -509,8 +546,8 @@ func (c *conn) serve() {
 			if err := c.wr.Flush(); err != nil {
 				return
 			}
-			if idle > 0 {
-				idleAt = time.Now().Add(idle)
+			if at := c.deadline(time.Now()); !at.IsZero() || !idleAt.IsZero() {
+				idleAt = at
 				c.nc.SetReadDeadline(idleAt)
 			}
 			// Shutdown sets closing, then a deadline that wakes the read:
@@ -542,6 +579,29 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// deadline returns when the client, waiting for input from now on, is to
+// be disconnected: after IdleTimeout, or AuthTimeout after it connected
+// when it has not authenticated, whichever comes first; zero for never.
+func (c *conn) deadline(now time.Time) time.Time {
+	var at time.Time
+	if idle := c.s.cfg.IdleTimeout; idle > 0 {
+		at = now.Add(idle)
+	}
+	if auth := c.s.cfg.AuthTimeout; auth > 0 && !c.authed {
+		if a := c.unauthSince.Add(auth); at.IsZero() || a.Before(at) {
+			at = a
+		}
+	}
+	return at
+}
+
+// unauthenticated reports whether the client has gone without credentials
+// for AuthTimeout at now.
+func (c *conn) unauthenticated(now time.Time) bool {
+	auth := c.s.cfg.AuthTimeout
+	return auth > 0 && !c.authed && now.Sub(c.unauthSince) >= auth
 }
 
 // deadlineWriter writes to a connection with a write deadline of timeout
@@ -603,7 +663,11 @@ func (c *conn) readFailed(err error) (linger bool) {
 		c.wr.Flush()
 	default:
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() && !c.s.closing.Load() {
+		switch {
+		case !errors.As(err, &ne) || !ne.Timeout() || c.s.closing.Load():
+		case c.unauthenticated(time.Now()):
+			c.s.log.Debug("resp: client closed for not authenticating in time", "client", c.id, "addr", c.raddr)
+		default:
 			c.s.log.Debug("resp: idle client closed", "client", c.id, "addr", c.raddr)
 		}
 		c.wr.Flush()
