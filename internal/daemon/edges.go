@@ -83,6 +83,9 @@ func (d *Daemon) openGRPC() error {
 	if err != nil {
 		return fmt.Errorf("daemon: grpc listener: %w", err)
 	}
+	if ln, err = d.limit("grpc", ln, d.conns.GRPC); err != nil {
+		return err
+	}
 	opts := rls.Options{
 		Logger:     d.log,
 		ShadowMode: d.cfg.ShadowMode,
@@ -116,6 +119,7 @@ func (d *Daemon) openGRPC() error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	gopts = append(gopts, d.traces.grpcOptions()...)
+	gopts = append(gopts, d.grpcConnOptions()...)
 	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 	d.edges = append(d.edges, edge{
@@ -152,6 +156,9 @@ func (d *Daemon) openHTTP() error {
 	ln, err := net.Listen("tcp", d.cfg.HTTP)
 	if err != nil {
 		return fmt.Errorf("daemon: http listener: %w", err)
+	}
+	if ln, err = d.limit("http", ln, d.conns.HTTP); err != nil {
+		return err
 	}
 	fail := httpapi.FailError
 	if d.cfg.FailOpen {
