@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/funnelrl/funnel/config"
 )
 
 // rawDial opens a TCP connection to addr that sends nothing.
@@ -98,8 +100,10 @@ func TestDaemonGRPCHandshakeTimeout(t *testing.T) {
 	cfg := testConfig()
 	cfg.HandshakeTimeout = 200 * time.Millisecond
 	d, _, _ := start(t, cfg)
-	nc := rawDial(t, d.GRPCAddr())
-	closedByServer(t, nc, false)
+	closedByServer(t, rawDial(t, d.GRPCAddr()), false)
+	// Over TLS, a client that never sends its hello.
+	s := startSecured(t, nil, func(c *config.Config) { c.HandshakeTimeout = 200 * time.Millisecond })
+	closedByServer(t, rawDial(t, s.d.GRPCAddr()), false)
 }
 
 // TestDaemonGRPCIdleConnection completes the HTTP/2 preface on the gRPC port
@@ -241,7 +245,6 @@ func TestDaemonConnCaps(t *testing.T) {
 	p := probe{t: t, resp: d.RESPAddr(), http: d.HTTPAddr(), grpc: d.GRPCAddr()}
 	addrs := map[string]net.Addr{"resp": d.RESPAddr(), "http": d.HTTPAddr(), "grpc": d.GRPCAddr()}
 	p.all("before")
-	var held []net.Conn
 	for _, name := range []string{"grpc", "http", "resp"} {
 		var mine []net.Conn
 		for i := range 3 {
@@ -265,7 +268,6 @@ func TestDaemonConnCaps(t *testing.T) {
 		for _, nc := range mine {
 			nc.Close()
 		}
-		held = append(held, mine...)
 	}
 	// The process's bound: 20 connections over listeners of 10 each.
 	cfg2 := testConfig()
