@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/daemon"
 )
 
 // rawDial opens a TCP connection to addr that sends nothing.
@@ -197,16 +198,6 @@ func (p probe) grpcOK() error {
 	return err
 }
 
-// all checks that every listener serves a new client.
-func (p probe) all(what string) {
-	p.t.Helper()
-	for name, f := range map[string]func() error{"resp": p.respOK, "http": p.httpOK, "grpc": p.grpcOK} {
-		if err := f(); err != nil {
-			p.t.Fatalf("%s: a new %s client: %v", what, name, err)
-		}
-	}
-}
-
 // accepted reports whether a raw connection to a listener is served: gRPC
 // sends its SETTINGS first; HTTP answers a request on it; RESP a PING.
 func accepted(t testing.TB, name string, nc net.Conn) bool {
@@ -241,18 +232,17 @@ func TestDaemonConnCaps(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxClients, cfg.HTTPMaxConns, cfg.GRPCMaxConns, cfg.MaxConns = 3, 3, 3, 20
 	cfg.HandshakeTimeout = time.Hour // the idle connections stay for the test
-	d, _, _ := start(t, cfg)
-	p := probe{t: t, resp: d.RESPAddr(), http: d.HTTPAddr(), grpc: d.GRPCAddr()}
-	addrs := map[string]net.Addr{"resp": d.RESPAddr(), "http": d.HTTPAddr(), "grpc": d.GRPCAddr()}
-	p.all("before")
+	var d *daemon.Daemon
 	for _, name := range []string{"grpc", "http", "resp"} {
-		var mine []net.Conn
+		// A daemon each, so that the probes of one listener hold no
+		// place of the next.
+		d, _, _ = start(t, cfg)
+		p := probe{t: t, resp: d.RESPAddr(), http: d.HTTPAddr(), grpc: d.GRPCAddr()}
+		addrs := map[string]net.Addr{"resp": d.RESPAddr(), "http": d.HTTPAddr(), "grpc": d.GRPCAddr()}
 		for i := range 3 {
-			nc := rawDial(t, addrs[name])
-			if !accepted(t, name, nc) {
+			if !accepted(t, name, rawDial(t, addrs[name])) {
 				t.Fatalf("%s: connection %d of 3 refused", name, i+1)
 			}
-			mine = append(mine, nc)
 		}
 		if accepted(t, name, rawDial(t, addrs[name])) {
 			t.Fatalf("%s: a fourth connection over a bound of 3 was served", name)
@@ -265,9 +255,6 @@ func TestDaemonConnCaps(t *testing.T) {
 				t.Fatalf("with %s full, a new %s client: %v", name, other, err)
 			}
 		}
-		for _, nc := range mine {
-			nc.Close()
-		}
 	}
 	// The process's bound: 20 connections over listeners of 10 each.
 	cfg2 := testConfig()
@@ -275,31 +262,52 @@ func TestDaemonConnCaps(t *testing.T) {
 	cfg2.HandshakeTimeout = time.Hour
 	d2, _, _ := start(t, cfg2)
 	addrs2 := map[string]net.Addr{"resp": d2.RESPAddr(), "http": d2.HTTPAddr(), "grpc": d2.GRPCAddr()}
+	var held []net.Conn
 	for i := range 20 {
 		name := []string{"resp", "grpc"}[i%2]
-		if !accepted(t, name, rawDial(t, addrs2[name])) {
+		nc := rawDial(t, addrs2[name])
+		if !accepted(t, name, nc) {
 			t.Fatalf("connection %d of the process's 20 (%s) refused", i+1, name)
 		}
+		held = append(held, nc)
 	}
 	for _, name := range []string{"resp", "http", "grpc"} {
 		if accepted(t, name, rawDial(t, addrs2[name])) {
 			t.Fatalf("%s: a connection over the process's bound was served", name)
 		}
 	}
-	res, err := http.Get("http://" + d.HTTPAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// The refusals are counted, once places are free to ask.
+	for _, nc := range held {
+		nc.Close()
 	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	for _, want := range []string{
+	want := []string{
 		`funnel_connections_refused_total{listener="grpc"} 1`,
 		`funnel_connections_refused_total{listener="http"} 1`,
 		`funnel_connections_refused_total{listener="resp"} 1`,
 		`funnel_connected_clients{protocol="grpc"}`,
-	} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("/metrics lacks %s", want)
+	}
+	poll(t, "the refusals in /metrics", func() bool {
+		res, err := http.Get("http://" + d2.HTTPAddr().String() + "/metrics")
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// poll waits for cond, failing the test after waitFor.
+func poll(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %v", what, waitFor)
 		}
 	}
 }
