@@ -161,6 +161,7 @@ func (g *loopGroup) accept(nc net.Conn) {
 	}
 	lc := &lconn{fd: fd, slot: -1}
 	lc.c = newConn(s, nc, lc)
+	lc.c.kill = func() { lc.l.kill(lc) } // lc.l is set by then (under s.mu)
 	placed := s.admit(lc.c, nc, func() {
 		lc.l = g.loops[g.next]
 		g.next = (g.next + 1) % len(g.loops)
@@ -245,6 +246,9 @@ type eventLoop struct {
 	newc   []*lconn // guarded by mu: spare for incoming
 	// incoming are the connections handed to the loop, guarded by mu.
 	incoming []*lconn
+	// killed are connections to close, from other goroutines; guarded by
+	// mu.
+	killed []*lconn
 
 	// The rest belongs to the loop's goroutine.
 	conns     []*lconn // by descriptor
@@ -389,8 +393,21 @@ func (l *eventLoop) wakeUp() bool {
 	}
 	l.mu.Lock()
 	l.newc = in
+	killed := l.killed
+	l.killed = nil
 	l.mu.Unlock()
+	for _, lc := range killed {
+		l.close(lc) // nothing if it is closed already
+	}
 	return quit
+}
+
+// kill makes the loop close lc, from another goroutine.
+func (l *eventLoop) kill(lc *lconn) {
+	l.mu.Lock()
+	l.killed = append(l.killed, lc)
+	l.mu.Unlock()
+	l.wake()
 }
 
 // add registers a connection with the loop.

@@ -49,7 +49,11 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// MaxClients bounds the connected clients; zero means
 	// DefaultMaxClients. A client over the bound is told
-	// "-ERR max number of clients reached" and disconnected.
+	// "-ERR max number of clients reached" and disconnected; but when
+	// clients must authenticate, it takes instead the place of the client
+	// that has gone longest without authenticating, if any, which is
+	// closed: clients without credentials never keep one that has them
+	// out.
 	MaxClients int
 	// IdleTimeout disconnects a client idle for that long; zero means never
 	// (Redis's timeout 0).
@@ -174,6 +178,7 @@ type Server struct {
 	closing  atomic.Bool
 	accepted atomic.Int64
 	rejected atomic.Int64
+	evicted  atomic.Int64
 	// Fallbacks are rare (the store is down): counted here, not per batch.
 	failOpen, failClosed atomic.Int64
 	// A store that fails, or a failed authentication, is logged at most
@@ -183,6 +188,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	unauth    connList   // the clients that have not authenticated, oldest first
 	done      counters   // of connections that have closed
 	loops     *loopGroup // started by the first Serve that uses them
 	connWG    sync.WaitGroup
@@ -293,10 +299,27 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 	s.mu.Lock()
 	closing := s.closing.Load()
-	full := !closing && (len(s.conns) >= s.cfg.MaxClients || s.cfg.Slots != nil && !s.cfg.Slots.TryAcquire())
-	ok := !full && !closing
+	var victim *conn
+	room := len(s.conns) < s.cfg.MaxClients
+	if !room && s.authRequired() {
+		victim = s.unauth.head
+		room = victim != nil
+	}
+	ok := !closing && room && (s.cfg.Slots == nil || s.cfg.Slots.TryAcquire())
+	full := !closing && !ok
 	if ok {
+		if victim != nil {
+			// It goes when its goroutine or loop closes it: until then
+			// the clients exceed MaxClients by one.
+			s.unauth.remove(victim)
+			s.evicted.Add(1)
+			victim.evict()
+			s.log.Debug("resp: client without credentials closed to make room", "client", victim.id, "addr", victim.raddr)
+		}
 		s.conns[c] = struct{}{}
+		if !c.authed {
+			s.unauth.push(c)
+		}
 		s.connWG.Add(1)
 		if place != nil {
 			place()
@@ -410,6 +433,7 @@ func (s *Server) forget(c *conn) {
 	}
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.unauth.remove(c)
 	s.done.commands += c.stats.commands.Load()
 	s.done.allowed += c.stats.allowed.Load()
 	s.done.limited += c.stats.limited.Load()
@@ -425,6 +449,9 @@ type Stats struct {
 	Accepted int64
 	// Rejected counts connections refused because of MaxClients.
 	Rejected int64
+	// Evicted counts clients without credentials closed to make room for
+	// a new one (see MaxClients).
+	Evicted int64
 	// Commands counts commands processed.
 	Commands int64
 	// Allowed and Limited count decisions (CL.THROTTLE and FUNNEL.*) by
@@ -445,6 +472,7 @@ func (s *Server) Stats() Stats {
 		Clients:  len(s.conns),
 		Accepted: s.accepted.Load(),
 		Rejected: s.rejected.Load(),
+		Evicted:  s.evicted.Load(),
 		Commands: s.done.commands,
 		Allowed:  s.done.allowed,
 		Limited:  s.done.limited,
@@ -487,10 +515,17 @@ type conn struct {
 	// unauthSince is when the client connected, or last lost its
 	// credentials (RESET), for AuthTimeout.
 	unauthSince time.Time
-	quit        bool
-	batch       counters // since the last flush, published into stats then
-	stats       struct{ commands, allowed, limited atomic.Int64 }
-	lower       [32]byte // scratch for the lower-cased command name
+	// The neighbours of the client in the server's list of clients
+	// without credentials; guarded by the server's mu.
+	uprev, unext *conn
+	inUnauth     bool
+	// kill closes the client's connection from another goroutine, in an
+	// event loop (with a goroutine per connection, closing nc does).
+	kill  func()
+	quit  bool
+	batch counters // since the last flush, published into stats then
+	stats struct{ commands, allowed, limited atomic.Int64 }
+	lower [32]byte // scratch for the lower-cased command name
 }
 
 // newConn returns the connection of a client accepted as nc, whose commands
@@ -579,6 +614,74 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// evict closes the client's connection from another goroutine, to make
+// room for a new client. It is called with the server's mu held.
+func (c *conn) evict() {
+	switch {
+	case c.nc != nil:
+		closeNow(c.nc)
+	case c.kill != nil:
+		c.kill()
+	}
+}
+
+// setAuthed records whether the client has authenticated: a client without
+// credentials joins the end of the server's list of them, the clients it
+// may close to make room.
+func (c *conn) setAuthed(authed bool) {
+	if authed == c.authed {
+		return
+	}
+	c.authed = authed
+	if !authed {
+		c.unauthSince = time.Now()
+	}
+	s := c.s
+	s.mu.Lock()
+	if _, open := s.conns[c]; open {
+		if authed {
+			s.unauth.remove(c)
+		} else {
+			s.unauth.push(c)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// connList is a list of clients, oldest first, linked through their uprev
+// and unext.
+type connList struct{ head, tail *conn }
+
+func (l *connList) push(c *conn) {
+	if c.inUnauth {
+		return
+	}
+	c.inUnauth, c.uprev, c.unext = true, l.tail, nil
+	if l.tail != nil {
+		l.tail.unext = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+}
+
+func (l *connList) remove(c *conn) {
+	if !c.inUnauth {
+		return
+	}
+	if c.uprev != nil {
+		c.uprev.unext = c.unext
+	} else {
+		l.head = c.unext
+	}
+	if c.unext != nil {
+		c.unext.uprev = c.uprev
+	} else {
+		l.tail = c.uprev
+	}
+	c.inUnauth, c.uprev, c.unext = false, nil, nil
 }
 
 // deadline returns when the client, waiting for input from now on, is to
