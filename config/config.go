@@ -127,9 +127,8 @@ type Config struct {
 	// quarter of the descriptors the process may open, at most 10000.
 	GRPCMaxConns int `yaml:"grpc_max_conns"`
 	// HandshakeTimeout bounds the handshake of a new connection: TLS on
-	// RESP, and on gRPC TLS and the HTTP/2 preface and settings; 0 means
-	// 5 seconds. (HTTP's handshake and request headers are bounded by 10
-	// seconds.)
+	// RESP; TLS and the HTTP/2 preface and settings on gRPC; TLS and each
+	// request's headers on HTTP; 0 means 5 seconds.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
 	// AuthTimeout disconnects a RESP client that has not authenticated
 	// that long after it connected, when credentials are required; 0

@@ -19,8 +19,8 @@ import (
 // files. A connection over a bound is closed at once (RESP tells it "-ERR
 // max number of clients reached" first). A connection that does not use its
 // place gives it up: a handshake takes handshake_timeout at most (TLS on
-// RESP; TLS and the HTTP/2 preface on gRPC; HTTP's, with the request
-// headers, 10 s); a RESP client without credentials, auth_timeout; a gRPC
+// RESP; TLS and the HTTP/2 preface on gRPC; TLS and the request headers on
+// HTTP); a RESP client without credentials, auth_timeout; a gRPC
 // connection without a call, grpc_idle_timeout; an HTTP one, 2 minutes.
 
 // openConns computes the bounds on connections from the configuration and

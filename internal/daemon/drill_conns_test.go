@@ -54,7 +54,7 @@ func TestDrillIdleConnections(t *testing.T) {
 	cfg.MaxClients, cfg.HTTPMaxConns, cfg.GRPCMaxConns, cfg.MaxConns = 1000, 500, 500, 1500
 	cfg.HandshakeTimeout, cfg.AuthTimeout, cfg.GRPCIdleTimeout = time.Second, time.Second, 2*time.Second
 	d, _, _ := start(t, cfg)
-	t.Logf("bounds: resp %d, http %d, grpc %d, process %d; timeouts: handshake %v, auth %v, grpc idle %v, http headers 10s",
+	t.Logf("bounds: resp %d, http %d, grpc %d, process %d; timeouts: handshake %v, auth %v, grpc idle %v",
 		cfg.MaxClients, cfg.HTTPMaxConns, cfg.GRPCMaxConns, cfg.MaxConns, cfg.HandshakeTimeout, cfg.AuthTimeout, cfg.GRPCIdleTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

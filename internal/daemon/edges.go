@@ -173,9 +173,11 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:           d.traces.httpHandler(guard(withRLS(api, d.rls))),
-		ConnState:         conns.ConnState,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:   d.traces.httpHandler(guard(withRLS(api, d.rls))),
+		ConnState: conns.ConnState,
+		// A client has handshake_timeout (5 s) for its TLS handshake and
+		// its request's headers.
+		ReadHeaderTimeout: d.conns.Handshake,
 		// A body is at most httpapi.DefaultMaxBody: a client that takes
 		// longer to send one is holding a connection, not sending it.
 		ReadTimeout: 30 * time.Second,
