@@ -435,9 +435,21 @@ func (l *eventLoop) add(lc *lconn) {
 
 // close closes a connection and forgets it.
 func (l *eventLoop) close(lc *lconn) {
-	fd := lc.fd
+	fd := l.detach(lc)
 	if fd < 0 {
 		return
+	}
+	unix.Close(fd)
+	l.s.forget(lc.c)
+}
+
+// detach takes a connection out of the loop (and out of epoll), publishes
+// its counters and returns its descriptor, which the caller closes or hands
+// over; -1 when it is closed already.
+func (l *eventLoop) detach(lc *lconn) int {
+	fd := lc.fd
+	if fd < 0 {
+		return -1
 	}
 	if lc.slot >= 0 {
 		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
@@ -448,11 +460,10 @@ func (l *eventLoop) close(lc *lconn) {
 		l.list = l.list[:len(l.list)-1]
 		lc.slot = -1
 	}
-	unix.Close(fd)
 	lc.fd = -1
 	lc.out = nil
 	lc.c.publishAt(l.now)
-	l.s.forget(lc.c)
+	return fd
 }
 
 // end closes a connection that is done, with every reply written; one
@@ -464,16 +475,7 @@ func (l *eventLoop) end(lc *lconn) {
 		l.close(lc)
 		return
 	}
-	fd := lc.fd
-	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
-	l.conns[fd] = nil
-	last := l.list[len(l.list)-1]
-	l.list[lc.slot], last.slot = last, lc.slot
-	l.list[len(l.list)-1] = nil
-	l.list = l.list[:len(l.list)-1]
-	lc.slot, lc.fd, lc.out = -1, -1, nil
-	c := lc.c
-	c.publishAt(l.now)
+	fd, c := l.detach(lc), lc.c
 	// The descriptor goes to Go's netpoller, which lingerClose waits on.
 	f := os.NewFile(uintptr(fd), "")
 	nc, err := net.FileConn(f)
