@@ -66,12 +66,17 @@ bench-snapshot: deps
 # held, lost and recovered: Redis stopped, frozen (SIGSTOP) and restarted
 # under load, a Sentinel failover, shutdown (as on SIGTERM) under pipelined
 # load in both RESP modes, clients that never read, slow and cut request
-# bodies, and RESP with the store gone. About a minute.
+# bodies, and RESP with the store gone; idle connections opened on every
+# listener, over their bounds, while connected clients measure their
+# latency (TestDrillIdleConnections; IDLE_CONNS sets how many per
+# listener). About a minute.
 CHAOS_REDIS = TestFallbackWhenDown|TestTimeoutWhenPaused|TestRestartUnderLoad|TestSentinelFailover
 CHAOS_RESP = TestServerShutdownDrainsPipelines|TestServerClientsThatNeverRead|TestServerFallbacks
 CHAOS_HTTP = TestSlowBody|TestShortBody|TestStoreFallback
+CHAOS_DAEMON = TestDaemonRESPFallbacks|TestDrillIdleConnections
+IDLE_CONNS ?= 1200
 chaos: deps
-	@set -o pipefail; for run in "./redisstore $(CHAOS_REDIS)" "./resp/server $(CHAOS_RESP)" "./httpapi $(CHAOS_HTTP)" "./internal/daemon TestDaemonRESPFallbacks"; do \
+	@set -o pipefail; for run in "./redisstore $(CHAOS_REDIS)" "./resp/server $(CHAOS_RESP)" "./httpapi $(CHAOS_HTTP)" "./internal/daemon $(CHAOS_DAEMON)"; do \
 		set -- $$run; \
-		$(GO) test -race -count=1 -v -run "^($$2)$$" $$1 2>&1 | grep -E -- '^\s*--- (PASS|FAIL)|^\s+[a-z_]+_test\.go:[0-9]+: |^(ok|FAIL)\s' || exit 1; \
+		IDLE_CONNS=$(IDLE_CONNS) $(GO) test -race -count=1 -v -run "^($$2)$$" $$1 2>&1 | grep -E -- '^\s*--- (PASS|FAIL)|^\s+[a-z_]+_test\.go:[0-9]+: |^(ok|FAIL)\s' || exit 1; \
 	done

@@ -583,7 +583,7 @@ func checkLatency(latency time.Duration) error {
 	case latency < 0:
 		return fmt.Errorf("%w: latency %v: %w", ErrInvalidQuantity, latency, algo.ErrNegative)
 	case latency > algo.MaxUnitDelay:
-		return fmt.Errorf("%w: latency %v: %w (at most %v)", ErrInvalidQuantity, latency, algo.ErrOverflow, algo.MaxUnitDelay)
+		return fmt.Errorf("%w: latency %v is above the largest, %v", ErrInvalidQuantity, latency, algo.MaxUnitDelay)
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ const (
 	UsageError = "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
 	// ParseErrorPrefix precedes the verbatim argument that is not an i64.
 	ParseErrorPrefix = "Cell error: Store error: Couldn't parse as integer: "
-	// ZeroRateError is redis-cell's reply when the emission interval is 0.
+	// ZeroRateError is redis-cell's reply to a count or a period of zero.
 	ZeroRateError = "Cell error: Store error: Zero rates are not supported"
 )
 
@@ -31,8 +31,12 @@ const (
 var (
 	// ErrUsage is a wrong number of arguments.
 	ErrUsage = errors.New(UsageError)
-	// ErrZeroRate is a count or period of zero, or period/count under 1 ns.
+	// ErrZeroRate is a count or period of zero.
 	ErrZeroRate = errors.New(ZeroRateError)
+	// ErrRateTooHigh is a rate above one unit per nanosecond: period/count
+	// truncates to an emission interval of zero. (redis-cell calls it a
+	// zero rate, which the rate is not.)
+	ErrRateTooHigh = errors.New("Cell error: rate too high: count per period must be at most 1000000000 per second (an emission interval period/count of at least 1ns)")
 	// ErrNegative is a negative max_burst, count or period. (A negative
 	// quantity is a refund.)
 	ErrNegative = errors.New("Cell error: max_burst, count and period must not be negative")
@@ -63,8 +67,8 @@ type Args struct {
 // Parse parses the arguments of CL.THROTTLE after the command name:
 // key max_burst count period [quantity]. The checks follow redis-cell's
 // order: arity, then each integer in turn, then zero rates; then Funnel's own
-// refusals (negative rates or bursts, overflow). A negative quantity is a
-// refund: see gcra.Decide.
+// refusals (a rate above one unit per nanosecond, negative rates or bursts,
+// overflow). A negative quantity is a refund: see gcra.Decide.
 func Parse(args [][]byte) (Args, error) {
 	c, q, err := ParseLimit(args)
 	if err != nil {
@@ -137,6 +141,14 @@ func ParseLimitInto(args [][]byte, c *funnel.Checked) (int64, error) {
 	c.Window = algo.WindowParams{}
 	p, err := gcra.NewParams(burst, count, c.Period)
 	if err != nil {
+		if errors.Is(err, gcra.ErrZeroRate) {
+			// Neither count nor period is zero: period/count is under
+			// 1 ns.
+			if burst < 0 || count < 0 || period < 0 {
+				return 0, ErrNegative
+			}
+			return 0, ErrRateTooHigh
+		}
 		return 0, Translate(err)
 	}
 	c.GCRA = p

@@ -45,7 +45,10 @@ func TestParse(t *testing.T) {
 		{in: "k 15 0 60", err: ZeroRateError},
 		{in: "k 15 30 0", err: ZeroRateError},
 		{in: "k -1 0 60", err: ZeroRateError},
-		{in: "k 0 2000000000 1", err: ZeroRateError},
+		// A rate above 1 per ns is not a zero rate, whatever redis-cell says.
+		{in: "k 0 2000000000 1", err: ErrRateTooHigh.Error()},
+		{in: "k 1 9223372036854775807 1", err: ErrRateTooHigh.Error()},
+		{in: "k 1 -9223372036854775807 1", err: ErrNegative.Error()},
 		// Funnel's own refusals where redis-cell misbehaves.
 		{in: "k -1 30 60", err: ErrNegative.Error()},
 		{in: "k 1 -30 60", err: ErrNegative.Error()},

@@ -109,10 +109,35 @@ type Config struct {
 	// clients to present a certificate that one of them signed (mutual
 	// TLS). It needs TLSCert and TLSKey.
 	TLSCA string `yaml:"tls_ca"`
-	// MaxClients bounds the RESP server's connected clients; 0 means 10000.
+	// MaxClients bounds the RESP server's connected clients; 0 means a
+	// half of the descriptors the process may open, at most 10000 (see
+	// ConnLimits).
 	MaxClients int `yaml:"max_clients"`
 	// IdleTimeout disconnects idle RESP clients; 0 means never.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConns bounds the connections of all listeners together (RESP,
+	// HTTP, gRPC); 0 means the descriptors the process may open
+	// (RLIMIT_NOFILE) less a tenth, at least 64, kept for the store, the
+	// snapshots and the files.
+	MaxConns int `yaml:"max_conns"`
+	// HTTPMaxConns bounds the HTTP listener's connections; 0 means a
+	// quarter of the descriptors the process may open, at most 10000.
+	HTTPMaxConns int `yaml:"http_max_conns"`
+	// GRPCMaxConns bounds the gRPC listener's connections; 0 means a
+	// quarter of the descriptors the process may open, at most 10000.
+	GRPCMaxConns int `yaml:"grpc_max_conns"`
+	// HandshakeTimeout bounds the handshake of a new connection: TLS on
+	// RESP; TLS and the HTTP/2 preface and settings on gRPC; TLS and each
+	// request's headers on HTTP; 0 means 5 seconds.
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// AuthTimeout disconnects a RESP client that has not authenticated
+	// that long after it connected, when credentials are required; 0
+	// means 10 seconds.
+	AuthTimeout time.Duration `yaml:"auth_timeout"`
+	// GRPCIdleTimeout closes a gRPC connection that has had no call under
+	// way for that long (HTTP/2 GOAWAY); 0 means 2 minutes, as HTTP's idle
+	// connections.
+	GRPCIdleTimeout time.Duration `yaml:"grpc_idle_timeout"`
 	// EventLoops is how the RESP server serves connections: 0 picks epoll
 	// event loops (one per two CPUs) on Linux when the store never blocks
 	// (the memory store) and a goroutine per connection otherwise; a
@@ -304,6 +329,9 @@ func (c Config) Validate() error {
 		return bad("tls_ca %q without tls_cert and tls_key: client certificates are asked for over TLS, which needs the server's certificate and key", c.TLSCA)
 	}
 	if _, err := c.Level(); err != nil {
+		return err
+	}
+	if err := c.validateConns(); err != nil {
 		return err
 	}
 	if err := c.validateSnapshot(); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/connlimit"
 	"github.com/funnelrl/funnel/internal/version"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
@@ -32,7 +33,9 @@ type Daemon struct {
 	lim     *funnel.Limiter
 	metrics *metrics.Metrics
 
-	sec      security // credentials and TLS of every listener
+	conns    config.ConnLimits // bounds on connections, timeouts
+	slots    *connlimit.Slots  // the process's bound on connections
+	sec      security          // credentials and TLS of every listener
 	respLn   net.Listener
 	respSrv  *server.Server
 	edges    []edge         // HTTP, gRPC
@@ -73,6 +76,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		d.Close()
 		return nil, err
 	}
+	d.openConns()
 	if cfg.RESP != "" {
 		if err := d.openRESP(); err != nil {
 			d.Close()
@@ -165,7 +169,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		attrs = append(attrs, e.name, e.addr().String())
 		d.warnExposed(e.name, e.addr())
 	}
-	attrs = append(attrs, "auth", d.sec.creds.Enabled(), "tls", d.sec.tls != nil, "client_certs", d.cfg.TLS() && d.cfg.TLSCA != "")
+	attrs = append(attrs, "auth", d.sec.creds.Enabled(), "tls", d.sec.tls != nil, "client_certs", d.cfg.TLS() && d.cfg.TLSCA != "", "max_conns", d.conns.Process)
 	d.log.Info("funnel started", attrs...)
 	errc := make(chan error, 1+len(d.edges))
 	d.snap.start()

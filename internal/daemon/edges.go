@@ -85,6 +85,9 @@ func (d *Daemon) openGRPC() error {
 	if err != nil {
 		return fmt.Errorf("daemon: grpc listener: %w", err)
 	}
+	if ln, err = d.limit("grpc", ln, d.conns.GRPC); err != nil {
+		return err
+	}
 	opts := rls.Options{
 		Logger:     d.log,
 		ShadowMode: d.cfg.ShadowMode,
@@ -118,6 +121,7 @@ func (d *Daemon) openGRPC() error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	gopts = append(gopts, d.traces.grpcOptions()...)
+	gopts = append(gopts, d.grpcConnOptions()...)
 	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 	d.edges = append(d.edges, edge{
@@ -155,6 +159,9 @@ func (d *Daemon) openHTTP() error {
 	if err != nil {
 		return fmt.Errorf("daemon: http listener: %w", err)
 	}
+	if ln, err = d.limit("http", ln, d.conns.HTTP); err != nil {
+		return err
+	}
 	fail := httpapi.FailError
 	if d.cfg.FailOpen {
 		fail = httpapi.FailOpen
@@ -168,9 +175,11 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:           d.traces.httpHandler(guard(withRLS(api, d.rls))),
-		ConnState:         conns.ConnState,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:   d.traces.httpHandler(guard(withRLS(api, d.rls))),
+		ConnState: conns.ConnState,
+		// A client has handshake_timeout (5 s) for its TLS handshake and
+		// its request's headers.
+		ReadHeaderTimeout: d.conns.Handshake,
 		// A body is at most httpapi.DefaultMaxBody: a client that takes
 		// longer to send one is holding a connection, not sending it.
 		ReadTimeout: 30 * time.Second,

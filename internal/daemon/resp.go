@@ -28,14 +28,21 @@ func (d *Daemon) openRESP() error {
 	d.respLn = ln
 	d.respSrv = server.New(d.store, server.Config{
 		Credentials: d.sec.creds,
-		MaxClients:  d.cfg.MaxClients,
+		MaxClients:  d.conns.RESP,
+		Slots:       d.slots,
 		IdleTimeout: d.cfg.IdleTimeout,
-		EventLoops:  d.cfg.EventLoops,
-		Logger:      d.log,
-		FailClosed:  respFailClosed(d.cfg.RESPFailClosed),
-		Persistence: d.snap.persistence(),
+		AuthTimeout: d.conns.Auth,
+
+		HandshakeTimeout: d.conns.Handshake,
+		EventLoops:       d.cfg.EventLoops,
+		Logger:           d.log,
+		FailClosed:       respFailClosed(d.cfg.RESPFailClosed),
+		Persistence:      d.snap.persistence(),
 	})
 	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
+		return err
+	}
+	if err := d.metrics.Registry().Register(refusedConns("resp", func() float64 { return float64(d.respSrv.Stats().Rejected) })); err != nil {
 		return err
 	}
 	// Decisions over RESP have no rule to label them by: they are counted

@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/funnelrl/funnel/internal/testlog"
 	"github.com/funnelrl/funnel/resp/server"
@@ -83,5 +85,95 @@ func TestAuthLogsNoPassword(t *testing.T) {
 				t.Errorf("%q: the log shows %q:\n%s", tc.args, s, out)
 			}
 		}
+	}
+}
+
+// TestAuthTimeout fills MaxClients with clients that never authenticate,
+// one silent, one that keeps sending commands and one that authenticates
+// and then RESETs: each is closed AuthTimeout after it connected (or lost
+// its credentials), busy or not; a client that authenticated stays
+// connected, past the timeout, until it leaves.
+func TestAuthTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	ts := startServer(t, server.Config{Password: "pw", AuthTimeout: timeout, MaxClients: 4})
+	authed := ts.dial(t)
+	if got := authed.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("AUTH: %q", got)
+	}
+	silent, busy, reset := ts.dial(t), ts.dial(t), ts.dial(t)
+	if got := reset.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("AUTH: %q", got)
+	}
+	if got := reset.do("RESET"); got != simple("RESET") {
+		t.Fatalf("RESET: %q", got)
+	}
+	stop := make(chan struct{})
+	busyDone := make(chan error, 1)
+	go func() {
+		// Commands every 20 ms, as a client that guesses passwords:
+		// they do not keep it connected.
+		for {
+			select {
+			case <-stop:
+				busyDone <- nil
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			busy.nc.SetDeadline(time.Now().Add(waitFor))
+			if _, err := io.WriteString(busy.nc, multibulk("AUTH", "guess")); err != nil {
+				busyDone <- nil // closed
+				return
+			}
+			if _, err := readReply(busy.br); err != nil {
+				busyDone <- nil // closed
+				return
+			}
+		}
+	}()
+	silent.expectClosed("")
+	reset.expectClosed("")
+	select {
+	case <-busyDone:
+	case <-time.After(waitFor):
+		close(stop)
+		<-busyDone
+		t.Fatalf("a client that sends commands without authenticating is still connected after %v", waitFor)
+	}
+	poll(t, "the unauthenticated clients to be gone", func() bool { return ts.srv.Stats().Clients == 1 })
+	if got := authed.do("PING"); got != simple("PONG") {
+		t.Fatalf("the authenticated client after the timeout: %q", got)
+	}
+}
+
+// TestMaxClientsEvictsUnauthenticated fills MaxClients: a new client takes
+// the place of the one that has gone longest without authenticating, which
+// is closed; once every client has authenticated, a new one is refused.
+func TestMaxClientsEvictsUnauthenticated(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, server.Config{Password: "pw", MaxClients: 3, AuthTimeout: -1})
+	authed := ts.dial(t)
+	if got := authed.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("AUTH: %q", got)
+	}
+	older, newer := ts.dial(t), ts.dial(t)
+	older.do("PING") // not allowed: -NOAUTH; connected all the same
+	newer.do("PING")
+	poll(t, "three clients", func() bool { return ts.srv.Stats().Clients == 3 })
+	late := ts.dial(t)
+	if got := late.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("AUTH of a client over MaxClients: %q", got)
+	}
+	older.expectClosed("")
+	if got := newer.do("AUTH", "pw"); got != simple("OK") {
+		t.Fatalf("AUTH of the newer client: %q", got)
+	}
+	poll(t, "the older client to be gone", func() bool { return ts.srv.Stats().Clients == 3 })
+	ts.dial(t).expectClosed("-ERR max number of clients reached\r\n")
+	if got := ts.srv.Stats(); got.Evicted != 1 || got.Rejected != 1 {
+		t.Fatalf("Stats = %+v, want 1 evicted, 1 rejected", got)
+	}
+	if got := field(authed.do("INFO"), "evicted_clients"); got != "1" {
+		t.Fatalf("evicted_clients = %q", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -413,4 +414,57 @@ func TestServerNoGoroutineLeak(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, now, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+// TestServerHugeArgument sends a command whose argument of 10 MB is far
+// over the bulk limit, in one write, and only then reads, as most clients
+// do: the server answers the protocol error and reads what the client still
+// sends before it closes, so that the client's write completes and the
+// reply arrives, instead of a reset (which a closed socket with unread input
+// sends, once the client's bytes no longer fit in the buffers).
+func TestServerHugeArgument(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, server.Config{})
+	for _, size := range []int{600 << 10, 10 << 20} {
+		c := ts.dial(t)
+		cmd := "*2\r\n$4\r\nECHO\r\n$" + strconv.Itoa(size) + "\r\n" + strings.Repeat("x", size) + "\r\n"
+		c.nc.SetWriteDeadline(time.Now().Add(waitFor))
+		if _, err := io.WriteString(c.nc, cmd); err != nil {
+			t.Fatalf("writing an argument of %d bytes: %v", size, err)
+		}
+		c.expectClosed("-ERR Protocol error: invalid bulk length\r\n")
+	}
+	ts.healthy(t)
+}
+
+// slots is a Config.Slots of n places.
+type slots struct{ free atomic.Int64 }
+
+func (s *slots) TryAcquire() bool {
+	if s.free.Add(-1) < 0 {
+		s.free.Add(1)
+		return false
+	}
+	return true
+}
+func (s *slots) Release() { s.free.Add(1) }
+
+// TestServerSharedSlots bounds the server by slots shared with other
+// listeners, below MaxClients: a client over them is refused as one over
+// MaxClients, and a client that leaves gives its slot back.
+func TestServerSharedSlots(t *testing.T) {
+	t.Parallel()
+	sl := &slots{}
+	sl.free.Store(2)
+	ts := startServer(t, server.Config{Slots: sl})
+	a, b := ts.dial(t), ts.dial(t)
+	a.do("PING")
+	b.do("PING")
+	ts.dial(t).expectClosed("-ERR max number of clients reached\r\n")
+	if got := sl.free.Load(); got != 0 {
+		t.Fatalf("%d slots free with two clients of two", got)
+	}
+	b.nc.Close()
+	poll(t, "the slot to be given back", func() bool { return sl.free.Load() == 1 })
+	ts.healthy(t)
 }

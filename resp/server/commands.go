@@ -401,7 +401,7 @@ func cmdReset(c *conn, _ [][]byte) {
 	c.mu.Lock()
 	c.name, c.user, c.proto = "", "default", 2
 	c.mu.Unlock()
-	c.authed = !c.s.authRequired()
+	c.setAuthed(!c.s.authRequired())
 	c.wr.WriteSimpleString("RESET")
 }
 
@@ -427,7 +427,7 @@ func (c *conn) login(user, pass []byte) bool {
 		})
 		return false
 	}
-	c.authed = true
+	c.setAuthed(true)
 	c.mu.Lock()
 	c.user = string(user)
 	c.mu.Unlock()
@@ -1047,6 +1047,7 @@ func cmdInfo(c *conn, args [][]byte) {
 		"total_connections_received:"+strconv.FormatInt(st.Accepted, 10),
 		"total_commands_processed:"+strconv.FormatInt(st.Commands+c.batch.commands, 10),
 		"rejected_connections:"+strconv.FormatInt(st.Rejected, 10),
+		"evicted_clients:"+strconv.FormatInt(st.Evicted, 10),
 		"throttle_allowed:"+strconv.FormatInt(st.Allowed+c.batch.allowed, 10),
 		"throttle_limited:"+strconv.FormatInt(st.Limited+c.batch.limited, 10),
 	)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -56,10 +57,12 @@ import (
 // replies exceed Config.MaxOutputBuffer is disconnected. Writes use
 // MSG_NOSIGNAL: a reset peer is an EPIPE error and never a SIGPIPE.
 //
-// Time. Each loop reads the clock once per epoll_wait. IdleTimeout is
-// checked by a sweep of the loop's connections every tenth of the timeout
-// (at least every 10 ms, at most every second): a client is idle when it has
-// neither sent commands nor taken replies for that long.
+// Time. Each loop reads the clock once per epoll_wait. IdleTimeout and
+// AuthTimeout are checked by a sweep of the loop's connections every tenth
+// of the shorter timeout (at least every 10 ms, at most every second): a
+// client is idle when it has neither sent commands nor taken replies for
+// that long, and closed for want of credentials when it has not
+// authenticated AuthTimeout after it connected, idle or not.
 //
 // Shutdown. When a loop sees that the server is closing, it serves each of
 // its connections once, and from then on closes a connection as soon as it
@@ -160,6 +163,7 @@ func (g *loopGroup) accept(nc net.Conn) {
 	}
 	lc := &lconn{fd: fd, slot: -1}
 	lc.c = newConn(s, nc, lc)
+	lc.c.kill = func() { lc.l.kill(lc) } // lc.l is set by then (under s.mu)
 	placed := s.admit(lc.c, nc, func() {
 		lc.l = g.loops[g.next]
 		g.next = (g.next + 1) % len(g.loops)
@@ -244,6 +248,9 @@ type eventLoop struct {
 	newc   []*lconn // guarded by mu: spare for incoming
 	// incoming are the connections handed to the loop, guarded by mu.
 	incoming []*lconn
+	// killed are connections to close, from other goroutines; guarded by
+	// mu.
+	killed []*lconn
 
 	// The rest belongs to the loop's goroutine.
 	conns     []*lconn // by descriptor
@@ -299,8 +306,13 @@ func (l *eventLoop) wake() {
 func (l *eventLoop) run() {
 	defer l.release()
 	s := l.s
-	idle := s.cfg.IdleTimeout
-	sweepEvery := min(max(idle/10, 10*time.Millisecond), time.Second)
+	idle, auth := s.cfg.IdleTimeout, s.cfg.AuthTimeout
+	sweep := idle > 0 || auth > 0
+	shortest := idle
+	if auth > 0 && (idle <= 0 || auth < idle) {
+		shortest = auth
+	}
+	sweepEvery := min(max(shortest/10, 10*time.Millisecond), time.Second)
 	l.now = time.Now()
 	l.nextSweep = l.now.Add(sweepEvery)
 	yielded := l.now
@@ -313,7 +325,7 @@ func (l *eventLoop) run() {
 			runtime.Gosched()
 			yielded = l.now
 		}
-		n, err := unix.EpollWait(l.epfd, l.events[:], l.timeout(idle))
+		n, err := unix.EpollWait(l.epfd, l.events[:], l.timeout(sweep))
 		l.now = time.Now()
 		if err != nil {
 			if err != unix.EINTR {
@@ -343,7 +355,7 @@ func (l *eventLoop) run() {
 		if !l.draining && s.closing.Load() {
 			l.startDrain()
 		}
-		if idle > 0 && !l.now.Before(l.nextSweep) {
+		if sweep && !l.now.Before(l.nextSweep) {
 			l.sweep(idle)
 			l.nextSweep = l.now.Add(sweepEvery)
 		}
@@ -352,8 +364,8 @@ func (l *eventLoop) run() {
 
 // timeout returns epoll_wait's timeout in milliseconds: until the next
 // sweep, or -1 (none).
-func (l *eventLoop) timeout(idle time.Duration) int {
-	if idle <= 0 {
+func (l *eventLoop) timeout(sweep bool) int {
+	if !sweep {
 		return -1
 	}
 	d := time.Until(l.nextSweep)
@@ -383,8 +395,21 @@ func (l *eventLoop) wakeUp() bool {
 	}
 	l.mu.Lock()
 	l.newc = in
+	killed := l.killed
+	l.killed = nil
 	l.mu.Unlock()
+	for _, lc := range killed {
+		l.close(lc) // nothing if it is closed already
+	}
 	return quit
+}
+
+// kill makes the loop close lc, from another goroutine.
+func (l *eventLoop) kill(lc *lconn) {
+	l.mu.Lock()
+	l.killed = append(l.killed, lc)
+	l.mu.Unlock()
+	l.wake()
 }
 
 // add registers a connection with the loop.
@@ -412,9 +437,21 @@ func (l *eventLoop) add(lc *lconn) {
 
 // close closes a connection and forgets it.
 func (l *eventLoop) close(lc *lconn) {
-	fd := lc.fd
+	fd := l.detach(lc)
 	if fd < 0 {
 		return
+	}
+	unix.Close(fd)
+	l.s.forget(lc.c)
+}
+
+// detach takes a connection out of the loop (and out of epoll), publishes
+// its counters and returns its descriptor, which the caller closes or hands
+// over; -1 when it is closed already.
+func (l *eventLoop) detach(lc *lconn) int {
+	fd := lc.fd
+	if fd < 0 {
+		return -1
 	}
 	if lc.slot >= 0 {
 		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
@@ -425,11 +462,38 @@ func (l *eventLoop) close(lc *lconn) {
 		l.list = l.list[:len(l.list)-1]
 		lc.slot = -1
 	}
-	unix.Close(fd)
 	lc.fd = -1
 	lc.out = nil
 	lc.c.publishAt(l.now)
-	l.s.forget(lc.c)
+	return fd
+}
+
+// end closes a connection that is done, with every reply written; one
+// closed for bad input lingers first (see lingerClose), on a goroutine of
+// its own that closes it, still counted among the server's clients until
+// then.
+func (l *eventLoop) end(lc *lconn) {
+	if !lc.linger || l.s.closing.Load() {
+		l.close(lc)
+		return
+	}
+	fd, c := l.detach(lc), lc.c
+	// The descriptor goes to Go's netpoller, which lingerClose waits on.
+	f := os.NewFile(uintptr(fd), "")
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		l.s.forget(c)
+		return
+	}
+	l.s.mu.Lock()
+	c.nc = nc // for Close
+	l.s.mu.Unlock()
+	go func() {
+		defer l.s.forget(c)
+		lingerClose(nc)
+		nc.Close()
+	}()
 }
 
 // handle serves a connection that epoll reports ready.
@@ -445,7 +509,7 @@ func (l *eventLoop) handle(lc *lconn, events uint32) {
 			return
 		}
 		if lc.finish {
-			l.close(lc)
+			l.end(lc)
 			return
 		}
 		if err := l.watch(lc, false); err != nil {
@@ -470,7 +534,7 @@ func (l *eventLoop) serve(lc *lconn) {
 			break
 		}
 		if err != nil {
-			c.readFailed(err)
+			lc.linger = c.readFailed(err)
 			lc.finish = true
 			break
 		}
@@ -499,7 +563,7 @@ func (l *eventLoop) serve(lc *lconn) {
 	case lc.finish:
 		// Done (QUIT, an error, the end of the input), with every reply
 		// written.
-		l.close(lc)
+		l.end(lc)
 	case l.s.closing.Load() && !inputWaiting(lc.fd):
 		// Drained, as Shutdown says.
 		l.close(lc)
@@ -534,16 +598,23 @@ func (l *eventLoop) startDrain() {
 	}
 }
 
-// sweep closes the connections idle for idle or longer.
+// sweep closes the connections idle for idle or longer (when idle is
+// positive), and those that have gone without credentials for AuthTimeout.
 func (l *eventLoop) sweep(idle time.Duration) {
 	for i := 0; i < len(l.list); {
 		lc := l.list[i]
-		if l.now.Sub(lc.last) < idle {
+		switch {
+		case lc.c.unauthenticated(l.now):
+			if !l.s.closing.Load() {
+				l.s.log.Debug("resp: client closed for not authenticating in time", "client", lc.c.id, "addr", lc.c.raddr)
+			}
+		case idle > 0 && l.now.Sub(lc.last) >= idle:
+			if !l.s.closing.Load() {
+				l.s.log.Debug("resp: idle client closed", "client", lc.c.id, "addr", lc.c.raddr)
+			}
+		default:
 			i++
 			continue
-		}
-		if !l.s.closing.Load() {
-			l.s.log.Debug("resp: idle client closed", "client", lc.c.id, "addr", lc.c.raddr)
 		}
 		l.close(lc) // moves the last connection to i
 	}
@@ -565,6 +636,7 @@ type lconn struct {
 	werr     error     // the first write error: the connection is done
 	outWatch bool      // epoll watches EPOLLOUT, not EPOLLIN
 	finish   bool      // close once the replies are written
+	linger   bool      // and linger first: closed for bad input
 	last     time.Time // the last commands or written replies, for IdleTimeout
 }
 

@@ -49,11 +49,26 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// MaxClients bounds the connected clients; zero means
 	// DefaultMaxClients. A client over the bound is told
-	// "-ERR max number of clients reached" and disconnected.
+	// "-ERR max number of clients reached" and disconnected; but when
+	// clients must authenticate, it takes instead the place of the client
+	// that has gone longest without authenticating, if any, which is
+	// closed: clients without credentials never keep one that has them
+	// out.
 	MaxClients int
 	// IdleTimeout disconnects a client idle for that long; zero means never
 	// (Redis's timeout 0).
 	IdleTimeout time.Duration
+	// AuthTimeout disconnects a client that has not authenticated that
+	// long after it connected (or after a RESET), when clients must
+	// authenticate: idle or not, a client without credentials holds a
+	// place for no longer. Zero means DefaultAuthTimeout; a negative
+	// value, never.
+	AuthTimeout time.Duration
+	// Slots, when not nil, is a bound on connections that the server
+	// shares with other listeners (the process's descriptors): a
+	// connection takes one of its slots, or is refused as one over
+	// MaxClients is, and gives it back once closed.
+	Slots Slots
 	// Limits bound what one client may send.
 	Limits resp.Limits
 	// EventLoops chooses how connections are served. An event loop serves
@@ -94,6 +109,18 @@ type Config struct {
 	// them (Redis's rdb_last_save_time, rdb_last_bgsave_status, ...). Nil
 	// leaves the section out.
 	Persistence func() []string
+}
+
+// DefaultAuthTimeout is the default of Config.AuthTimeout.
+const DefaultAuthTimeout = 10 * time.Second
+
+// Slots is a bound on connections shared with other listeners, as
+// Config.Slots takes it. Its methods must be safe for concurrent use.
+type Slots interface {
+	// TryAcquire takes a slot and reports whether one was free.
+	TryAcquire() bool
+	// Release gives back a slot taken by TryAcquire.
+	Release()
 }
 
 // FailClosedReply is how a Server answers a fail-closed fallback.
@@ -144,6 +171,7 @@ type Server struct {
 	closing  atomic.Bool
 	accepted atomic.Int64
 	rejected atomic.Int64
+	evicted  atomic.Int64
 	// Fallbacks are rare (the store is down): counted here, not per batch.
 	failOpen, failClosed atomic.Int64
 	// A store that fails, or a failed authentication, is logged at most
@@ -153,6 +181,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	unauth    connList   // the clients that have not authenticated, oldest first
 	done      counters   // of connections that have closed
 	loops     *loopGroup // started by the first Serve that uses them
 	connWG    sync.WaitGroup
@@ -179,6 +208,12 @@ func New(store funnel.Store, cfg Config) *Server {
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	switch {
+	case !cfg.Credentials.Enabled() || cfg.AuthTimeout < 0:
+		cfg.AuthTimeout = 0 // never
+	case cfg.AuthTimeout == 0:
+		cfg.AuthTimeout = DefaultAuthTimeout
 	}
 	return &Server{
 		store:     store,
@@ -256,11 +291,28 @@ func (s *Server) Serve(ln net.Listener) error {
 // closes it and returns false when the server is full or closing.
 func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 	s.mu.Lock()
-	full := len(s.conns) >= s.cfg.MaxClients
 	closing := s.closing.Load()
-	ok := !full && !closing
+	var victim *conn
+	room := len(s.conns) < s.cfg.MaxClients
+	if !room && s.authRequired() {
+		victim = s.unauth.head
+		room = victim != nil
+	}
+	ok := !closing && room && (s.cfg.Slots == nil || s.cfg.Slots.TryAcquire())
+	full := !closing && !ok
 	if ok {
+		if victim != nil {
+			// It goes when its goroutine or loop closes it: until then
+			// the clients exceed MaxClients by one.
+			s.unauth.remove(victim)
+			s.evicted.Add(1)
+			victim.evict()
+			s.log.Debug("resp: client without credentials closed to make room", "client", victim.id, "addr", victim.raddr)
+		}
 		s.conns[c] = struct{}{}
+		if !c.authed {
+			s.unauth.push(c)
+		}
 		s.connWG.Add(1)
 		if place != nil {
 			place()
@@ -369,8 +421,12 @@ func (s *Server) stopLoops() {
 }
 
 func (s *Server) forget(c *conn) {
+	if s.cfg.Slots != nil {
+		s.cfg.Slots.Release()
+	}
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.unauth.remove(c)
 	s.done.commands += c.stats.commands.Load()
 	s.done.allowed += c.stats.allowed.Load()
 	s.done.limited += c.stats.limited.Load()
@@ -386,6 +442,9 @@ type Stats struct {
 	Accepted int64
 	// Rejected counts connections refused because of MaxClients.
 	Rejected int64
+	// Evicted counts clients without credentials closed to make room for
+	// a new one (see MaxClients).
+	Evicted int64
 	// Commands counts commands processed.
 	Commands int64
 	// Allowed and Limited count decisions (CL.THROTTLE and FUNNEL.*) by
@@ -406,6 +465,7 @@ func (s *Server) Stats() Stats {
 		Clients:  len(s.conns),
 		Accepted: s.accepted.Load(),
 		Rejected: s.rejected.Load(),
+		Evicted:  s.evicted.Load(),
 		Commands: s.done.commands,
 		Allowed:  s.done.allowed,
 		Limited:  s.done.limited,
@@ -447,10 +507,20 @@ type conn struct {
 
 	tlsIn  *tlsInput // what rd reads on a TLS connection; nil otherwise
 	authed bool
-	quit   bool
-	batch  counters // since the last flush, published into stats then
-	stats  struct{ commands, allowed, limited atomic.Int64 }
-	lower  [32]byte // scratch for the lower-cased command name
+	// unauthSince is when the client connected, or last lost its
+	// credentials (RESET), for AuthTimeout.
+	unauthSince time.Time
+	// The neighbours of the client in the server's list of clients
+	// without credentials; guarded by the server's mu.
+	uprev, unext *conn
+	inUnauth     bool
+	// kill closes the client's connection from another goroutine, in an
+	// event loop (with a goroutine per connection, closing nc does).
+	kill  func()
+	quit  bool
+	batch counters // since the last flush, published into stats then
+	stats struct{ commands, allowed, limited atomic.Int64 }
+	lower [32]byte // scratch for the lower-cased command name
 }
 
 // newConn returns the connection of a client accepted as nc, whose commands
@@ -469,6 +539,8 @@ func newConn(s *Server, nc net.Conn, rw io.ReadWriter) *conn {
 		user:    "default",
 		proto:   2,
 		authed:  !s.authRequired(),
+
+		unauthSince: now,
 	}
 	if rw == nc {
 		c.nc = nc
@@ -495,7 +567,7 @@ func (c *conn) serve() {
 		// closes it.
 		c.wr = resp.NewWriter(deadlineWriter{c.nc, idle})
 	}
-	var idleAt time.Time // the read deadline of IdleTimeout; zero: none
+	var idleAt time.Time // the read deadline of IdleTimeout or AuthTimeout; zero: none
 	for {
 		if !c.rd.Ready() {
 			// Every command read so far is answered: flush once for the
@@ -504,8 +576,8 @@ func (c *conn) serve() {
 			if err := c.wr.Flush(); err != nil {
 				return
 			}
-			if idle > 0 {
-				idleAt = time.Now().Add(idle)
+			if at := c.deadline(time.Now()); !at.IsZero() || !idleAt.IsZero() {
+				idleAt = at
 				c.nc.SetReadDeadline(idleAt)
 			}
 			// Shutdown sets closing, then a deadline that wakes the read:
@@ -524,7 +596,9 @@ func (c *conn) serve() {
 				// what it had read.
 				continue
 			}
-			c.readFailed(err)
+			if c.readFailed(err) {
+				lingerClose(c.nc)
+			}
 			return
 		}
 		c.batch.commands++
@@ -535,6 +609,97 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// evict closes the client's connection from another goroutine, to make
+// room for a new client. It is called with the server's mu held.
+func (c *conn) evict() {
+	switch {
+	case c.nc != nil:
+		closeNow(c.nc)
+	case c.kill != nil:
+		c.kill()
+	}
+}
+
+// setAuthed records whether the client has authenticated: a client without
+// credentials joins the end of the server's list of them, the clients it
+// may close to make room.
+func (c *conn) setAuthed(authed bool) {
+	if authed == c.authed {
+		return
+	}
+	c.authed = authed
+	if !authed {
+		c.unauthSince = time.Now()
+	}
+	s := c.s
+	s.mu.Lock()
+	if _, open := s.conns[c]; open {
+		if authed {
+			s.unauth.remove(c)
+		} else {
+			s.unauth.push(c)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// connList is a list of clients, oldest first, linked through their uprev
+// and unext.
+type connList struct{ head, tail *conn }
+
+func (l *connList) push(c *conn) {
+	if c.inUnauth {
+		return
+	}
+	c.inUnauth, c.uprev, c.unext = true, l.tail, nil
+	if l.tail != nil {
+		l.tail.unext = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+}
+
+func (l *connList) remove(c *conn) {
+	if !c.inUnauth {
+		return
+	}
+	if c.uprev != nil {
+		c.uprev.unext = c.unext
+	} else {
+		l.head = c.unext
+	}
+	if c.unext != nil {
+		c.unext.uprev = c.uprev
+	} else {
+		l.tail = c.uprev
+	}
+	c.inUnauth, c.uprev, c.unext = false, nil, nil
+}
+
+// deadline returns when the client, waiting for input from now on, is to
+// be disconnected: after IdleTimeout, or AuthTimeout after it connected
+// when it has not authenticated, whichever comes first; zero for never.
+func (c *conn) deadline(now time.Time) time.Time {
+	var at time.Time
+	if idle := c.s.cfg.IdleTimeout; idle > 0 {
+		at = now.Add(idle)
+	}
+	if auth := c.s.cfg.AuthTimeout; auth > 0 && !c.authed {
+		if a := c.unauthSince.Add(auth); at.IsZero() || a.Before(at) {
+			at = a
+		}
+	}
+	return at
+}
+
+// unauthenticated reports whether the client has gone without credentials
+// for AuthTimeout at now.
+func (c *conn) unauthenticated(now time.Time) bool {
+	auth := c.s.cfg.AuthTimeout
+	return auth > 0 && !c.authed && now.Sub(c.unauthSince) >= auth
 }
 
 // deadlineWriter writes to a connection with a write deadline of timeout
@@ -575,8 +740,11 @@ func (c *conn) drained() bool {
 	return !waiting
 }
 
-// readFailed answers a protocol error before the connection closes.
-func (c *conn) readFailed(err error) {
+// readFailed answers a protocol error before the connection closes. It
+// reports whether the client may still be sending what the server will not
+// read (a protocol error, a command over the query buffer): the connection
+// then lingers (see lingerClose) once its replies are written.
+func (c *conn) readFailed(err error) (linger bool) {
 	c.publish()
 	var pe *resp.ProtocolError
 	switch {
@@ -584,18 +752,49 @@ func (c *conn) readFailed(err error) {
 		c.wr.WriteError("ERR " + pe.Msg)
 		c.wr.Flush()
 		c.s.log.Debug("resp: protocol error", "client", c.id, "addr", c.raddr, "err", pe.Msg)
+		return true
 	case errors.Is(err, resp.ErrQueryBufferFull):
 		c.wr.Flush()
 		c.s.log.Warn("resp: client closed for exceeding the query buffer limit", "client", c.id, "addr", c.raddr)
+		return true
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 		c.wr.Flush()
 	default:
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() && !c.s.closing.Load() {
+		switch {
+		case !errors.As(err, &ne) || !ne.Timeout() || c.s.closing.Load():
+		case c.unauthenticated(time.Now()):
+			c.s.log.Debug("resp: client closed for not authenticating in time", "client", c.id, "addr", c.raddr)
+		default:
 			c.s.log.Debug("resp: idle client closed", "client", c.id, "addr", c.raddr)
 		}
 		c.wr.Flush()
 	}
+	return false
+}
+
+// A connection closed for bad input lingers: it reads and drops what the
+// client goes on sending, for at most lingerTimeout and lingerBytes.
+const (
+	lingerTimeout = 5 * time.Second
+	lingerBytes   = 64 << 20
+)
+
+// lingerClose ends the connection nc, whose replies are written, as a
+// connection closed for bad input: it sends the end of the stream
+// (CloseWrite), then reads and drops what the client still sends until the
+// client closes its side, or for lingerTimeout and lingerBytes at most. A
+// socket closed with unread input is reset, and a reset can reach the
+// client before it has read the reply, while it is still writing a large
+// command (a 10 MB argument): its write fails, and the reply is lost. The
+// caller closes nc.
+func lingerClose(nc net.Conn) {
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+	io.CopyN(io.Discard, nc, lingerBytes)
 }
 
 // publish adds the batch's counters to the connection's statistics.

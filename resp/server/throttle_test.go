@@ -262,6 +262,7 @@ func TestServerThrottleErrors(t *testing.T) {
 		zero     = "Cell error: Store error: Zero rates are not supported"
 		negative = "Cell error: max_burst, count and period must not be negative"
 		overflow = "Cell error: value overflows 64-bit nanoseconds"
+		tooHigh  = "Cell error: rate too high: count per period must be at most 1000000000 per second (an emission interval period/count of at least 1ns)"
 	)
 	if got := c.do("CL.THROTTLE", "k", "4", "1", "1", "2"); got != ints(0, 5, 3, -1, 2) {
 		t.Fatalf("setup: %q", got)
@@ -297,8 +298,10 @@ func TestServerThrottleErrors(t *testing.T) {
 		{[]string{"k", "1", "30", "0"}, zero},
 		{[]string{"k", "1", "0", "0"}, zero},
 		{[]string{"k", "1", "-0", "60"}, zero},
-		// period/count under 1 ns truncates to 0: a zero rate too.
-		{[]string{"k", "1", "2000000000", "1"}, zero},
+		// period/count under 1 ns truncates to 0, which redis-cell calls
+		// a zero rate: the rate is too high.
+		{[]string{"k", "1", "2000000000", "1"}, tooHigh},
+		{[]string{"k", "1", "9223372036854775807", "1"}, tooHigh},
 		// Funnel's refusals, where redis-cell computes nonsense.
 		{[]string{"k", "-1", "1", "1"}, negative},
 		{[]string{"k", "1", "-1", "60"}, negative},
