@@ -105,6 +105,8 @@ func init() {
 		{name: "info", arity: -1, flags: []string{"loading", "stale"}, run: cmdInfo,
 			doc: commandDoc{summary: "Returns information and statistics about the server.", since: "1.0.0", group: "server", complexity: "O(1)",
 				args: []argDoc{{name: "section", typ: "string", optional: true, multiple: true}}}},
+		{name: "dbsize", arity: 1, flags: []string{"readonly", "fast"}, run: cmdDBSize,
+			doc: commandDoc{summary: "Returns the number of keys the store holds (a store that counts them: the memory store).", since: "1.0.0", group: "server", complexity: "O(1)"}},
 		{name: "quit", arity: -1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdQuit,
 			doc: commandDoc{summary: "Closes the connection.", since: "1.0.0", group: "connection", complexity: "O(1)"}},
 		{name: "reset", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, noAuth: true, run: cmdReset,
@@ -378,6 +380,19 @@ func cmdPing(c *conn, args [][]byte) {
 }
 
 func cmdEcho(c *conn, args [][]byte) { c.wr.WriteBulk(args[1]) }
+
+// cmdDBSize answers DBSIZE: the keys of a store that counts them (the
+// memory store, as INFO's keyspace shows them). A store that cannot count
+// its keys (Redis, where Funnel's keys share the database with others)
+// answers an error rather than a number it does not know.
+func cmdDBSize(c *conn, _ [][]byte) {
+	n, ok := funnel.KeysOf(c.s.store)
+	if !ok {
+		c.wr.WriteError("ERR DBSIZE is not supported by this store: it does not count its keys")
+		return
+	}
+	c.wr.WriteInt(int64(n))
+}
 
 func cmdSelect(c *conn, args [][]byte) {
 	n, ok := cell.ParseInt(args[1])

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,17 @@ func TestServerThrottleConformanceRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	runWireCases(t, func(t *testing.T) *testServer { return startRedisServer(t, srv, server.Config{}) })
+}
+
+// On the Redis store, whose keys share the database with others, DBSIZE
+// says that the store does not count its keys rather than a number.
+func TestServerDBSizeRedis(t *testing.T) {
+	t.Parallel()
+	ts := startRedisServer(t, redistest.StartServer(t), server.Config{})
+	c := ts.dial(t)
+	if got := c.do("DBSIZE"); !strings.HasPrefix(got, "-ERR DBSIZE is not supported by this store") {
+		t.Errorf("DBSIZE = %q", got)
+	}
 }
 
 // countingHandler is a slog handler that counts the records at or above

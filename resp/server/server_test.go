@@ -307,7 +307,7 @@ func TestServerConnectionCommands(t *testing.T) {
 		{[]string{"CONFIG", "GET"}, errr("ERR wrong number of arguments for 'config|get' command")},
 		{[]string{"CONFIG", "SET", "maxclients", "1"}, errr("ERR CONFIG SET is not supported: Funnel is configured by its flags and configuration file")},
 		{[]string{"CONFIG", "FOO"}, errr("ERR unknown subcommand 'FOO'. Try CONFIG HELP.")},
-		{[]string{"COMMAND", "COUNT"}, integer(24)},
+		{[]string{"COMMAND", "COUNT"}, integer(25)},
 		{[]string{"COMMAND", "FOO"}, errr("ERR unknown subcommand 'FOO'. Try COMMAND HELP.")},
 		{[]string{"COMMAND", "INFO", "nosuch"}, "*1\r\n*-1\r\n"},
 		{[]string{"COMMAND", "DOCS", "nosuch"}, array()},
@@ -618,11 +618,29 @@ func TestServerInfo(t *testing.T) {
 	}
 }
 
+// DBSIZE counts the memory store's keys, as INFO's keyspace does.
+func TestServerDBSize(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, server.Config{})
+	c := ts.dial(t)
+	if got := c.do("DBSIZE"); got != integer(0) {
+		t.Errorf("DBSIZE of an empty store = %q", got)
+	}
+	c.do("CL.THROTTLE", "a", "10", "10", "60")
+	c.do("CL.THROTTLE", "b", "10", "10", "60")
+	if got := c.do("DBSIZE"); got != integer(2) {
+		t.Errorf("DBSIZE = %q, want 2", got)
+	}
+	if got := c.do("DBSIZE", "x"); !strings.HasPrefix(got, "-ERR wrong number of arguments") {
+		t.Errorf("DBSIZE x = %q", got)
+	}
+}
+
 func TestServerCommand(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, server.Config{})
 	c := ts.dial(t)
-	names := []string{"auth", "cl.throttle", "client", "command", "config", "del", "echo", "exists",
+	names := []string{"auth", "cl.throttle", "client", "command", "config", "dbsize", "del", "echo", "exists",
 		"funnel.acquire", "funnel.allow", "funnel.allowall", "funnel.bans", "funnel.refund", "funnel.release", "funnel.unban",
 		"gcra", "hello", "info", "ping", "pttl", "quit", "reset", "select", "ttl"}
 	var list []string
@@ -651,7 +669,7 @@ func TestServerCommand(t *testing.T) {
 	}
 	// Every command has an entry in COMMAND and COMMAND INFO.
 	all := c.do("COMMAND")
-	if !strings.HasPrefix(all, "*24\r\n") {
+	if !strings.HasPrefix(all, "*25\r\n") {
 		t.Errorf("COMMAND: %.40q", all)
 	}
 	if got := c.do("COMMAND", "INFO"); got != all {
@@ -670,7 +688,7 @@ func TestServerCommand(t *testing.T) {
 			t.Errorf("COMMAND DOCS lacks %q:\n%q", want, docs)
 		}
 	}
-	if all := c.do("COMMAND", "DOCS"); !strings.HasPrefix(all, "*48\r\n") {
+	if all := c.do("COMMAND", "DOCS"); !strings.HasPrefix(all, "*50\r\n") {
 		t.Errorf("COMMAND DOCS: %.40q", all)
 	}
 }
