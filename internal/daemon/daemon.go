@@ -217,8 +217,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if serr != nil {
 		d.log.Warn("shutdown did not finish in time; connections closed", "err", serr)
 	}
-	// Every listener is shut down: the snapshot holds the last decision.
+	// Every listener is shut down: the snapshot holds the last decision,
+	// and the spans still buffered go out within what is left of the
+	// shutdown's time.
 	err = errors.Join(err, d.snap.final())
+	d.traces.shutdown(sctx)
 	d.log.Info("funnel stopped")
 	return err
 }
@@ -240,6 +243,10 @@ func (d *Daemon) Close() error {
 	}
 	d.rulesXDS.close()
 	d.sec.close()
-	d.traces.shutdown(context.Background())
+	// After Run, the provider is shut down already and this returns at once;
+	// without Run, the spans get a short while.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d.traces.shutdown(ctx)
 	return d.close()
 }

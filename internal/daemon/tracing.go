@@ -7,9 +7,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/lograte"
 	"github.com/funnelrl/funnel/tracing"
 )
 
@@ -96,6 +99,13 @@ func (d *Daemon) openTracing() error {
 		prop: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 	}
 	d.traces = t
+	// The exporter's errors (a collector down) go to the daemon's log, at
+	// most once a minute with the count of those held back, instead of to
+	// the standard logger on every batch.
+	errLog := lograte.New(time.Minute)
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		errLog.Do(func(held int64) { d.log.Warn("tracing: spans not exported", "err", err, "suppressed", held) })
+	}))
 	d.store = tracing.WrapStore(d.store, t.tp)
 	d.log.Info("tracing decisions", "protocol", cfg.TraceProtocol, "endpoint", cfg.TraceEndpoint,
 		"sample_rate", cfg.TraceSampleRate, "service", cfg.TraceServiceName)
@@ -152,7 +162,8 @@ func (t *traces) httpHandler(h http.Handler) http.Handler {
 	return otelhttp.NewHandler(h, "funnel.http", otelhttp.WithTracerProvider(t.tp), otelhttp.WithPropagators(t.prop))
 }
 
-// shutdown sends the spans still buffered.
+// shutdown sends the spans still buffered, until ctx ends: a collector
+// that does not answer holds the process no longer than that.
 func (t *traces) shutdown(ctx context.Context) {
 	if t != nil {
 		t.tp.Shutdown(ctx)

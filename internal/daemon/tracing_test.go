@@ -172,3 +172,46 @@ func TestDaemonTracingOff(t *testing.T) {
 		t.Fatal("tracing is on without an endpoint")
 	}
 }
+
+// A collector that accepts connections and never answers holds the
+// process no longer than the shutdown's timeout: the spans still buffered
+// get what is left of it (they held it about 11 s, the exporter's own
+// timeout, after "funnel stopped").
+func TestDaemonTracingCollectorSilent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accept and hold every connection, saying nothing
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	cfg := testConfig()
+	cfg.TraceEndpoint, cfg.TraceProtocol, cfg.TraceInsecure = ln.Addr().String(), "grpc", true
+	cfg.ShutdownTimeout = 300 * time.Millisecond
+	d, _, stop := start(t, cfg)
+	rc := redis.NewClient(&redis.Options{Addr: d.RESPAddr().String()})
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "CL.THROTTLE", "r", 1, 1, 60).Err(); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	stop()
+	// Far below the exporter's own 10 s, far above the 300 ms asked for.
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("the daemon took %v to stop and close, with a shutdown timeout of 300ms", took)
+	}
+}
