@@ -114,6 +114,15 @@ type ruleCounters struct {
 // server's, under the rule "resp").
 const FailOpenHelp = "Requests admitted without a decision because the store could not decide (fail open), by rule."
 
+// Namespace returns the prefix of m's metric names ("funnel" by default),
+// for the collectors that others register in m's registry.
+func (m *Metrics) Namespace() string {
+	if m == nil {
+		return "funnel"
+	}
+	return m.namespace
+}
+
 // New returns Metrics registered in a new registry.
 func New(opts Options) *Metrics {
 	ns := opts.Namespace

@@ -56,7 +56,7 @@ func (d *Daemon) limit(name string, ln net.Listener, max int) (net.Listener, err
 		err = d.metrics.ConnectedClients(name, l.Open)
 	}
 	if err == nil {
-		err = d.metrics.Registry().Register(refusedConns(name, func() float64 { return float64(l.Refused()) }))
+		err = d.metrics.Registry().Register(refusedConns(d.metrics.Namespace(), name, func() float64 { return float64(l.Refused()) }))
 	}
 	if err != nil {
 		ln.Close()
@@ -67,9 +67,10 @@ func (d *Daemon) limit(name string, ln net.Listener, max int) (net.Listener, err
 
 // refusedConns counts the connections of a listener closed for being over a
 // bound.
-func refusedConns(listener string, f func() float64) prometheus.Collector {
+func refusedConns(ns, listener string, f func() float64) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name:        "funnel_connections_refused_total",
+		Namespace:   ns,
+		Name:        "connections_refused_total",
 		Help:        "Connections closed as soon as accepted for being over a bound (max_clients, http_max_conns, grpc_max_conns, max_conns), by listener.",
 		ConstLabels: prometheus.Labels{"listener": listener},
 	}, f)

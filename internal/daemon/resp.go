@@ -42,7 +42,7 @@ func (d *Daemon) openRESP() error {
 	if err := d.metrics.ConnectedClients("resp", func() int { return d.respSrv.Stats().Clients }); err != nil {
 		return err
 	}
-	if err := d.metrics.Registry().Register(refusedConns("resp", func() float64 { return float64(d.respSrv.Stats().Rejected) })); err != nil {
+	if err := d.metrics.Registry().Register(refusedConns(d.metrics.Namespace(), "resp", func() float64 { return float64(d.respSrv.Stats().Rejected) })); err != nil {
 		return err
 	}
 	// Decisions over RESP have no rule to label them by: they are counted
@@ -54,9 +54,9 @@ func (d *Daemon) openRESP() error {
 		return func() float64 { return float64(f(d.respSrv.Stats())) }
 	}
 	for _, c := range []prometheus.Collector{
-		respDecisions("allowed", stat(func(st server.Stats) int64 { return st.Allowed - st.FailOpen })),
-		respDecisions("refused", stat(func(st server.Stats) int64 { return st.Limited - st.FailClosed })),
-		respDecisions("fallback", stat(func(st server.Stats) int64 { return st.FailOpen + st.FailClosed })),
+		respDecisions(d.metrics.Namespace(), "allowed", stat(func(st server.Stats) int64 { return st.Allowed - st.FailOpen })),
+		respDecisions(d.metrics.Namespace(), "refused", stat(func(st server.Stats) int64 { return st.Limited - st.FailClosed })),
+		respDecisions(d.metrics.Namespace(), "fallback", stat(func(st server.Stats) int64 { return st.FailOpen + st.FailClosed })),
 	} {
 		if err := d.metrics.Registry().Register(c); err != nil {
 			return err
@@ -69,9 +69,10 @@ func (d *Daemon) openRESP() error {
 }
 
 // respDecisions counts the RESP server's decisions of one outcome.
-func respDecisions(outcome string, f func() float64) prometheus.Collector {
+func respDecisions(ns, outcome string, f func() float64) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name:        "funnel_resp_decisions_total",
+		Namespace:   ns,
+		Name:        "resp_decisions_total",
 		Help:        "Decisions made over the Redis protocol (CL.THROTTLE and FUNNEL.*), by outcome (allowed, refused, fallback: the store could not decide).",
 		ConstLabels: prometheus.Labels{"outcome": outcome},
 	}, f)

@@ -43,8 +43,9 @@ func (d *Daemon) openSecurity(users map[string]string) error {
 		return nil
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "funnel_tls_reloads_total",
-		Help: "Loads of the TLS certificate, key and client CA files, by result (success, failure: the last good files stay in force).",
+		Namespace: d.metrics.Namespace(),
+		Name:      "tls_reloads_total",
+		Help:      "Loads of the TLS certificate, key and client CA files, by result (success, failure: the last good files stay in force).",
 	}, []string{"result"})
 	w, err := tlsfiles.New(tlsfiles.Options{
 		CertFile:     d.cfg.TLSCert,
@@ -65,8 +66,9 @@ func (d *Daemon) openSecurity(users map[string]string) error {
 	reloads.WithLabelValues("success").Inc()
 	reloads.WithLabelValues("failure")
 	expiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "funnel_tls_certificate_expiry_timestamp_seconds",
-		Help: "Unix time at which the TLS certificate in force expires.",
+		Namespace: d.metrics.Namespace(),
+		Name:      "tls_certificate_expiry_timestamp_seconds",
+		Help:      "Unix time at which the TLS certificate in force expires.",
 	}, func() float64 { return float64(w.Leaf().NotAfter.Unix()) })
 	for _, c := range []prometheus.Collector{reloads, expiry} {
 		if err := d.metrics.Registry().Register(c); err != nil {
