@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	ratelimit "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -38,12 +39,14 @@ type clusterEnv struct {
 }
 
 // startCluster starts the cluster and the store that the tests of one
-// function share; the store's clock is fixed at t0.
+// function share; the store's clock is fixed at t0, and its timeout is long
+// (these tests are of what is decided, not of how fast: on a loaded machine
+// the default 100 ms answered "unavailable").
 func startCluster(t *testing.T) (*redistest.Cluster, *redisstore.Store, *storetest.Clock) {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3, 1)
 	clock := storetest.NewClock(t0.UnixNano())
-	s, err := redisstore.Open("redis-cluster://"+strings.Join(cl.Addrs(), ","), redisstore.Options{Now: clock.Now})
+	s, err := redisstore.Open("redis-cluster://"+strings.Join(cl.Addrs(), ","), redisstore.Options{Now: clock.Now, Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
