@@ -22,9 +22,11 @@ func TestServerClientsThatNeverRead(t *testing.T) {
 	// Not parallel: twenty clients writing as fast as they can would starve
 	// the other tests of a small machine.
 	// An IdleTimeout of seconds: the healthy client must not be idle that
-	// long while the silent ones start (and starve a small machine).
+	// long while the silent ones start (and starve a small machine: 3 s
+	// was not enough once, under -race beside other builds), and the
+	// silent ones must be closed well within waitFor.
 	const silent, decisions = 20, 500
-	ts := startServer(t, server.Config{IdleTimeout: 3 * time.Second, MaxOutputBuffer: 64 << 10})
+	ts := startServer(t, server.Config{IdleTimeout: 5 * time.Second, MaxOutputBuffer: 64 << 10})
 	healthy := ts.dial(t)
 	healthy.do("PING")
 

@@ -90,7 +90,9 @@ func TestTLS(t *testing.T) {
 func TestTLSHandshakeTimeout(t *testing.T) {
 	t.Parallel()
 	x := newTestTLS(t)
-	ts := startTLSServer(t, x, server.Config{HandshakeTimeout: 50 * time.Millisecond, MaxClients: 1})
+	// Long enough for the TLS client's own handshake on a loaded machine
+	// under -race (50 ms was not, once), short beside waitFor.
+	ts := startTLSServer(t, x, server.Config{HandshakeTimeout: time.Second, MaxClients: 1})
 	mute := ts.dial(t) // plain TCP: it never says hello
 	start := time.Now()
 	mute.expectClosed("")
