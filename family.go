@@ -412,7 +412,8 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 
 // Wait asks for n units of key under limit and, when admitted, waits the
 // Delay the result asks for (a LeakyBucket's queue) before returning. A
-// refused request returns at once with Allowed false.
+// refused request returns at once with Allowed false. It is AllowN, then
+// Await.
 //
 // If ctx ends before the Delay has passed, the caller will not proceed, so
 // Wait gives the n units back, as Refund does, and returns the zero Result
@@ -422,8 +423,22 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 // refund's.
 func (l *Limiter) Wait(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	r, err := l.AllowN(ctx, key, limit, n)
-	if err != nil || !r.Allowed || r.Delay <= 0 {
+	if err != nil {
 		return r, err
+	}
+	return l.Await(ctx, key, limit, n, r)
+}
+
+// Await waits the Delay of r, the answer of AllowN(ctx, key, limit, n),
+// when r admitted the request, and returns r; a refusal, or an admission
+// without a Delay, returns at once. If ctx ends first, the caller will not
+// proceed: Await gives the n units back and returns the zero Result and
+// ctx's error, as Wait says. For a caller that decides with AllowN and
+// waits on its own terms (the HTTP middleware), so that every wait gives
+// back what it does not use.
+func (l *Limiter) Await(ctx context.Context, key string, limit Limit, n int64, r Result) (Result, error) {
+	if !r.Allowed || r.Delay <= 0 {
+		return r, nil
 	}
 	t := time.NewTimer(r.Delay)
 	defer t.Stop()

@@ -3,6 +3,7 @@ package middleware_test
 // The limiter family behind the middleware, over the memory store.
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -95,6 +96,42 @@ func TestMemstoreLeakyBucket(t *testing.T) {
 		}
 		if d := time.Since(begin); d != 50*time.Millisecond {
 			t.Errorf("the delayed request was served after %v, want 50ms", d)
+		}
+	})
+}
+
+// A request that leaves while it waits its turn in a leaky bucket gives its
+// units back, as Limiter.Wait does: the next request finds the bucket as
+// the first one left it. The wait passes on the synctest bubble's clock.
+func TestMemstoreLeakyBucketLeavesWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 20, Period: time.Second, Burst: 3}
+		lim := memLimiter(t, newClock())
+		h := newMW(t, lim, limit, middleware.ClientIP())(okHandler())
+		serveOne := func(ctx context.Context) int {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+			return rec.Code
+		}
+		if code := serveOne(context.Background()); code != 200 {
+			t.Fatal(code)
+		}
+		before, err := lim.Peek(context.Background(), "192.0.2.1", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(10 * time.Millisecond) // within the 50 ms it must wait
+			cancel()
+		}()
+		serveOne(ctx)
+		after, err := lim.Peek(context.Background(), "192.0.2.1", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Remaining != before.Remaining || after.ResetAfter != before.ResetAfter {
+			t.Errorf("after a request that left while waiting: %+v; before it: %+v", after, before)
 		}
 	})
 }

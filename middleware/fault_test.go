@@ -101,7 +101,13 @@ func faultStores(entered chan<- struct{}) []faultStore {
 		// context has ended: the request is not the store's failure.
 		{"deciding store error", funnel.PerMinute(1), deciding(errDown)},
 		{"delayed", funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 4},
-			&fakeStore{do: func(_ context.Context, _ []funnel.Op, res []funnel.Result) error {
+			&fakeStore{do: func(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
+				if ops[0].Kind == funnel.OpRefund {
+					// The units of a request that left while it waited
+					// come back.
+					res[0] = funnel.Result{Allowed: true, Limit: 5, Remaining: 3}
+					return nil
+				}
 				res[0] = funnel.Result{Allowed: true, Limit: 5, Remaining: 2, Delay: time.Hour, ResetAfter: time.Second}
 				entered <- struct{}{}
 				return nil

@@ -209,11 +209,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err   error
 		lease funnel.Lease
 	)
+	n := int64(1)
 	switch h.limit.Algorithm {
 	case funnel.Concurrency:
 		lease, res, err = h.lim.Acquire(ctx, k, h.limit)
 	default:
-		n := int64(1)
 		if c.quantity != nil {
 			n = c.quantity(r)
 		}
@@ -244,12 +244,27 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if lease.ID != "" {
 		defer func() { h.release(ctx, lease, started) }()
 	}
-	if res.Delay > 0 {
+	switch {
+	case res.Delay <= 0:
+	case lease.ID != "":
+		// A lease waits its turn holding its place: the deferred release
+		// gives it back if the client leaves first.
 		t := time.NewTimer(res.Delay)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			unserved(ctx, w, "while it waited its turn")
+			return
+		}
+	default:
+		// The leaky bucket's queue: units not used are given back.
+		if _, err := h.lim.Await(ctx, k, h.limit, n, res); err != nil {
+			if err != ctx.Err() { // the refund failed too: the units stay charged
+				c.warned.Do(func(held int64) {
+					c.log.Warn("rate limit: a request that left its queue kept its units", "key", k, "err", err, "held_back", held)
+				})
+			}
 			unserved(ctx, w, "while it waited its turn")
 			return
 		}
