@@ -124,6 +124,14 @@ func TestJSONRefusals(t *testing.T) {
 		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1"}],"limit":{"requestsPerUnit":1}}]}`, 400, "the limit override has no valid unit"},
 		{"GET", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1"}]}]}`, 405, "rls: /json takes a POST"},
 		{"POST", `{"domain":"` + strings.Repeat("x", rls.MaxJSONBody) + `"}`, 413, "larger than 1 MiB"},
+		// A body that means two things is refused by protojson: a field
+		// twice (under its JSON or its proto name), a name in another case
+		// (unknown), a string that is not UTF-8 or a lone surrogate.
+		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1","value":"2"}]}]}`, 400, "duplicate field"},
+		{"POST", `{"domain":"ext","hitsAddend":1,"hits_addend":1000,"descriptors":[{"entries":[{"key":"a","value":"1"}]}]}`, 400, "duplicate field"},
+		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1","Value":"2"}]}]}`, 400, `unknown field "Value"`},
+		{"POST", "{\"domain\":\"ext\",\"descriptors\":[{\"entries\":[{\"key\":\"a\",\"value\":\"1\xff\"}]}]}", 400, "invalid UTF-8"},
+		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1\udcff"}]}]}`, 400, "the body is not a RateLimitRequest"},
 	} {
 		r := do(t, c.method, url, c.body)
 		if r.status != c.status || !strings.HasPrefix(r.ctype, "text/plain") || !strings.Contains(r.body, c.text) {
