@@ -106,7 +106,9 @@ package memstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
@@ -180,13 +182,14 @@ type shard struct {
 	evicted uint64
 	expired uint64
 	fam     map[string]*fstate // keys of the other algorithms (family.go)
+	conc    int                // states of fam that are concurrency limits (never evicted while they hold leases)
 	famPeak int                // the most keys fam held since it was made
 	bans    map[string]int64   // banned keys: the instant each ban ends
 	banPeak int
 	keys    *atomic.Int64 // the store's count of keys when bounded, else nil
 	// Keep neighbouring shards' locks on separate cache lines (a shard is
 	// 144 bytes, its table and lock at the same offsets as before keys).
-	_ [56]byte
+	_ [48]byte
 }
 
 // New returns a Store configured by opts. Call Close when done with it.
@@ -295,8 +298,9 @@ func (s *Store) throttle(key string, p gcra.Params, quantity int64, res *funnel.
 	}
 	r, err := s.throttleLocked(sh, h, key, now, p, quantity)
 	for err == errNoRoom {
-		s.evictAnywhere(now, 1)
-		r, err = s.throttleLocked(sh, h, key, now, p, quantity)
+		if err = s.evictAnywhere(now, 1); err == nil {
+			r, err = s.throttleLocked(sh, h, key, now, p, quantity)
+		}
 	}
 	*res = r
 	return err
@@ -338,7 +342,7 @@ func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcr
 		if fs.expires > now {
 			return funnel.Result{}, errWrongType[fs.kind]
 		}
-		delete(sh.fam, key)
+		sh.deleteFam(key, fs)
 		sh.expired++
 		sh.release(1)
 	}
@@ -349,7 +353,7 @@ func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcr
 	if r.Allowed && newTAT > now {
 		if s.max > 0 {
 			held := [1]*shard{sh}
-			evict, ok := s.places(now, 1, held[:])
+			evict, ok := s.places(now, 1, held[:], 0)
 			if !ok {
 				return funnel.Result{}, errNoRoom
 			}
@@ -374,8 +378,10 @@ var errNoRoom = errors.New("memstore: no room in the shards held")
 // shards whose locks it can take without waiting. It reports false, holding
 // no place, when even that is not enough: the caller must then let its
 // locks go, call evictAnywhere and try again. An unbounded store always has
-// room. The caller holds the locks of held and n <= max.
-func (s *Store) places(now int64, n int64, held []*shard) (evict int64, ok bool) {
+// room. The caller holds the locks of held and n <= max. Only keys that
+// eviction may drop are counted on (see evict), less pins: the states of
+// held that the call makes concurrency limits.
+func (s *Store) places(now int64, n int64, held []*shard, pins int64) (evict int64, ok bool) {
 	if s.max == 0 || n == 0 {
 		return 0, true
 	}
@@ -383,9 +389,9 @@ func (s *Store) places(now int64, n int64, held []*shard) (evict int64, ok bool)
 	if have == n {
 		return 0, true
 	}
-	var inHeld int64
+	inHeld := -pins
 	for _, sh := range held {
-		inHeld += int64(sh.held())
+		inHeld += int64(sh.evictable())
 	}
 	if n-have <= inHeld {
 		return n - have, true
@@ -450,7 +456,11 @@ func (s *Store) evictOthers(now int64, held []*shard, n int64) int64 {
 			continue
 		}
 		for freed < n && sh.held() > 0 {
-			freed += sh.evict(now)
+			f := sh.evict(now)
+			if f == 0 {
+				break
+			}
+			freed += f
 		}
 		sh.mu.Unlock()
 	}
@@ -460,26 +470,46 @@ func (s *Store) evictOthers(now int64, held []*shard, n int64) int64 {
 // evictAnywhere makes room for n new keys, one shard at a time, while the
 // store has fewer than n free places. The caller holds no lock. The places
 // it frees are given back: the caller takes them, or another caller does,
-// when it tries again.
-func (s *Store) evictAnywhere(now int64, n int64) {
+// when it tries again. It returns ErrFull when the keys that it could not
+// evict (concurrency limits that hold leases) leave no room for n keys.
+func (s *Store) evictAnywhere(now int64, n int64) error {
 	if testHookEvictAnywhere != nil {
 		testHookEvictAnywhere()
 	}
 	start := int(cheaprand())
+	var kept int64
 	for i := range s.shards {
 		if s.max-s.keys.Load() >= n {
-			return
+			return nil
 		}
 		sh := &s.shards[(start+i)&(len(s.shards)-1)]
 		sh.mu.Lock()
 		for sh.held() > 0 && s.max-s.keys.Load() < n {
-			s.release(sh.evict(now))
+			f := sh.evict(now)
+			if f == 0 {
+				break
+			}
+			s.release(f)
 		}
+		kept += int64(sh.held())
 		sh.mu.Unlock()
+	}
+	if s.max-s.keys.Load() >= n {
+		return nil
+	}
+	if kept+n > s.max {
+		return ErrFull
 	}
 	// Every place is taken by a call about to add its key: let it.
 	runtime.Gosched()
+	return nil
 }
+
+// ErrFull is the error of a decision that would add a key to a store that
+// holds MaxKeys keys and may evict none of them: each is a concurrency
+// limit that holds leases, which eviction would free. It wraps
+// funnel.ErrUnavailable: the store cannot decide, and changed nothing.
+var ErrFull = fmt.Errorf("memstore: %w: the store holds MaxKeys keys, each a concurrency limit holding leases (never evicted); a new key is refused", funnel.ErrUnavailable)
 
 // testHookEvictAnywhere, when set by a test, is called when a call has let
 // its locks go to make room elsewhere.
@@ -534,27 +564,43 @@ func (sh *shard) remove(s *slot, tat int64) (int64, bool) {
 	return tat, true
 }
 
-// evict frees at least one place in sh, unless it holds no key, and
-// returns how many it freed: the places of the keys dropped, which pass to
-// the caller. The caller holds the lock.
+// evict frees at least one place in sh, unless it holds no key it may
+// evict, and returns how many it freed: the places of the keys dropped,
+// which pass to the caller. The caller holds the lock.
+//
+// A concurrency limit that holds leases is never evicted: forgetting it
+// would free its leases, and admit more at once than the limit. A shard
+// that holds only those frees nothing.
 func (sh *shard) evict(now int64) int64 {
 	for sh.held() > 0 {
-		// makeRoom frees nothing only when each key of its sample whose
-		// state was empty was charged meanwhile; those are candidates now.
-		if n := sh.makeRoom(now); n > 0 {
+		// makeRoom frees nothing when each key of its sample whose state
+		// was empty was charged meanwhile (those are candidates now), or
+		// when its sample holds only concurrency limits with leases: then
+		// it looks at every key.
+		if n := sh.makeRoom(now, evictionSample); n > 0 {
 			return int64(n)
+		}
+		if n := sh.makeRoom(now, math.MaxInt); n > 0 {
+			return int64(n)
+		}
+		if sh.live == 0 && len(sh.fam) == sh.conc {
+			return 0
 		}
 	}
 	return 0
 }
 
+// evictable returns how many keys of sh eviction may drop at least: all but
+// the concurrency limits. The caller holds the lock.
+func (sh *shard) evictable() int { return sh.live + len(sh.fam) - sh.conc }
+
 // makeRoom drops the keys of a sample whose state is empty at now, or else
 // the sampled key whose state empties first (a TAT nearest to now: the
-// least harmful to forget), and returns how many keys it dropped. The
-// sample takes evictionSample keys of the table and as many of the family
-// states. The caller holds the lock, and gets the places of the keys
-// dropped.
-func (sh *shard) makeRoom(now int64) int {
+// least harmful to forget), but never a concurrency limit that holds
+// leases, and returns how many keys it dropped. The sample takes sample
+// keys of the table and as many of the family states. The caller holds the
+// lock, and gets the places of the keys dropped.
+func (sh *shard) makeRoom(now int64, sample int) int {
 	t := sh.table.Load()
 	start := uint64(cheaprand()) & t.mask
 	var victim *slot
@@ -562,7 +608,7 @@ func (sh *shard) makeRoom(now int64) int {
 	var min int64
 	found, dropped := false, 0
 	seen := 0
-	for i, n := start, 0; n <= int(t.mask) && seen < evictionSample; i, n = (i+1)&t.mask, n+1 {
+	for i, n := start, 0; n <= int(t.mask) && seen < sample; i, n = (i+1)&t.mask, n+1 {
 		s := &t.slots[i]
 		e := s.e.Load()
 		if e == nil {
@@ -582,15 +628,15 @@ func (sh *shard) makeRoom(now int64) int {
 	// Map iteration starts at a random place: the first states are a sample.
 	seen = 0
 	for k, fs := range sh.fam {
-		if seen == evictionSample {
+		if seen == sample {
 			break
 		}
 		seen++
 		if fs.expires <= now {
-			delete(sh.fam, k)
+			sh.deleteFam(k, fs)
 			sh.expired++
 			dropped++
-		} else if !found || fs.expires < min {
+		} else if fs.kind != kindConc && (!found || fs.expires < min) {
 			victim, famVictim, min, found = nil, k, fs.expires, true
 		}
 	}
@@ -602,7 +648,7 @@ func (sh *shard) makeRoom(now int64) int {
 		// bound on keys is firm.
 		sh.remove(victim, dead)
 	default:
-		delete(sh.fam, famVictim)
+		sh.deleteFam(famVictim, sh.fam[famVictim])
 	}
 	sh.evicted++
 	return 1
@@ -678,7 +724,7 @@ func (s *Store) Reset(_ context.Context, key string) (bool, error) {
 		return tat > now, nil
 	}
 	if fs := sh.fam[key]; fs != nil {
-		delete(sh.fam, key)
+		sh.deleteFam(key, fs)
 		sh.release(1)
 		return fs.expires > now, nil
 	}
@@ -724,7 +770,7 @@ func (sh *shard) sweep(now int64) int {
 	}
 	for k, fs := range sh.fam {
 		if fs.expires <= now {
-			delete(sh.fam, k)
+			sh.deleteFam(k, fs)
 			n++
 		}
 	}
@@ -775,6 +821,19 @@ type Stats struct {
 	// Bytes estimates the memory held by the keys: their tables, entries
 	// and family states.
 	Bytes int64
+}
+
+// Evictions returns the number of keys evicted to respect MaxKeys while
+// still limited (Stats.Evicted), at the cost of one lock per shard.
+func (s *Store) Evictions() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.evicted
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Stats returns the store's counters.

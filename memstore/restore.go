@@ -405,8 +405,8 @@ func (s *Store) restore(key string, kind uint8, t int64, fs *fstate) int {
 	if sl := sh.table.Load().findSlot(h, key); sl != nil {
 		sh.remove(sl, dead)
 		had = true
-	} else if sh.fam[key] != nil {
-		delete(sh.fam, key)
+	} else if old := sh.fam[key]; old != nil {
+		sh.deleteFam(key, old)
 		had = true
 	}
 	if had {
@@ -434,7 +434,7 @@ func (s *Store) clear() {
 		sh.release(sh.held())
 		sh.table.Store(newTable(minSlots))
 		sh.live, sh.tombs = 0, 0
-		sh.fam, sh.famPeak = nil, 0
+		sh.fam, sh.famPeak, sh.conc = nil, 0, 0
 		sh.bans, sh.banPeak = nil, 0
 		sh.mu.Unlock()
 	}

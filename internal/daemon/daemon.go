@@ -93,6 +93,10 @@ func (d *Daemon) openStore() error {
 	switch {
 	case d.cfg.Store == "memory":
 		s := memstore.New(memstore.Options{MaxKeys: d.cfg.MaxKeys})
+		if err := d.metrics.Evictions(s.Evictions); err != nil {
+			s.Close()
+			return err
+		}
 		if d.cfg.Snapshot != "" {
 			if err := d.openSnapshots(s); err != nil {
 				s.Close()

@@ -306,7 +306,8 @@ func TestDaemonHTTP(t *testing.T) {
 	code, body := get("/metrics")
 	if code != 200 || !strings.Contains(body, `funnel_decisions_total{outcome="refused",rule="http"} 1`) ||
 		!strings.Contains(body, `funnel_connected_clients{protocol="resp"} 1`) ||
-		!strings.Contains(body, `funnel_resp_decisions_total{outcome="allowed"} 1`) {
+		!strings.Contains(body, `funnel_resp_decisions_total{outcome="allowed"} 1`) ||
+		!strings.Contains(body, "funnel_store_evicted_keys_total 0") {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
 	if err := stop(); err != nil {

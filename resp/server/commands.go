@@ -949,6 +949,19 @@ func cmdConfig(c *conn, args [][]byte) {
 // keyCounter is what a store may offer for INFO's keyspace section.
 type keyCounter interface{ Len() int }
 
+// evictionCounter is a store that evicts keys to stay within a bound
+// (memstore.Store): INFO shows its count as evicted_keys.
+type evictionCounter interface{ Evictions() uint64 }
+
+// evictions returns the keys store evicted, or 0 for a store that does not
+// evict.
+func evictions(store any) uint64 {
+	if ec, ok := store.(evictionCounter); ok {
+		return ec.Evictions()
+	}
+	return 0
+}
+
 func cmdInfo(c *conn, args [][]byte) {
 	want := map[string]bool{}
 	for _, a := range args[1:] {
@@ -1000,6 +1013,7 @@ func cmdInfo(c *conn, args [][]byte) {
 		"rejected_connections:"+strconv.FormatInt(st.Rejected, 10),
 		"throttle_allowed:"+strconv.FormatInt(st.Allowed+c.batch.allowed, 10),
 		"throttle_limited:"+strconv.FormatInt(st.Limited+c.batch.limited, 10),
+		"evicted_keys:"+strconv.FormatUint(evictions(s.store), 10),
 	)
 	var keyspace []string
 	if kc, ok := s.store.(keyCounter); ok {
