@@ -163,6 +163,27 @@ func TestJSONStoreFailures(t *testing.T) {
 	}
 }
 
+// A fail-open answer over /json says that it is one: the header
+// Funnel-Fallback and "fallback": true in the dynamic metadata.
+func TestJSONFallback(t *testing.T) {
+	store := &fakeStore{do: func(ops []funnel.Op, res []funnel.Result) error {
+		for i := range ops {
+			res[i] = funnel.Result{Fallback: true, Allowed: true}
+		}
+		return nil
+	}}
+	e := start(t, store, loadRules(t, "../rules/testdata/envoy"), rls.Options{})
+	resp, err := http.Post(httpEnv(t, e)+"/json", "application/json", strings.NewReader(`{"domain":"mongo_cps","descriptors":[{"entries":[{"key":"database","value":"users"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get(rls.FallbackHeader) != "open" || !decode(t, string(b)).GetDynamicMetadata().GetFields()["fallback"].GetBoolValue() {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, b)
+	}
+}
+
 func TestHealthcheck(t *testing.T) {
 	e := extEnv(t, rls.Options{})
 	url := httpEnv(t, e) + "/healthcheck"

@@ -270,7 +270,7 @@ func cmdThrottle(c *conn, args [][]byte) {
 			// The refusal of FailClosedRefuse: nothing remaining (Reply
 			// would derive remaining from a reset after of 0), retry in 1 s.
 			c.wr.WriteArray(5)
-			for _, v := range [5]int64{1, p.Limit, 0, cell.Seconds(res.RetryAfter), 0} {
+			for _, v := range [5]int64{1, p.Limit, 0, cell.Seconds(res.RetryAfter), fallbackReset} {
 				c.wr.WriteInt(v)
 			}
 			return
@@ -281,6 +281,9 @@ func cmdThrottle(c *conn, args [][]byte) {
 		c.batch.limited++
 	}
 	reply := cell.Reply(p, res)
+	if res.Fallback {
+		reply[4] = fallbackReset // fail-open: allowed, the whole limit remaining
+	}
 	c.wr.WriteArray(5)
 	for _, v := range reply {
 		c.wr.WriteInt(v)
