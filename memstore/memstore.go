@@ -57,14 +57,14 @@
 // in the same directory, fsync it, rename it over the old snapshot and
 // fsync the directory (funnel serve does).
 //
-// The format, version 1. Integers in the header and the block frames are
+// The format, version 2. Integers in the header and the block frames are
 // big-endian; the fields of records are varints (encoding/binary's Uvarint
 // for counts and lengths, Varint for signed numbers). A snapshot is a
 // header, blocks, and nothing after the block that holds the end record.
 //
 //	header (32 bytes)
 //	  0  magic "FUNLSNAP"
-//	  8  uint16 format version (1)
+//	  8  uint16 format version (2; version 1 is the same without clock records)
 //	 10  uint16 flags (0)
 //	 12  int64  wall-clock time of the write, ns since the Unix epoch
 //	 20  uint64 keys held when the write began (a hint: the end record counts)
@@ -86,6 +86,8 @@
 //	kind 4 sliding log             instant: state empty; n; n times, each from the one before (the first from the write's ms)
 //	kind 5 concurrency             instant: state empty; n; n leases: id (length, bytes), expiry (from the write's ms)
 //	kind 6 ban                     instant: the ban's end
+//	kind 7 clock                   boot id (length, bytes); time since the boot, ns (uvarint): the
+//	                               first record, when the writer knew its boot (see Options.Boot)
 //	kind 0 end                     number of key records; number of ban records
 //
 // Instants are nanoseconds after the store's time at the write, so a
@@ -143,12 +145,32 @@ type Options struct {
 	// funnel, the TAT nearest to now: the least harmful to forget) is
 	// evicted.
 	MaxKeys int
+	// Boot returns the identity of the machine's current boot and the time
+	// since it began, on a clock that wall-clock steps do not move: a
+	// snapshot records them, so that a restore on the same boot knows how
+	// much time passed since the write whatever the wall clock did (see
+	// ReadSnapshot). Nil means Linux's boot id and CLOCK_BOOTTIME (none
+	// elsewhere); with Now set, nil means none. ok is false when there is
+	// no such evidence.
+	Boot func() (id string, sinceBoot time.Duration, ok bool)
+	// RestoreMaxElapsed bounds the time that ReadSnapshot counts as passed
+	// since a snapshot was written when it cannot prove it (another boot, a
+	// snapshot without the evidence, or none available): the wall clock
+	// may have been stepped forward, which would refill every key and end
+	// bans and leases early. Zero means DefaultRestoreMaxElapsed; a
+	// negative value, no bound.
+	RestoreMaxElapsed time.Duration
 	// SweepInterval is how often a background goroutine drops keys whose
 	// state has been empty for at least one interval (for a funnel, whose
 	// TAT passed that long ago), and bans that have ended. Zero means one second; a negative value disables the sweep
 	// (keys are then dropped only by Sweep, Reset or eviction).
 	SweepInterval time.Duration
 }
+
+// DefaultRestoreMaxElapsed is the default of Options.RestoreMaxElapsed: a
+// restart on another machine, or after a reboot, counts at most this much
+// time as passed since the snapshot.
+const DefaultRestoreMaxElapsed = 10 * time.Minute
 
 // evictionSample is how many keys a full shard looks at to choose a victim.
 const evictionSample = 8
@@ -172,6 +194,11 @@ type Store struct {
 	// never exceeds max: a place is taken by compare-and-swap, or passed on
 	// from a key evicted for it.
 	keys atomic.Int64
+
+	// Read by snapshots only: Options.Boot, and Options.RestoreMaxElapsed
+	// (<= 0: no bound).
+	boot       func() (string, time.Duration, bool)
+	restoreMax time.Duration
 }
 
 type shard struct {
@@ -219,6 +246,13 @@ func New(opts Options) *Store {
 		done:   make(chan struct{}),
 	}
 	s.base = s.start.UnixNano()
+	s.boot, s.restoreMax = opts.Boot, opts.RestoreMaxElapsed
+	if s.boot == nil && s.now == nil {
+		s.boot = systemBoot
+	}
+	if s.restoreMax == 0 {
+		s.restoreMax = DefaultRestoreMaxElapsed
+	}
 	if opts.MaxKeys > 0 {
 		s.max = int64(opts.MaxKeys)
 	}

@@ -72,10 +72,21 @@ func (s *Store) measureClock(ctx context.Context) error {
 			best, offset = rtt, v[0]*1e6+v[1]-after.UnixMicro()
 		}
 	}
+	if s.clock.measured.Load() != 0 {
+		if step := time.Duration(offset-s.clock.offset.Load()) * time.Microsecond; step > clockStepWarn || step < -clockStepWarn {
+			// Decisions age every state by a forward step (see the
+			// README's Clocks); say so, once per step.
+			s.log.Warn("redisstore: Redis's clock moved against this host's since the last measure (one of them was stepped)", "step", step)
+		}
+	}
 	s.clock.offset.Store(offset)
 	s.clock.measured.Store(time.Now().UnixNano())
 	return nil
 }
+
+// clockStepWarn is the least move of Redis's clock against this host's,
+// between two measures, that is logged.
+const clockStepWarn = time.Second
 
 // remeasureClock measures the clock's offset again in the background,
 // unless a measure is under way or one failed less than clockRetry ago.

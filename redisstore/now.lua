@@ -10,8 +10,9 @@
 local tv = ARGV[ti]
 if tv == '' or tv == '-' then
   local t = redis.call('TIME')
-  nh, nl = t[1] + 0, t[2] * 1000
-  if tv == '-' and nh * 1000000 + t[2] > ARGV[ti + 1] + 0 then
+  local us = t[2] + 0
+  nh, nl = t[1] + 0, us * 1000
+  if tv == '-' and nh * 1000000 + us > ARGV[ti + 1] + 0 then
     return redis.error_reply('DEADLINE funnel: the script started after its deadline; nothing was changed')
   end
 else
