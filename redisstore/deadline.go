@@ -44,6 +44,11 @@ type redisClock struct {
 	measured  atomic.Int64 // this host's time (Unix ns) of the last measure; 0: none
 	tried     atomic.Int64 // this host's time (Unix ns) of the last attempt
 	measuring atomic.Bool
+	// skewed is this host's time (Unix ns) until which calls go without a
+	// deadline: a call was refused for its deadline before it could have
+	// been late, so some Redis's clock is ahead of the offset measured
+	// (such as another node of a cluster).
+	skewed atomic.Int64
 }
 
 // errLate is the error of a script call that Redis started after its
@@ -110,6 +115,9 @@ func (s *Store) stampDeadline(sc *script, args []string, deadline time.Time) {
 	if sc.ti < 0 || s.now != nil || args[sc.ti] != "" {
 		return
 	}
+	if time.Now().UnixNano() < s.clock.skewed.Load() {
+		return
+	}
 	m := s.clock.measured.Load()
 	if m == 0 || time.Now().UnixNano()-m > int64(clockEvery) {
 		s.remeasureClock()
@@ -129,6 +137,13 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 	}
 	v, err := s.runner.eval(ctx, sc, keys, args)
 	if errors.Is(err, errLate) {
+		if dl, _ := ctx.Deadline(); time.Now().Before(dl.Add(-s.timeout / 4)) {
+			// Refused before its deadline here: not late, but a Redis
+			// whose clock is ahead of the offset measured. Calls go
+			// without deadlines for a while rather than fail.
+			s.clock.skewed.Store(time.Now().Add(clockEvery).UnixNano())
+			s.log.Warn("redisstore: a Redis clock is ahead of the offset measured (a cluster's nodes apart?): decisions carry no deadline for a while", "for", clockEvery)
+		}
 		s.remeasureClock()
 	}
 	return v, err

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -73,5 +74,35 @@ func TestDeadlineInRedisClock(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "Redis's clock moved against this host's") {
 		t.Fatalf("no warning of the step: %q", logs.String())
+	}
+}
+
+// lateRunner answers every call as a script refused for its deadline.
+type lateRunner struct{ clockRunner }
+
+func (r *lateRunner) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	if sc == timeScript {
+		return r.clockRunner.eval(ctx, sc, keys, args)
+	}
+	r.args <- append([]string(nil), args...)
+	return nil, errLate
+}
+
+// A call refused for its deadline before it could have been late (a Redis
+// whose clock is ahead of the offset measured) turns deadlines off for a
+// while, rather than have every decision fail.
+func TestDeadlineSkew(t *testing.T) {
+	r := &lateRunner{clockRunner{args: make(chan []string, 1)}}
+	s := newStore(r, Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err := s.measureClock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"-", ""} {
+		if _, err := s.evalTimed(context.Background(), gcraLua, []string{"k"}, []string{"t", "", "", "0"}); !errors.Is(err, errLate) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if args := <-r.args; args[1] != want {
+			t.Fatalf("call %d: args %q, want %q at 1", i, args, want)
+		}
 	}
 }
