@@ -91,7 +91,8 @@ func (g goRedisRunner) eval(ctx context.Context, sc *script, keys, args []string
 
 // scriptError maps the error replies that a script gives on purpose:
 // WRONGTYPE (wrapping ErrWrongType), a call that started after its deadline
-// (errLate), and the family script's clock check (errClock). Others are the client's errors, as they are.
+// (errLate), and the family script's clock check (errClock). Others are the
+// client's errors, as they are.
 func scriptError(err error) error {
 	msg := err.Error()
 	switch {

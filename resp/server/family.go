@@ -30,7 +30,8 @@ import (
 // As in CL.THROTTLE, retry_after_ms is -1 when the request was allowed and
 // when no wait would admit it (its quantity is above the limit); the other
 // durations are rounded up to whole milliseconds, so that waiting that long
-// is always enough.
+// is always enough. reset_after_ms is -1 only in the reply to a fallback
+// (the store could not decide: see fallbackReset).
 
 // famLimit is the limit an argument list describes, with its quantity.
 type famLimit struct {
