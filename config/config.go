@@ -46,6 +46,12 @@ type Config struct {
 	// moving it aside to FILE.corrupt-<time>; by default the daemon does
 	// not start.
 	SnapshotIgnoreCorrupt bool `yaml:"snapshot_ignore_corrupt"`
+	// SnapshotMaxElapsed bounds the time a restore counts as passed since
+	// the snapshot was written when it cannot prove it on the monotonic
+	// clock of the boot that wrote it (after a reboot, on another
+	// machine): a wall clock stepped forward would otherwise refill every
+	// key. 0 means no bound.
+	SnapshotMaxElapsed time.Duration `yaml:"snapshot_max_elapsed"`
 	// StoreTimeout bounds each operation of the Redis store; 0 means 100 ms.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// FailOpen makes the Redis store admit requests while Redis cannot be
@@ -236,14 +242,15 @@ type Config struct {
 // Default returns the configuration of a plain `funnel serve`.
 func Default() Config {
 	return Config{
-		RESP:             "127.0.0.1:6380",
-		HTTP:             "127.0.0.1:8080",
-		GRPC:             "127.0.0.1:8081",
-		Store:            "memory",
-		SnapshotInterval: 30 * time.Second,
-		RESPFailClosed:   "error",
-		ShutdownTimeout:  10 * time.Second,
-		LogLevel:         "info",
+		RESP:               "127.0.0.1:6380",
+		HTTP:               "127.0.0.1:8080",
+		GRPC:               "127.0.0.1:8081",
+		Store:              "memory",
+		SnapshotInterval:   30 * time.Second,
+		SnapshotMaxElapsed: 10 * time.Minute,
+		RESPFailClosed:     "error",
+		ShutdownTimeout:    10 * time.Second,
+		LogLevel:           "info",
 
 		RLSHeaderLimit:     "RateLimit-Limit",
 		RLSHeaderRemaining: "RateLimit-Remaining",

@@ -25,6 +25,7 @@ func FuzzBodies(f *testing.F) {
 		`{"key":"k","limit":{"count":1,"period":"1s","ban":"1h"},"quantity":-3}`,
 		`{"key":"k","limit":{"algorithm":"concurrency","count":2,"period":"30s","burst":3,"unit_delay":"100ms"},"lease":"x","latency":"250ms"}`,
 		`{"key":"k","lease":"x","latency":"-9223372036854775807ns"}`,
+		`{"key":"k","Key":"j","limit":{"count":1,"period":"1s","COUNT":9}}`, "{\"key\":\"u\xff\",\"limit\":{\"count\":1,\"period\":\"1s\"}}",
 	} {
 		f.Add("/v1/throttle", seed)
 		f.Add("/v1/acquire", seed)

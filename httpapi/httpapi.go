@@ -50,6 +50,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -308,21 +309,6 @@ var (
 	errBodyRead    = errors.New("httpapi: the body could not be read")
 )
 
-// bodyReader keeps the first error of reading a body other than io.EOF, so
-// that decode tells a body it could not read from a body that is not JSON.
-type bodyReader struct {
-	r   io.Reader
-	err error
-}
-
-func (b *bodyReader) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF && b.err == nil {
-		b.err = err
-	}
-	return n, err
-}
-
 // readError classifies an error of reading a body: too large (413), not
 // received within the read deadline (408), or another failure (400).
 func readError(err error) error {
@@ -337,7 +323,9 @@ func readError(err error) error {
 }
 
 // decode reads r's JSON body into v: bounded, strict (no unknown fields,
-// nothing after the value).
+// nothing after the value), and with one meaning only (checkOneMeaning: no
+// field twice, even up to case, no string that is not UTF-8). It is the
+// only place where the server decodes JSON.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -345,25 +333,22 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return errMediaType
 		}
 	}
-	body := &bodyReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBody)}
-	dec := json.NewDecoder(body)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if err != nil {
+		return readError(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if body.err != nil {
-			return readError(body.err)
-		}
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("%w: the body is empty", errBadJSON)
 		}
 		return fmt.Errorf("%w: %w", errBadJSON, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if body.err != nil {
-			return readError(body.err)
-		}
 		return fmt.Errorf("%w: more than one JSON value in the body", errBadJSON)
 	}
-	return nil
+	return checkOneMeaning(data)
 }
 
 // writeJSON answers v with status.

@@ -215,6 +215,17 @@ func TestBadInput(t *testing.T) {
 		{"huge quantity", `{"key":"k",` + lim + `,"quantity":9000000000000000000}`, 422, "overflows"},
 		{"huge quantities", `{"limits":[{"key":"a",` + lim + `,"quantity":9000000000000000000},{"key":"b",` + lim + `}]}`, 422, "overflows"},
 		{"too large", `{"key":"` + strings.Repeat("k", 600) + `",` + lim + `}`, 413, "larger than 512 bytes"},
+		// A body that means two things is refused: encoding/json alone
+		// would keep the last of two names equal up to case, and merge
+		// strings that are not UTF-8 into U+FFFD.
+		{"duplicate field", `{"key":"a",` + lim + `,"key":"b"}`, 400, `the field "key" comes twice`},
+		{"case variant", `{"key":"a",` + lim + `,"Key":"b"}`, 400, `the fields "key" and "Key" differ only in case`},
+		{"escaped variant", `{"key":"a",` + lim + `,"k\u0065y":"b"}`, 400, `the field "key" comes twice`},
+		{"nested case variant", `{"key":"a","limit":{"count":1,"period":"1s","COUNT":1000000}}`, 400, `"count" and "COUNT"`},
+		{"case variant in limits", `{"limits":[{"key":"a",` + lim + `,"KEY":"b"}]}`, 400, `"key" and "KEY"`},
+		{"not UTF-8", "{\"key\":\"u\xff\"," + lim + "}", 400, "not valid UTF-8"},
+		{"lone surrogate", `{"key":"u\udcff",` + lim + `}`, 400, "surrogate pair alone"},
+		{"first half alone", `{"key":"u\ud800x",` + lim + `}`, 400, "surrogate pair alone"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -599,5 +610,22 @@ func TestClientGoneIsNotAFallback(t *testing.T) {
 	// The decisions of throttle (one and several) and acquire, twice each.
 	if want := "[false/false/true false/false/true false/false/true false/false/true false/false/true false/false/true]"; fmt.Sprint(seen) != want {
 		t.Errorf("observed %v, want %s", seen, want)
+	}
+}
+
+// TestOneMeaningAccepted: what the strict decoding refuses is only what
+// means two things; distinct keys that are valid UTF-8, written raw or
+// escaped, stay distinct keys.
+func TestOneMeaningAccepted(t *testing.T) {
+	a := newAPI(t, httpapi.Options{})
+	lim := `"limit":{"count":1,"period":"1m","burst":0}`
+	for _, key := range []string{`u\ufffd`, "u\u00e9", `u\ud83d\ude00`, `u\\\"\/`} {
+		if r := a.post(t, "/v1/throttle", `{"key":"`+key+`",`+lim+`}`); r.status != 200 {
+			t.Fatalf("%s: %d %s", key, r.status, r.body)
+		}
+	}
+	// "u\ufffd" was charged above: written raw, it is the same key.
+	if r := a.post(t, "/v1/throttle", "{\"key\":\"u\ufffd\","+lim+"}"); r.status != 429 {
+		t.Fatalf("U+FFFD written raw: %d %s", r.status, r.body)
 	}
 }

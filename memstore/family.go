@@ -137,7 +137,9 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		if err != errNoRoom {
 			return err
 		}
-		s.evictAnywhere(now, 1)
+		if err := s.evictAnywhere(now, 1); err != nil {
+			return err
+		}
 	}
 }
 
@@ -187,7 +189,9 @@ func (s *Store) doMany(ops []funnel.Op, res []funnel.Result) error {
 			}
 			*p = pending{op: p.op, sh: p.sh, h: p.h, kind: p.kind}
 		}
-		s.evictAnywhere(now, adds)
+		if err := s.evictAnywhere(now, adds); err != nil {
+			return err
+		}
 	}
 }
 
@@ -257,10 +261,10 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 	// that cannot have them can still let its locks go and try again.
 	var evict int64
 	if s.max > 0 {
-		var ok bool
-		if evict, ok = s.reserve(now, ps, held); !ok {
+		var err error
+		if evict, err = s.reserve(now, ps, held); err != nil {
 			unlockTATs(ps)
-			return errNoRoom
+			return err
 		}
 	}
 	for i := range ps {
@@ -279,20 +283,31 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 }
 
 // reserve marks the ops of ps that add their key and takes their places
-// under the bound (see places), which it returns false when it cannot. A
+// under the bound (see places); it returns errNoRoom when it cannot. A
 // call that adds more keys than the bound adds only the keys whose states
-// empty last (see cut). The store is bounded.
-func (s *Store) reserve(now int64, ps []pending, held []*shard) (evict int64, ok bool) {
-	var n int64
+// empty last (see cut), and fails with ErrFull if it would have to cut a
+// concurrency limit. The store is bounded.
+func (s *Store) reserve(now int64, ps []pending, held []*shard) (evict int64, err error) {
+	var n, pins int64
 	for i := range ps {
-		if ps[i].add = ps[i].adds(now); ps[i].add {
+		p := &ps[i]
+		if p.add = p.adds(now); p.add {
 			n++
+		}
+		if p.kind == kindConc && p.fs != nil && p.fs.kind != kindConc {
+			pins++ // an empty state of another kind, about to hold leases
 		}
 	}
 	if n > s.max {
-		n = s.cut(ps, n)
+		if n = s.cut(ps, n); n > s.max {
+			return 0, ErrFull
+		}
 	}
-	return s.places(now, n, held)
+	evict, ok := s.places(now, n, held, pins)
+	if !ok {
+		return 0, errNoRoom
+	}
+	return evict, nil
 }
 
 // adds reports whether p's op adds its key: a take of units on a key the
@@ -309,14 +324,18 @@ func (p *pending) adds(now int64) bool {
 
 // cut unmarks the n-max ops of ps that would add the keys whose states
 // empty first, when a call adds more keys than the bound: those keys count
-// as evicted at once. It returns max.
+// as evicted at once. Concurrency limits are never cut (their leases would
+// be lost): it returns max, or more when it would have to cut one.
 func (s *Store) cut(ps []pending, n int64) int64 {
 	for ; n > s.max; n-- {
 		var first *pending
 		for i := range ps {
-			if p := &ps[i]; p.add && (first == nil || p.end() < first.end()) {
+			if p := &ps[i]; p.add && p.kind != kindConc && (first == nil || p.end() < first.end()) {
 				first = p
 			}
+		}
+		if first == nil {
+			return n
 		}
 		first.add, first.cut = false, true
 	}
@@ -344,7 +363,11 @@ func (s *Store) evictHeld(now int64, ps []pending, held []*shard, n int64) {
 	}
 	for _, sh := range held {
 		for n > 0 && sh.held() > 0 {
-			n -= sh.evict(now)
+			f := sh.evict(now)
+			if f == 0 {
+				break // places counted only keys it may evict: not reached
+			}
+			n -= f
 		}
 	}
 	s.release(-n)
@@ -369,7 +392,7 @@ func (p *pending) resolve(now int64) error {
 			if fs.expires > now {
 				return errWrongType[fs.kind]
 			}
-			delete(sh.fam, key)
+			sh.deleteFam(key, fs)
 			sh.expired++
 			sh.release(1)
 		}
@@ -598,7 +621,7 @@ func (p *pending) commit(now int64) {
 		}
 	default:
 		p.st.ids = p.fs.ids // the arena of the ids held, and to come
-		*p.fs = p.st
+		p.sh.setFam(p.fs, p.st)
 		if p.kind == kindConc {
 			p.fs.keepID(p.op.Lease)
 		}
@@ -741,6 +764,31 @@ func (sh *shard) insertFam(key string, fs *fstate) {
 	}
 	sh.fam[strings.Clone(key)] = fs
 	sh.famPeak = max(sh.famPeak, len(sh.fam))
+	if fs.kind == kindConc {
+		sh.conc++
+	}
+}
+
+// deleteFam drops the family state fs of key. The caller holds the lock.
+func (sh *shard) deleteFam(key string, fs *fstate) {
+	delete(sh.fam, key)
+	if fs.kind == kindConc {
+		sh.conc--
+	}
+}
+
+// setFam replaces the family state fs by st, which may be of another kind
+// (fs was then empty). The caller holds the lock.
+func (sh *shard) setFam(fs *fstate, st fstate) {
+	if fs.kind != st.kind {
+		if fs.kind == kindConc {
+			sh.conc--
+		}
+		if st.kind == kindConc {
+			sh.conc++
+		}
+	}
+	*fs = st
 }
 
 // Bans lists the keys banned now, sorted by key. It never fails.

@@ -47,7 +47,9 @@ func (s *Store) GCRA(_ context.Context, key string, p gcra.CommandParams) (funne
 		if err != errNoRoom {
 			return funnel.GCRAResult{Reply: r}, err
 		}
-		s.evictAnywhere(now, 1)
+		if err := s.evictAnywhere(now, 1); err != nil {
+			return funnel.GCRAResult{}, err
+		}
 	}
 }
 
@@ -79,9 +81,9 @@ func (s *Store) applyCmd(now int64, ps []pending, p gcra.CommandParams, held []*
 	pd.st = fstate{kind: kindCmd, a: newTAT, expires: cmdExpires(newTAT)}
 	var evict int64
 	if s.max > 0 {
-		var ok bool
-		if evict, ok = s.reserve(now, ps, held); !ok {
-			return gcra.CommandReply{}, errNoRoom
+		var err error
+		if evict, err = s.reserve(now, ps, held); err != nil {
+			return gcra.CommandReply{}, err
 		}
 	}
 	pd.commit(now)

@@ -57,14 +57,14 @@
 // in the same directory, fsync it, rename it over the old snapshot and
 // fsync the directory (funnel serve does).
 //
-// The format, version 1. Integers in the header and the block frames are
+// The format, version 2. Integers in the header and the block frames are
 // big-endian; the fields of records are varints (encoding/binary's Uvarint
 // for counts and lengths, Varint for signed numbers). A snapshot is a
 // header, blocks, and nothing after the block that holds the end record.
 //
 //	header (32 bytes)
 //	  0  magic "FUNLSNAP"
-//	  8  uint16 format version (1)
+//	  8  uint16 format version (2; version 1 is the same without clock records)
 //	 10  uint16 flags (0)
 //	 12  int64  wall-clock time of the write, ns since the Unix epoch
 //	 20  uint64 keys held when the write began (a hint: the end record counts)
@@ -87,6 +87,8 @@
 //	kind 5 concurrency             instant: state empty; n; n leases: id (length, bytes), expiry (from the write's ms)
 //	kind 6 ban                     instant: the ban's end
 //	kind 7 GCRA command            instant: state empty; the TAT in µs, after the write's time in µs
+//	kind 8 clock                   boot id (length, bytes); time since the boot, ns (uvarint): the
+//	                               first record, when the writer knew its boot (see Options.Boot)
 //	kind 0 end                     number of key records; number of ban records
 //
 // Instants are nanoseconds after the store's time at the write, so a
@@ -108,6 +110,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
@@ -142,12 +145,32 @@ type Options struct {
 	// funnel, the TAT nearest to now: the least harmful to forget) is
 	// evicted.
 	MaxKeys int
+	// Boot returns the identity of the machine's current boot and the time
+	// since it began, on a clock that wall-clock steps do not move: a
+	// snapshot records them, so that a restore on the same boot knows how
+	// much time passed since the write whatever the wall clock did (see
+	// ReadSnapshot). Nil means Linux's boot id and CLOCK_BOOTTIME (none
+	// elsewhere); with Now set, nil means none. ok is false when there is
+	// no such evidence.
+	Boot func() (id string, sinceBoot time.Duration, ok bool)
+	// RestoreMaxElapsed bounds the time that ReadSnapshot counts as passed
+	// since a snapshot was written when it cannot prove it (another boot, a
+	// snapshot without the evidence, or none available): the wall clock
+	// may have been stepped forward, which would refill every key and end
+	// bans and leases early. Zero means DefaultRestoreMaxElapsed; a
+	// negative value, no bound.
+	RestoreMaxElapsed time.Duration
 	// SweepInterval is how often a background goroutine drops keys whose
 	// state has been empty for at least one interval (for a funnel, whose
 	// TAT passed that long ago), and bans that have ended. Zero means one second; a negative value disables the sweep
 	// (keys are then dropped only by Sweep, Reset or eviction).
 	SweepInterval time.Duration
 }
+
+// DefaultRestoreMaxElapsed is the default of Options.RestoreMaxElapsed: a
+// restart on another machine, or after a reboot, counts at most this much
+// time as passed since the snapshot.
+const DefaultRestoreMaxElapsed = 10 * time.Minute
 
 // evictionSample is how many keys a full shard looks at to choose a victim.
 const evictionSample = 8
@@ -171,6 +194,11 @@ type Store struct {
 	// never exceeds max: a place is taken by compare-and-swap, or passed on
 	// from a key evicted for it.
 	keys atomic.Int64
+
+	// Read by snapshots only: Options.Boot, and Options.RestoreMaxElapsed
+	// (<= 0: no bound).
+	boot       func() (string, time.Duration, bool)
+	restoreMax time.Duration
 }
 
 type shard struct {
@@ -181,13 +209,14 @@ type shard struct {
 	evicted uint64
 	expired uint64
 	fam     map[string]*fstate // keys of the other algorithms (family.go)
+	conc    int                // states of fam that are concurrency limits (never evicted while they hold leases)
 	famPeak int                // the most keys fam held since it was made
 	bans    map[string]int64   // banned keys: the instant each ban ends
 	banPeak int
 	keys    *atomic.Int64 // the store's count of keys when bounded, else nil
 	// Keep neighbouring shards' locks on separate cache lines (a shard is
 	// 144 bytes, its table and lock at the same offsets as before keys).
-	_ [56]byte
+	_ [48]byte
 }
 
 // New returns a Store configured by opts. Call Close when done with it.
@@ -217,6 +246,13 @@ func New(opts Options) *Store {
 		done:   make(chan struct{}),
 	}
 	s.base = s.start.UnixNano()
+	s.boot, s.restoreMax = opts.Boot, opts.RestoreMaxElapsed
+	if s.boot == nil && s.now == nil {
+		s.boot = systemBoot
+	}
+	if s.restoreMax == 0 {
+		s.restoreMax = DefaultRestoreMaxElapsed
+	}
 	if opts.MaxKeys > 0 {
 		s.max = int64(opts.MaxKeys)
 	}
@@ -307,8 +343,9 @@ func (s *Store) takeFunnelSlow(sh *shard, h uint64, key string, now int64, p gcr
 	}
 	r, err := s.throttleLocked(sh, h, key, now, p, quantity)
 	for err == errNoRoom {
-		s.evictAnywhere(now, 1)
-		r, err = s.throttleLocked(sh, h, key, now, p, quantity)
+		if err = s.evictAnywhere(now, 1); err == nil {
+			r, err = s.throttleLocked(sh, h, key, now, p, quantity)
+		}
 	}
 	if err != nil {
 		return funnel.Result{}, quantityErr(quantity, err)
@@ -361,7 +398,7 @@ func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcr
 		if fs.expires > now {
 			return funnel.Result{}, errWrongType[fs.kind]
 		}
-		delete(sh.fam, key)
+		sh.deleteFam(key, fs)
 		sh.expired++
 		sh.release(1)
 	}
@@ -372,7 +409,7 @@ func (s *Store) throttleLocked(sh *shard, h uint64, key string, now int64, p gcr
 	if r.Allowed && newTAT > now {
 		if s.max > 0 {
 			held := [1]*shard{sh}
-			evict, ok := s.places(now, 1, held[:])
+			evict, ok := s.places(now, 1, held[:], 0)
 			if !ok {
 				return funnel.Result{}, errNoRoom
 			}
@@ -397,8 +434,10 @@ var errNoRoom = errors.New("memstore: no room in the shards held")
 // shards whose locks it can take without waiting. It reports false, holding
 // no place, when even that is not enough: the caller must then let its
 // locks go, call evictAnywhere and try again. An unbounded store always has
-// room. The caller holds the locks of held and n <= max.
-func (s *Store) places(now int64, n int64, held []*shard) (evict int64, ok bool) {
+// room. The caller holds the locks of held and n <= max. Only keys that
+// eviction may drop are counted on (see evict), less pins: the states of
+// held that the call makes concurrency limits.
+func (s *Store) places(now int64, n int64, held []*shard, pins int64) (evict int64, ok bool) {
 	if s.max == 0 || n == 0 {
 		return 0, true
 	}
@@ -406,9 +445,9 @@ func (s *Store) places(now int64, n int64, held []*shard) (evict int64, ok bool)
 	if have == n {
 		return 0, true
 	}
-	var inHeld int64
+	inHeld := -pins
 	for _, sh := range held {
-		inHeld += int64(sh.held())
+		inHeld += int64(sh.evictable())
 	}
 	if n-have <= inHeld {
 		return n - have, true
@@ -473,7 +512,11 @@ func (s *Store) evictOthers(now int64, held []*shard, n int64) int64 {
 			continue
 		}
 		for freed < n && sh.held() > 0 {
-			freed += sh.evict(now)
+			f := sh.evict(now)
+			if f == 0 {
+				break
+			}
+			freed += f
 		}
 		sh.mu.Unlock()
 	}
@@ -483,26 +526,46 @@ func (s *Store) evictOthers(now int64, held []*shard, n int64) int64 {
 // evictAnywhere makes room for n new keys, one shard at a time, while the
 // store has fewer than n free places. The caller holds no lock. The places
 // it frees are given back: the caller takes them, or another caller does,
-// when it tries again.
-func (s *Store) evictAnywhere(now int64, n int64) {
+// when it tries again. It returns ErrFull when the keys that it could not
+// evict (concurrency limits that hold leases) leave no room for n keys.
+func (s *Store) evictAnywhere(now int64, n int64) error {
 	if testHookEvictAnywhere != nil {
 		testHookEvictAnywhere()
 	}
 	start := int(cheaprand())
+	var kept int64
 	for i := range s.shards {
 		if s.max-s.keys.Load() >= n {
-			return
+			return nil
 		}
 		sh := &s.shards[(start+i)&(len(s.shards)-1)]
 		sh.mu.Lock()
 		for sh.held() > 0 && s.max-s.keys.Load() < n {
-			s.release(sh.evict(now))
+			f := sh.evict(now)
+			if f == 0 {
+				break
+			}
+			s.release(f)
 		}
+		kept += int64(sh.held())
 		sh.mu.Unlock()
+	}
+	if s.max-s.keys.Load() >= n {
+		return nil
+	}
+	if kept+n > s.max {
+		return ErrFull
 	}
 	// Every place is taken by a call about to add its key: let it.
 	runtime.Gosched()
+	return nil
 }
+
+// ErrFull is the error of a decision that would add a key to a store that
+// holds MaxKeys keys and may evict none of them: each is a concurrency
+// limit that holds leases, which eviction would free. It wraps
+// funnel.ErrUnavailable: the store cannot decide, and changed nothing.
+var ErrFull = fmt.Errorf("memstore: %w: the store holds MaxKeys keys, each a concurrency limit holding leases (never evicted); a new key is refused", funnel.ErrUnavailable)
 
 // testHookEvictAnywhere, when set by a test, is called when a call has let
 // its locks go to make room elsewhere.
@@ -557,27 +620,43 @@ func (sh *shard) remove(s *slot, tat int64) (int64, bool) {
 	return tat, true
 }
 
-// evict frees at least one place in sh, unless it holds no key, and
-// returns how many it freed: the places of the keys dropped, which pass to
-// the caller. The caller holds the lock.
+// evict frees at least one place in sh, unless it holds no key it may
+// evict, and returns how many it freed: the places of the keys dropped,
+// which pass to the caller. The caller holds the lock.
+//
+// A concurrency limit that holds leases is never evicted: forgetting it
+// would free its leases, and admit more at once than the limit. A shard
+// that holds only those frees nothing.
 func (sh *shard) evict(now int64) int64 {
 	for sh.held() > 0 {
-		// makeRoom frees nothing only when each key of its sample whose
-		// state was empty was charged meanwhile; those are candidates now.
-		if n := sh.makeRoom(now); n > 0 {
+		// makeRoom frees nothing when each key of its sample whose state
+		// was empty was charged meanwhile (those are candidates now), or
+		// when its sample holds only concurrency limits with leases: then
+		// it looks at every key.
+		if n := sh.makeRoom(now, evictionSample); n > 0 {
 			return int64(n)
+		}
+		if n := sh.makeRoom(now, math.MaxInt); n > 0 {
+			return int64(n)
+		}
+		if sh.live == 0 && len(sh.fam) == sh.conc {
+			return 0
 		}
 	}
 	return 0
 }
 
+// evictable returns how many keys of sh eviction may drop at least: all but
+// the concurrency limits. The caller holds the lock.
+func (sh *shard) evictable() int { return sh.live + len(sh.fam) - sh.conc }
+
 // makeRoom drops the keys of a sample whose state is empty at now, or else
 // the sampled key whose state empties first (a TAT nearest to now: the
-// least harmful to forget), and returns how many keys it dropped. The
-// sample takes evictionSample keys of the table and as many of the family
-// states. The caller holds the lock, and gets the places of the keys
-// dropped.
-func (sh *shard) makeRoom(now int64) int {
+// least harmful to forget), but never a concurrency limit that holds
+// leases, and returns how many keys it dropped. The sample takes sample
+// keys of the table and as many of the family states. The caller holds the
+// lock, and gets the places of the keys dropped.
+func (sh *shard) makeRoom(now int64, sample int) int {
 	t := sh.table.Load()
 	start := uint64(cheaprand()) & t.mask
 	var victim *slot
@@ -585,7 +664,7 @@ func (sh *shard) makeRoom(now int64) int {
 	var min int64
 	found, dropped := false, 0
 	seen := 0
-	for i, n := start, 0; n <= int(t.mask) && seen < evictionSample; i, n = (i+1)&t.mask, n+1 {
+	for i, n := start, 0; n <= int(t.mask) && seen < sample; i, n = (i+1)&t.mask, n+1 {
 		s := &t.slots[i]
 		e := s.e.Load()
 		if e == nil {
@@ -605,15 +684,15 @@ func (sh *shard) makeRoom(now int64) int {
 	// Map iteration starts at a random place: the first states are a sample.
 	seen = 0
 	for k, fs := range sh.fam {
-		if seen == evictionSample {
+		if seen == sample {
 			break
 		}
 		seen++
 		if fs.expires <= now {
-			delete(sh.fam, k)
+			sh.deleteFam(k, fs)
 			sh.expired++
 			dropped++
-		} else if !found || fs.expires < min {
+		} else if fs.kind != kindConc && (!found || fs.expires < min) {
 			victim, famVictim, min, found = nil, k, fs.expires, true
 		}
 	}
@@ -625,7 +704,7 @@ func (sh *shard) makeRoom(now int64) int {
 		// bound on keys is firm.
 		sh.remove(victim, dead)
 	default:
-		delete(sh.fam, famVictim)
+		sh.deleteFam(famVictim, sh.fam[famVictim])
 	}
 	sh.evicted++
 	return 1
@@ -701,7 +780,7 @@ func (s *Store) Reset(_ context.Context, key string) (bool, error) {
 		return tat > now, nil
 	}
 	if fs := sh.fam[key]; fs != nil {
-		delete(sh.fam, key)
+		sh.deleteFam(key, fs)
 		sh.release(1)
 		return fs.expires > now, nil
 	}
@@ -747,7 +826,7 @@ func (sh *shard) sweep(now int64) int {
 	}
 	for k, fs := range sh.fam {
 		if fs.expires <= now {
-			delete(sh.fam, k)
+			sh.deleteFam(k, fs)
 			n++
 		}
 	}
@@ -798,6 +877,19 @@ type Stats struct {
 	// Bytes estimates the memory held by the keys: their tables, entries
 	// and family states.
 	Bytes int64
+}
+
+// Evictions returns the number of keys evicted to respect MaxKeys while
+// still limited (Stats.Evicted), at the cost of one lock per shard.
+func (s *Store) Evictions() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.evicted
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Stats returns the store's counters.

@@ -15,19 +15,26 @@ import (
 
 // snapReader restores the records of a snapshot into a store.
 type snapReader struct {
-	s       *Store
-	r       io.Reader
-	off     int64 // bytes read
-	block   bytes.Buffer
-	base    int64 // the instant (store's clock) that the snapshot's instants are relative to
-	basems  int64 // base in ms
-	wms     int64 // the snapshot's wall time in ms: the base of window starts
-	now     int64 // the store's time at the read
-	keys    int64 // key records read
-	bans    int64 // ban records read
-	st      SnapshotStats
-	blocks  int
-	blockAt int64 // offset of the block being read
+	s     *Store
+	r     io.Reader
+	off   int64 // bytes read
+	block bytes.Buffer
+	base  int64 // the instant (store's clock) that the snapshot's instants are relative to
+	wall  int64 // the wall-clock time since the write (negative: the clock was stepped back)
+	// The boot and the time since it at the read (see Options.Boot), and
+	// whether a clock record was read.
+	bootID    string
+	sinceBoot time.Duration
+	booted    bool
+	clocked   bool
+	basems    int64 // base in ms
+	wms       int64 // the snapshot's wall time in ms: the base of window starts
+	now       int64 // the store's time at the read
+	keys      int64 // key records read
+	bans      int64 // ban records read
+	st        SnapshotStats
+	blocks    int
+	blockAt   int64 // offset of the block being read
 }
 
 // ReadSnapshot restores a snapshot written by WriteSnapshot into the store,
@@ -154,17 +161,64 @@ func (sr *snapReader) header() error {
 	}
 	written := int64(binary.BigEndian.Uint64(h[12:]))
 	sr.now = sr.s.Now()
-	elapsed := sr.s.wallNow() - written
-	if elapsed < 0 {
-		sr.st.Clamped = time.Duration(-elapsed)
-		elapsed = 0
+	sr.wall = sr.s.wallNow() - written
+	if sr.wall < 0 {
+		sr.st.Clamped = time.Duration(-sr.wall)
 	}
-	// An instant written as d after the write's time is restored as d
-	// after (now - elapsed).
-	sr.base = sr.now - elapsed
-	sr.basems = algo.Millis(sr.base)
+	if sr.s.boot != nil {
+		sr.bootID, sr.sinceBoot, sr.booted = sr.s.boot()
+	}
+	// Until a clock record proves otherwise, the time that passed is the
+	// wall clock's, bounded.
+	sr.setElapsed(sr.wall, false)
 	sr.wms = algo.Millis(written)
 	sr.st.Written = time.Unix(0, written)
+	return nil
+}
+
+// setElapsed sets the time that passed since the write to elapsed: an
+// instant written as d after the write's time is restored as d after
+// (now - elapsed). A negative time (a wall clock stepped back) counts as
+// none; one that is not proven (by the monotonic clock of one boot) is
+// bounded by Options.RestoreMaxElapsed.
+func (sr *snapReader) setElapsed(elapsed int64, proven bool) {
+	sr.st.Proven, sr.st.Bounded = proven, 0
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	if max := int64(sr.s.restoreMax); !proven && max > 0 && elapsed > max {
+		sr.st.Bounded = time.Duration(elapsed - max)
+		elapsed = max
+	}
+	sr.base = sr.now - elapsed
+	sr.basems = algo.Millis(sr.base)
+}
+
+// clock reads a clock record: when it names this boot, the time since the
+// write is the difference of the times since the boot, whatever the wall
+// clock did.
+func (sr *snapReader) clock(c *cursor, at int64) error {
+	if sr.keys > 0 || sr.bans > 0 || sr.clocked {
+		return sr.fail(at, "a clock record that is not the first record")
+	}
+	sr.clocked = true
+	id := view(c.bytes())
+	since := c.uvarint()
+	if c.bad != "" {
+		return sr.fail(at, "clock record: %s", c.bad)
+	}
+	if since > math.MaxInt64 {
+		return sr.fail(at, "clock record: a time since the boot of %d ns", since)
+	}
+	if !sr.booted || id != sr.bootID {
+		return nil // another boot: nothing proves the time that passed
+	}
+	elapsed := int64(sr.sinceBoot) - int64(since)
+	if elapsed < 0 {
+		return sr.fail(at, "clock record: written %v after this boot began, later than now (%v)", time.Duration(since), sr.sinceBoot)
+	}
+	sr.st.Stepped = time.Duration(sr.wall - elapsed)
+	sr.setElapsed(elapsed, true)
 	return nil
 }
 
@@ -263,6 +317,12 @@ func (sr *snapReader) records(payload []byte) (bool, error) {
 				return false, sr.fail(at, "the end record counts %d keys and %d bans, the snapshot holds %d and %d", keys, bans, sr.keys, sr.bans)
 			}
 			return true, nil
+		}
+		if kind == recClock {
+			if err := sr.clock(c, at); err != nil {
+				return false, err
+			}
+			continue
 		}
 		if err := sr.record(c, kind, ver, at); err != nil {
 			return false, err
@@ -409,8 +469,8 @@ func (s *Store) restore(key string, kind uint8, t int64, fs *fstate) int {
 	if sl := sh.table.Load().findSlot(h, key); sl != nil {
 		sh.remove(sl, dead)
 		had = true
-	} else if sh.fam[key] != nil {
-		delete(sh.fam, key)
+	} else if old := sh.fam[key]; old != nil {
+		sh.deleteFam(key, old)
 		had = true
 	}
 	if had {
@@ -438,7 +498,7 @@ func (s *Store) clear() {
 		sh.release(sh.held())
 		sh.table.Store(newTable(minSlots))
 		sh.live, sh.tombs = 0, 0
-		sh.fam, sh.famPeak = nil, 0
+		sh.fam, sh.famPeak, sh.conc = nil, 0, 0
 		sh.bans, sh.banPeak = nil, 0
 		sh.mu.Unlock()
 	}

@@ -18,8 +18,9 @@ import (
 const snapMagic = "FUNLSNAP"
 
 // SnapshotVersion is the version of the snapshot format that WriteSnapshot
-// writes and the newest that ReadSnapshot reads.
-const SnapshotVersion = 1
+// writes and the newest that ReadSnapshot reads (it reads version 1, which
+// has no clock record, too).
+const SnapshotVersion = 2
 
 const (
 	headerSize = 32
@@ -41,16 +42,17 @@ const (
 	recConc    = 5
 	recBan     = 6
 	recCmd     = 7 // a key of Redis's GCRA command
-	numRecs    = 8
+	recClock   = 8 // the boot and the time since it at the write: the first record, if any
+	numRecs    = 9
 )
 
 // recVersions[k] is the newest version of record kind k that this package
 // writes and reads. A record kind gains a version when its fields change;
 // the reader keeps reading the older versions. Concurrency records are at
 // version 2: the key's unit delay (ns, 0 when none) follows the leases.
-var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1, 1}
+var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1, 1, 1}
 
-var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban", "gcra_command"}
+var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban", "gcra_command", "clock"}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -94,9 +96,21 @@ type SnapshotStats struct {
 	// Bytes is the size of the snapshot.
 	Bytes int64
 	// Clamped is, on a read, how far in the future the snapshot's wall time
-	// was (the clock was stepped back since it was written); the snapshot
-	// is then restored as if it had been written now.
+	// was (the clock was stepped back since it was written); unless the
+	// time that passed is proven (Proven), the snapshot is then restored as
+	// if it had been written now.
 	Clamped time.Duration
+	// Proven reports, on a read, that the time that passed since the write
+	// was measured on the monotonic clock of the boot that wrote it (see
+	// Options.Boot), whatever the wall clock did; Stepped is then how far
+	// the wall clock moved beyond it (negative: back).
+	Proven  bool
+	Stepped time.Duration
+	// Bounded is, on a read that could not prove the time that passed,
+	// how much of the wall clock's elapsed time was not counted
+	// (Options.RestoreMaxElapsed): keys were restored as if written that
+	// much later.
+	Bounded time.Duration
 }
 
 // wallNow returns the wall-clock time in ns since the Unix epoch: the
@@ -134,6 +148,12 @@ type snapWriter struct {
 // documentation).
 func (s *Store) WriteSnapshot(w io.Writer) (SnapshotStats, error) {
 	now, wall := s.Now(), s.wallNow()
+	var bootID string
+	var sinceBoot time.Duration
+	booted := false
+	if s.boot != nil {
+		bootID, sinceBoot, booted = s.boot()
+	}
 	sw := &snapWriter{w: w, s: now, sms: algo.Millis(now), wms: algo.Millis(wall), buf: make([]byte, 0, blockTarget+4096)}
 	hint := int64(0)
 	for i := range s.shards {
@@ -148,6 +168,12 @@ func (s *Store) WriteSnapshot(w io.Writer) (SnapshotStats, error) {
 	binary.BigEndian.PutUint32(h[28:], crc32.Checksum(h[:28], castagnoli))
 	sw.buf = append(sw.buf, h[:]...)
 	sw.startBlock()
+	if booted {
+		// The evidence of the time that a restore on this boot finds
+		// passed, whatever the wall clock did meanwhile.
+		sw.head(recClock, bootID)
+		sw.buf = binary.AppendUvarint(sw.buf, uint64(sinceBoot))
+	}
 	for i := range s.shards {
 		sw.shard(&s.shards[i])
 		if sw.writeErr != nil {

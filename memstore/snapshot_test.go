@@ -99,16 +99,20 @@ func snapshot(t testing.TB, s *memstore.Store) []byte {
 func TestSnapshotRoundTrip(t *testing.T) {
 	for _, later := range []time.Duration{0, time.Millisecond, 7 * time.Second, 59 * time.Second, 2 * time.Hour} {
 		t.Run(later.String(), func(t *testing.T) {
+			// One boot, on which the time since the write is proven: all of
+			// it counts (an unproven 2 h would be bounded, see
+			// TestSnapshotClockSteps).
 			a, ca := newStore(t, memstore.Options{SweepInterval: -1})
 			spend(t, a, ca)
+			a = restoreInto(t, a, ca, memstore.Options{SweepInterval: -1, Boot: bootOn("one", ca)})
 			data := snapshot(t, a)
-			b, cb := newStore(t, memstore.Options{SweepInterval: -1})
-			cb.Set(ca.Now() + int64(later))
+			cb := storetest.NewClock(ca.Now() + int64(later))
+			b := newStoreAt(t, memstore.Options{SweepInterval: -1, Boot: bootOn("one", cb)}, cb)
 			st, err := b.ReadSnapshot(bytes.NewReader(data))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.Keys+st.Dropped != int64(len(snapKeys)) || st.Clamped != 0 || st.Bytes != int64(len(data)) {
+			if st.Keys+st.Dropped != int64(len(snapKeys)) || st.Clamped != 0 || st.Bytes != int64(len(data)) || !st.Proven {
 				t.Fatalf("stats %+v, want %d keys restored or dropped, of %d bytes", st, len(snapKeys), len(data))
 			}
 			ca.Add(later)
@@ -161,6 +165,84 @@ func TestSnapshotFromTheFuture(t *testing.T) {
 					case got[i].Remaining > want[i].Remaining:
 						t.Errorf("%q: restored with %d remaining, had %d", k.key, got[i].Remaining, want[i].Remaining)
 					}
+				}
+			}
+		})
+	}
+}
+
+// bootOn is an Options.Boot of the boot id, whose time since the boot is
+// clock's.
+func bootOn(id string, clock *storetest.Clock) func() (string, time.Duration, bool) {
+	return func() (string, time.Duration, bool) { return id, time.Duration(clock.Now()), true }
+}
+
+// restoreInto moves s's state into a new store on clock with opts, through
+// a snapshot written and read at once.
+func restoreInto(t *testing.T, s *memstore.Store, clock *storetest.Clock, opts memstore.Options) *memstore.Store {
+	t.Helper()
+	r := newStoreAt(t, opts, clock)
+	if _, err := r.ReadSnapshot(bytes.NewReader(snapshot(t, s))); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A wall clock stepped between a snapshot's write and its restore moves no
+// limit: on the boot that wrote it, the time that passed is the monotonic
+// clock's (a step of an hour forward refilled every key and ended the ban;
+// a step back counted no time at all); on another boot, or without the
+// evidence, the wall clock's time counts up to RestoreMaxElapsed.
+func TestSnapshotClockSteps(t *testing.T) {
+	const passed = 10 * time.Second
+	for _, c := range []struct {
+		name    string
+		step    time.Duration // of the wall clock, beyond the time that passed
+		boot    string        // of the restore ("one" wrote the snapshot; "" none)
+		max     time.Duration // Options.RestoreMaxElapsed
+		counted time.Duration // the time the restore counts as passed
+	}{
+		{"forward, same boot", time.Hour, "one", 0, passed},
+		{"back, same boot", -time.Hour, "one", 0, passed},
+		{"forward, another boot", 5 * time.Hour, "two", 0, memstore.DefaultRestoreMaxElapsed},
+		{"forward, no evidence", 5 * time.Hour, "", 0, memstore.DefaultRestoreMaxElapsed},
+		{"forward, another boot, bound 1m", 5 * time.Hour, "two", time.Minute, time.Minute},
+		{"forward, another boot, no bound", 5 * time.Hour, "two", -1, 5*time.Hour + passed},
+		{"back, another boot", -time.Hour, "two", 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// mono is the monotonic clock of boot "one"; the wall clocks
+			// of the writer and the reader are ca and cb.
+			a, ca := newStore(t, memstore.Options{SweepInterval: -1})
+			spend(t, a, ca)
+			mono := storetest.NewClock(ca.Now())
+			a = restoreInto(t, a, ca, memstore.Options{SweepInterval: -1, Boot: bootOn("one", mono)})
+			data := snapshot(t, a)
+			mono.Add(passed)
+			cb := storetest.NewClock(ca.Now() + int64(passed+c.step))
+			opts := memstore.Options{SweepInterval: -1, RestoreMaxElapsed: c.max}
+			if c.boot != "" {
+				opts.Boot = bootOn(c.boot, mono)
+			}
+			b := newStoreAt(t, opts, cb)
+			st, err := b.ReadSnapshot(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if proven := c.boot == "one"; st.Proven != proven || proven && st.Stepped != c.step {
+				t.Errorf("stats %+v", st)
+			}
+			if st.Keys+st.Dropped != int64(len(snapKeys)) {
+				t.Fatalf("stats %+v", st)
+			}
+			// b, at the restore's time, answers as a at the write's time
+			// plus what the restore counts, but for the windows of the
+			// wall clock, which are kept as they are.
+			ca.Add(c.counted)
+			want, got := peek(t, a), peek(t, b)
+			for i := range want {
+				if k := snapKeys[i]; !k.window && got[i] != want[i] {
+					t.Errorf("%q (%v): restored %+v, want %+v (as after %v)", k.key, k.limit.Algorithm, got[i], want[i], c.counted)
 				}
 			}
 		})
@@ -259,7 +341,7 @@ func TestSnapshotFaultsSaid(t *testing.T) {
 	spend(t, s, clock)
 	data := snapshot(t, s)
 	future := bytes.Clone(data)
-	future[9] = 2
+	future[9] = 3
 	for _, c := range []struct {
 		name string
 		data []byte
@@ -267,7 +349,7 @@ func TestSnapshotFaultsSaid(t *testing.T) {
 	}{
 		{"empty", nil, "byte 0: empty file"},
 		{"magic", []byte("REDIS0011 and then some more bytes........"), "not a Funnel snapshot"},
-		{"version", future, "byte 8: format version 2; this Funnel reads versions 1 to 1"},
+		{"version", future, "byte 8: format version 3; this Funnel reads versions 1 to 2"},
 		{"header", data[:20], "truncated in the header"},
 		{"cut", data[:32], "truncated: the file ends after 0 blocks"},
 	} {
@@ -357,7 +439,8 @@ func FuzzReadSnapshot(f *testing.F) {
 	s.WriteSnapshot(&b)
 	f.Add(bytes.Clone(b.Bytes()))
 	clock := storetest.NewClock(storetest.Epoch)
-	s2 := memstore.New(memstore.Options{SweepInterval: -1, Now: clock.Now})
+	// With a clock record, of the boot the reader is on.
+	s2 := memstore.New(memstore.Options{SweepInterval: -1, Now: clock.Now, Boot: bootOn("b", clock)})
 	defer s2.Close()
 	for _, k := range snapKeys {
 		c, _ := k.limit.Check()
@@ -368,7 +451,8 @@ func FuzzReadSnapshot(f *testing.F) {
 	s2.WriteSnapshot(&b)
 	f.Add(bytes.Clone(b.Bytes()))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := memstore.New(memstore.Options{SweepInterval: -1, Now: storetest.NewClock(storetest.Epoch).Now})
+		rc := storetest.NewClock(storetest.Epoch)
+		r := memstore.New(memstore.Options{SweepInterval: -1, Now: rc.Now, Boot: bootOn("b", rc)})
 		defer r.Close()
 		st, err := r.ReadSnapshot(bytes.NewReader(data))
 		if err != nil {

@@ -358,6 +358,20 @@ func (c *failOpenCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Evictions registers a counter of the keys a store bounded in keys evicted
+// while they were still limited, read from count at each scrape (such as
+// memstore.Store.Evictions).
+func (m *Metrics) Evictions(count func() uint64) error {
+	if m == nil {
+		return nil
+	}
+	return m.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: m.namespace,
+		Name:      "store_evicted_keys_total",
+		Help:      "Keys evicted by the memory store to stay within --max-keys while they were still limited (a concurrency limit that holds leases is never evicted).",
+	}, func() float64 { return float64(count()) }))
+}
+
 // ConnectedClients registers a gauge of the clients connected over
 // protocol (such as "resp", "http" or "grpc"), read from count at each
 // scrape. Registering the same protocol twice is an error.

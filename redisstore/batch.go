@@ -208,7 +208,7 @@ func (s *Store) send(batch []*call) {
 			ctx, cancel = context.WithDeadline(ctx, batch[0].queued.Add(s.timeout))
 		}
 		var v []int64
-		v, err = s.runner.eval(ctx, gcraLua, keys, args)
+		v, err = s.evalBy(ctx, gcraLua, keys, args)
 		cancel()
 		if err == nil {
 			var answers []answer

@@ -25,14 +25,27 @@ const (
 type script struct {
 	goRedis *redis.Script
 	rueidis *rueidis.Lua
+	// ti is the index in the arguments of the time that now.lua reads,
+	// where a call carries its deadline (see stampDeadline); -1 when the
+	// script takes none.
+	ti int
 }
 
+// newScript returns a script that takes no deadline.
 func newScript(src string) *script {
-	return &script{goRedis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
+	return &script{goRedis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src), ti: -1}
 }
 
-// gcraLua is the funnel's script (see gcraScript).
-var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource)}
+// newTimedScript returns a script whose time arguments (now.lua's, at
+// index ti of the arguments, from 0) carry each call's deadline.
+func newTimedScript(src string, ti int) *script {
+	sc := newScript(src)
+	sc.ti = ti
+	return sc
+}
+
+// gcraLua is the funnel's script (see gcraScript); ARGV[2] is its time.
+var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource), ti: 1}
 
 // runner runs the store's scripts through one Redis client library.
 type runner interface {
@@ -77,13 +90,16 @@ func (g goRedisRunner) eval(ctx context.Context, sc *script, keys, args []string
 }
 
 // scriptError maps the error replies that a script gives on purpose:
-// WRONGTYPE (wrapping ErrWrongType), and the family script's clock check
-// (errClock). Others are the client's errors, as they are.
+// WRONGTYPE (wrapping ErrWrongType), a call that started after its deadline
+// (errLate), and the family script's clock check (errClock). Others are the
+// client's errors, as they are.
 func scriptError(err error) error {
 	msg := err.Error()
 	switch {
 	case strings.HasPrefix(msg, "WRONGTYPE"):
 		return wrongType(msg)
+	case isLate(msg):
+		return errLate
 	case strings.Contains(msg, "is not near Redis time"):
 		return errClock
 	}

@@ -539,8 +539,8 @@ return 0
 var keyopsSource = include("keyops.lua")
 
 var (
-	familyScript = newScript(familySource)
-	keyopsScript = newScript(keyopsSource)
+	familyScript = newTimedScript(familySource, 0)
+	keyopsScript = newTimedScript(keyopsSource, 1)
 	unbanScript  = newScript(unbanSource)
 )
 

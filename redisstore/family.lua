@@ -30,7 +30,8 @@
 -- under a shorter period can make it expire earlier.
 --
 -- KEYS     per op: the key, then its ban key
--- ARGV     now's seconds ('' to read TIME) and nanoseconds; milliseconds
+-- ARGV     now's seconds ('' to read TIME; '-' to read it with a deadline,
+--          see now.lua) and nanoseconds (or the deadline); milliseconds
 --          added to every expiry (tests only); the number of ops; then per
 --          op: kind (t take, r refund), algorithm (g l f s o c), quantity,
 --          ban seconds and nanoseconds, and the algorithm's parameters:

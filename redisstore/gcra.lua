@@ -17,8 +17,9 @@
 --          come more than once: each request sees the ones before it)
 -- ARGV[1]  "t" (throttle; the only operation: keyops.lua reads and
 --          deletes keys for TTL and Reset)
--- ARGV[2]  "" to take the time from Redis's TIME; tests only: now's seconds,
--- ARGV[3]  and now's nanoseconds
+-- ARGV[2]  "" to take the time from Redis's TIME, "-" to take it with a
+-- ARGV[3]  deadline in ARGV[3] (see now.lua); tests only: now's seconds and
+--          nanoseconds
 -- ARGV[4]  milliseconds added to every expiry (0 except in tests)
 -- ARGV[4+i], for the i-th request: "" if its cost and
 --          tolerance are those of the request before and its key comes once,

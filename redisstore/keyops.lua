@@ -7,7 +7,8 @@
 --
 -- KEYS[1]  the key
 -- ARGV     'p' (probe), 'x' (reset) or 'e' (delete if empty at now); now's
---          seconds ('' to read TIME) and nanoseconds
+--          seconds ('' to read TIME; '-' with a deadline, see now.lua) and
+--          nanoseconds (or the deadline)
 --
 -- Reply: now's seconds and nanoseconds, then the ms at which the state is
 -- empty (-1 when the key is absent), or for a TAT -2 and the TAT's seconds

@@ -1,11 +1,20 @@
 -- A part of gcra.lua, keyops.lua and family.lua, written into them where a
 -- line says "--> now.lua" (see include in scripts.go): it sets the locals
 -- nh, nl (declared by the script) to now's seconds and nanoseconds: Redis's
--- own TIME when ARGV[ti] is '', else ARGV[ti] and ARGV[ti + 1], an injected
--- clock for tests. The script sets ti, the index of its time arguments.
-if ARGV[ti] == '' then
+-- own TIME when ARGV[ti] is '' or '-', else ARGV[ti] and ARGV[ti + 1], an
+-- injected clock for tests. The script sets ti, the index of its time
+-- arguments. With '-', ARGV[ti + 1] is a deadline in microseconds of
+-- Redis's clock: a script that starts after it (one that waited in a
+-- frozen Redis while its client gave up) changes nothing and answers an
+-- error that starts with DEADLINE, before it reads or writes any key.
+local tv = ARGV[ti]
+if tv == '' or tv == '-' then
   local t = redis.call('TIME')
-  nh, nl = t[1] + 0, t[2] * 1000
+  local us = t[2] + 0
+  nh, nl = t[1] + 0, us * 1000
+  if tv == '-' and nh * 1000000 + us > ARGV[ti + 1] + 0 then
+    return redis.error_reply('DEADLINE funnel: the script started after its deadline; nothing was changed')
+  end
 else
-  nh, nl = ARGV[ti] + 0, ARGV[ti + 1] + 0
+  nh, nl = tv + 0, ARGV[ti + 1] + 0
 end

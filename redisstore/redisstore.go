@@ -192,6 +192,7 @@ type Store struct {
 	now      func() int64
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
 
+	clock     redisClock // the offset of Redis's clock, for deadlines
 	batches   batcher
 	batched   atomic.Int64       // decisions made in batches of more than one
 	logs      *lograte.Sometimes // failures, at most one record per logInterval
@@ -349,7 +350,13 @@ func (s *Store) Check(ctx context.Context) error {
 	// authenticated with a protocol error rather than NOAUTH.)
 	_, err = s.runner.eval(ctx, keyopsScript, []string{s.prefix + checkKey}, args[:3])
 	if err == nil || errors.Is(err, ErrWrongType) {
-		return nil
+		if s.now != nil {
+			return nil
+		}
+		// Decisions carry their deadlines in Redis's clock from now on.
+		if err = s.measureClock(ctx); err == nil {
+			return nil
+		}
 	}
 	return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
 }
@@ -375,14 +382,15 @@ func (s *Store) args(op string, n int) ([]string, error) {
 	return append(args, s.slack), nil
 }
 
-// evalTimed runs sc bounded by the store's timeout as well as by ctx.
+// evalTimed runs sc bounded by the store's timeout as well as by ctx; the
+// call carries its deadline to Redis (see stampDeadline).
 func (s *Store) evalTimed(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	return s.runner.eval(ctx, sc, keys, args)
+	return s.evalBy(ctx, sc, keys, args)
 }
 
 // decodeLimbs decodes a status and d given on two limbs.

@@ -66,6 +66,9 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if isFallback(resp) {
+		w.Header().Set(FallbackHeader, "open")
+	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}

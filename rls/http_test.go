@@ -124,6 +124,14 @@ func TestJSONRefusals(t *testing.T) {
 		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1"}],"limit":{"requestsPerUnit":1}}]}`, 400, "the limit override has no valid unit"},
 		{"GET", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1"}]}]}`, 405, "rls: /json takes a POST"},
 		{"POST", `{"domain":"` + strings.Repeat("x", rls.MaxJSONBody) + `"}`, 413, "larger than 1 MiB"},
+		// A body that means two things is refused by protojson: a field
+		// twice (under its JSON or its proto name), a name in another case
+		// (unknown), a string that is not UTF-8 or a lone surrogate.
+		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1","value":"2"}]}]}`, 400, "duplicate field"},
+		{"POST", `{"domain":"ext","hitsAddend":1,"hits_addend":1000,"descriptors":[{"entries":[{"key":"a","value":"1"}]}]}`, 400, "duplicate field"},
+		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1","Value":"2"}]}]}`, 400, `unknown field "Value"`},
+		{"POST", "{\"domain\":\"ext\",\"descriptors\":[{\"entries\":[{\"key\":\"a\",\"value\":\"1\xff\"}]}]}", 400, "invalid UTF-8"},
+		{"POST", `{"domain":"ext","descriptors":[{"entries":[{"key":"a","value":"1\udcff"}]}]}`, 400, "the body is not a RateLimitRequest"},
 	} {
 		r := do(t, c.method, url, c.body)
 		if r.status != c.status || !strings.HasPrefix(r.ctype, "text/plain") || !strings.Contains(r.body, c.text) {
@@ -152,6 +160,27 @@ func TestJSONStoreFailures(t *testing.T) {
 		if r.status != c.status || strings.Contains(r.body, "10.0.0.7") || strings.Contains(r.body, "secret") {
 			t.Errorf("%v: %+v, want %d", c.err, r, c.status)
 		}
+	}
+}
+
+// A fail-open answer over /json says that it is one: the header
+// Funnel-Fallback and "fallback": true in the dynamic metadata.
+func TestJSONFallback(t *testing.T) {
+	store := &fakeStore{do: func(ops []funnel.Op, res []funnel.Result) error {
+		for i := range ops {
+			res[i] = funnel.Result{Fallback: true, Allowed: true}
+		}
+		return nil
+	}}
+	e := start(t, store, loadRules(t, "../rules/testdata/envoy"), rls.Options{})
+	resp, err := http.Post(httpEnv(t, e)+"/json", "application/json", strings.NewReader(`{"domain":"mongo_cps","descriptors":[{"entries":[{"key":"database","value":"users"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get(rls.FallbackHeader) != "open" || !decode(t, string(b)).GetDynamicMetadata().GetFields()["fallback"].GetBoolValue() {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, b)
 	}
 }
 

@@ -33,6 +33,16 @@
 // little time has passed between them (the README's "Several descriptors
 // on Redis Cluster" says what each algorithm gives back).
 //
+// When the store cannot decide, a fail-closed fallback is the status
+// Unavailable (Envoy then applies its own failure_mode_deny), never
+// OVER_LIMIT. A fail-open fallback is OK, and says that it is one: the
+// response's dynamic_metadata holds "fallback": true (which Envoy puts in
+// the request's dynamic metadata under envoy.filters.http.ratelimit, for
+// access logs and other filters), the gRPC response headers
+// "funnel-fallback: open" (FallbackHeader), and the statuses of the
+// limits that fell back have no duration_until_reset. /json answers the
+// same body, with the header Funnel-Fallback: open.
+//
 // Besides gRPC, JSONHandler and HealthHandler serve envoy's HTTP endpoints
 // (POST /json and /healthcheck); Options.ResponseHeaders adds envoy's
 // rate-limit headers, or the IETF draft's fields; Options.Count receives
@@ -62,9 +72,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
@@ -280,7 +292,21 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, s.statusOf(err)
 	}
+	if isFallback(resp) {
+		// Outside a gRPC call (JSONHandler), there is no header to set.
+		grpc.SetHeader(ctx, metadata.Pairs(FallbackHeader, "open"))
+	}
 	return resp, nil
+}
+
+// FallbackHeader is the gRPC response header (and the HTTP header of
+// JSONHandler) of an answer that is a fail-open fallback: the store could
+// not decide, and the request was let through. Its value is "open".
+const FallbackHeader = "funnel-fallback"
+
+// isFallback reports whether resp is a fail-open fallback (see respond).
+func isFallback(resp *rlsv3.RateLimitResponse) bool {
+	return resp.GetDynamicMetadata().GetFields()["fallback"].GetBoolValue()
 }
 
 // badRequest is an error in the request, sent to the client as it is.
@@ -619,10 +645,12 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 	closestOver := false
 	var q quotas // here sure counts the quotas that passed
 	clock := lazyNow{read: s.opts.Now}
+	fallback := false
 	for i := range items {
 		it := &items[i]
 		st := s.status(it, ops, &clock)
 		resp.Statuses[i] = st
+		fallback = fallback || it.op >= 0 && it.res.Fallback
 		over := st.Code == rlsv3.RateLimitResponse_OVER_LIMIT // not in shadow mode
 		if it.quota {
 			q.total++
@@ -661,6 +689,14 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, items []item, ops []op) *r
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, items, resp.Statuses)
 	}
+	if fallback {
+		// The store could not decide a limit, and failed open: said in the
+		// one field of the response that Envoy passes on as it is.
+		if resp.DynamicMetadata == nil {
+			resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		}
+		resp.DynamicMetadata.Fields["fallback"] = structpb.NewBoolValue(true)
+	}
 	return resp
 }
 
@@ -693,6 +729,9 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
+		if it.res.Fallback {
+			break // no decision: no reset to tell
+		}
 		reset := it.res.ResetAfter
 		if reset == 0 && it.rule.Limit.Algorithm == funnel.FixedWindow {
 			reset = windowReset(it.rule.Limit, clock.get())

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -600,10 +601,26 @@ func TestStoreFailures(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := start(t, &fakeStore{do: c.do}, loadRules(t, "../rules/testdata/envoy"), rls.Options{})
+			var header metadata.MD
 			r, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
-				Domain: "mongo_cps", Descriptors: []*ratelimit.RateLimitDescriptor{desc("database", "users")}})
+				Domain: "mongo_cps", Descriptors: []*ratelimit.RateLimitDescriptor{desc("database", "users")}}, grpc.Header(&header))
 			if status.Code(err) != c.want {
 				t.Fatalf("%v, want %v", err, c.want)
+			}
+			// A fail-open answer says that it is one, in its headers and
+			// its dynamic metadata, and tells no reset; a decision does
+			// neither.
+			open := c.name == "fail-open"
+			if got := header.Get(rls.FallbackHeader); open != (len(got) == 1 && got[0] == "open") {
+				t.Errorf("headers %v", header)
+			}
+			if got := r.GetDynamicMetadata().GetFields()["fallback"].GetBoolValue(); got != open {
+				t.Errorf("dynamic metadata %v", r.GetDynamicMetadata())
+			}
+			for _, st := range r.GetStatuses() {
+				if st.DurationUntilReset != nil {
+					t.Errorf("a fallback tells a reset: %v", st)
+				}
 			}
 			if err != nil && (strings.Contains(err.Error(), "10.0.0.7") || strings.Contains(err.Error(), "secret")) {
 				t.Fatalf("the detail was sent: %v", err)

@@ -145,6 +145,7 @@ func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "bound on the memory store's keys (0: none)")
 	fs.StringVar(&c.Snapshot, "snapshot", c.Snapshot, "snapshot `file` of the memory store: restored at start, written every --snapshot-interval and at shutdown")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "how often the snapshot is written (0: only at shutdown)")
+	fs.DurationVar(&c.SnapshotMaxElapsed, "snapshot-max-elapsed", c.SnapshotMaxElapsed, "the most time a restore counts as passed since the snapshot when it cannot prove it on this boot's monotonic clock (0: no bound)")
 	fs.BoolVar(&c.SnapshotIgnoreCorrupt, "snapshot-ignore-corrupt", c.SnapshotIgnoreCorrupt, "start empty when the snapshot is bad, after moving it aside to FILE.corrupt-<time> (default: refuse to start)")
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
 	fs.BoolVar(&c.FailOpen, "fail-open", c.FailOpen, "admit requests while Redis cannot be reached (default: refuse them)")

@@ -96,7 +96,15 @@ const storeCheckTimeout = 5 * time.Second
 func (d *Daemon) openStore() error {
 	switch {
 	case d.cfg.Store == "memory":
-		s := memstore.New(memstore.Options{MaxKeys: d.cfg.MaxKeys})
+		maxElapsed := d.cfg.SnapshotMaxElapsed
+		if maxElapsed == 0 {
+			maxElapsed = -1 // no bound
+		}
+		s := memstore.New(memstore.Options{MaxKeys: d.cfg.MaxKeys, RestoreMaxElapsed: maxElapsed})
+		if err := d.metrics.Evictions(s.Evictions); err != nil {
+			s.Close()
+			return err
+		}
 		if d.cfg.Snapshot != "" {
 			if err := d.openSnapshots(s); err != nil {
 				s.Close()

@@ -306,7 +306,8 @@ func TestDaemonHTTP(t *testing.T) {
 	code, body := get("/metrics")
 	if code != 200 || !strings.Contains(body, `funnel_decisions_total{outcome="refused",rule="http"} 1`) ||
 		!strings.Contains(body, `funnel_connected_clients{protocol="resp"} 1`) ||
-		!strings.Contains(body, `funnel_resp_decisions_total{outcome="allowed"} 1`) {
+		!strings.Contains(body, `funnel_resp_decisions_total{outcome="allowed"} 1`) ||
+		!strings.Contains(body, "funnel_store_evicted_keys_total 0") {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
 	if err := stop(); err != nil {
@@ -358,7 +359,7 @@ func TestDaemonRESPFallbacks(t *testing.T) {
 	open, _, _ := start(t, cfg)
 	rdb2 := redis.NewClient(&redis.Options{Addr: open.RESPAddr().String(), MaxRetries: -1})
 	defer rdb2.Close()
-	if r, err := rdb2.Do(ctx, "CL.THROTTLE", "k", 1, 1, 60).Int64Slice(); err != nil || !slices.Equal(r, []int64{0, 2, 2, -1, 0}) {
+	if r, err := rdb2.Do(ctx, "CL.THROTTLE", "k", 1, 1, 60).Int64Slice(); err != nil || !slices.Equal(r, []int64{0, 2, 2, -1, -1}) {
 		t.Fatalf("CL.THROTTLE with Redis down, fail-open: %v, %v", r, err)
 	}
 	if m := metricsOf(open); !strings.Contains(m, `funnel_resp_decisions_total{outcome="fallback"} 1`) ||

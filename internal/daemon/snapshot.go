@@ -100,8 +100,17 @@ func (sn *snapshots) restore(ignoreCorrupt bool) error {
 	sn.metrics.Restored(st.Keys)
 	attrs := []any{"snapshot", sn.path, "keys", st.Keys, "bans", st.Bans, "empty_by_now", st.Dropped,
 		"bytes", st.Bytes, "written", st.Written.UTC().Format(time.RFC3339), "took", time.Since(start).Round(time.Millisecond)}
-	if st.Clamped > 0 {
+	switch {
+	case st.Proven && (st.Stepped > time.Second || st.Stepped < -time.Second):
+		// (The wall and monotonic clocks, read apart, differ by a little
+		// always.)
+		sn.log.Warn("the wall clock was stepped between the snapshot's write and now: restored with the time this boot's monotonic clock measured", append(attrs, "step", st.Stepped)...)
+		return nil
+	case st.Clamped > 0 && !st.Proven:
 		sn.log.Warn("the snapshot was written in the future (the clock was stepped back): restored as if written now", append(attrs, "ahead", st.Clamped)...)
+		return nil
+	case st.Bounded > 0:
+		sn.log.Warn("the time since the snapshot cannot be proven (another boot) and is longer than --snapshot-max-elapsed: restored as if written that long ago", append(attrs, "not_counted", st.Bounded)...)
 		return nil
 	}
 	sn.log.Info("restored the snapshot", attrs...)

@@ -284,7 +284,7 @@ func cmdThrottle(c *conn, args [][]byte) {
 			// The refusal of FailClosedRefuse: nothing remaining (Reply
 			// would derive remaining from a reset after of 0), retry in 1 s.
 			c.wr.WriteArray(5)
-			for _, v := range [5]int64{1, p.Limit, 0, cell.Seconds(res.RetryAfter), 0} {
+			for _, v := range [5]int64{1, p.Limit, 0, cell.Seconds(res.RetryAfter), fallbackReset} {
 				c.wr.WriteInt(v)
 			}
 			return
@@ -295,6 +295,9 @@ func cmdThrottle(c *conn, args [][]byte) {
 		c.batch.limited++
 	}
 	reply := cell.Reply(p, res)
+	if res.Fallback {
+		reply[4] = fallbackReset // fail-open: allowed, the whole limit remaining
+	}
 	c.wr.WriteInts(reply[:]...)
 }
 
@@ -1013,6 +1016,19 @@ func cmdConfig(c *conn, args [][]byte) {
 	}
 }
 
+// evictionCounter is a store that evicts keys to stay within a bound
+// (memstore.Store): INFO shows its count as evicted_keys.
+type evictionCounter interface{ Evictions() uint64 }
+
+// evictions returns the keys store evicted, or 0 for a store that does not
+// evict.
+func evictions(store any) uint64 {
+	if ec, ok := store.(evictionCounter); ok {
+		return ec.Evictions()
+	}
+	return 0
+}
+
 func cmdInfo(c *conn, args [][]byte) {
 	want := map[string]bool{}
 	for _, a := range args[1:] {
@@ -1065,6 +1081,7 @@ func cmdInfo(c *conn, args [][]byte) {
 		"evicted_clients:"+strconv.FormatInt(st.Evicted, 10),
 		"throttle_allowed:"+strconv.FormatInt(st.Allowed+c.batch.allowed, 10),
 		"throttle_limited:"+strconv.FormatInt(st.Limited+c.batch.limited, 10),
+		"evicted_keys:"+strconv.FormatUint(evictions(s.store), 10),
 	)
 	var keyspace []string
 	if n, ok := funnel.KeysOf(s.store); ok && n > 0 {

@@ -30,7 +30,8 @@ import (
 // As in CL.THROTTLE, retry_after_ms is -1 when the request was allowed and
 // when no wait would admit it (its quantity is above the limit); the other
 // durations are rounded up to whole milliseconds, so that waiting that long
-// is always enough.
+// is always enough. reset_after_ms is -1 only in the reply to a fallback
+// (the store could not decide: see fallbackReset).
 
 // famLimit is the limit an argument list describes, with its quantity.
 type famLimit struct {
@@ -166,9 +167,19 @@ func (c *conn) writeFamResult(r funnel.Result) {
 	c.wr.WriteInt(r.Limit)
 	c.wr.WriteInt(r.Remaining)
 	c.wr.WriteInt(retry)
-	c.wr.WriteInt(millisUp(r.ResetAfter))
+	c.wr.WriteInt(resetMillis(r))
 	c.wr.WriteInt(millisUp(r.Delay))
 	c.wr.WriteInt(b2i(r.Banned))
+}
+
+// resetMillis is the reset_after_ms of a FUNNEL.* reply: -1 for a fallback
+// (the store did not decide: see fallbackReset), else the time until the
+// limit is whole, rounded up to milliseconds.
+func resetMillis(r funnel.Result) int64 {
+	if r.Fallback {
+		return fallbackReset
+	}
+	return millisUp(r.ResetAfter)
 }
 
 func b2i(b bool) int64 {
@@ -191,7 +202,7 @@ func (c *conn) count(allowed bool) {
 // fallback that was answered with the error reply (Config.FailClosed), in
 // which case the caller writes nothing more. Under FailClosedRefuse, a
 // fail-closed r is changed into the refusal to write: a retry after of one
-// second, nothing remaining, a reset after of 0.
+// second, nothing remaining (the reply's reset after is fallbackReset).
 func (c *conn) decided(r *funnel.Result) bool {
 	c.count(r.Allowed)
 	if !r.Fallback {
@@ -375,7 +386,7 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 	c.wr.WriteInt(r.Limit)
 	c.wr.WriteInt(r.Remaining)
 	c.wr.WriteInt(retry)
-	c.wr.WriteInt(millisUp(r.ResetAfter))
+	c.wr.WriteInt(resetMillis(r))
 	if r.Allowed {
 		c.wr.WriteBulkString(lease.ID)
 	} else {

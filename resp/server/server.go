@@ -143,6 +143,16 @@ const (
 // under FailClosedError.
 const ErrFailClosed = "TRYAGAIN store unavailable: the request was not decided"
 
+// fallbackReset is the reset after (the last integer of CL.THROTTLE's reply,
+// the fifth of FUNNEL.ALLOW's and FUNNEL.ACQUIRE's) of every reply to a
+// fallback, fail-open or fail-closed: -1, which no decision answers (a
+// decision's reset after is 0 or more), so that a client can tell "the
+// store did not decide" from a decision. A redis-cell client reads the
+// reply as usual: fail-open is [0, limit, limit, -1, -1], allowed with the
+// whole limit remaining; FailClosedRefuse is [1, limit, 0, 1, -1], limited
+// with a retry after of 1 s.
+const fallbackReset = -1
+
 // failClosedRetry is the retry after of a fail-closed fallback answered as
 // a refusal.
 const failClosedRetry = time.Second

@@ -560,6 +560,26 @@ func TestServerHello(t *testing.T) {
 	}
 }
 
+// INFO counts the keys that a store bounded in keys evicted.
+func TestServerInfoEvictions(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock(storetest.Epoch)
+	st := memstore.New(memstore.Options{Now: clock.Now, MaxKeys: 1})
+	t.Cleanup(func() { st.Close() })
+	ts := serveStore(t, ln, server.Config{EventLoops: testEventLoops}, st, clock)
+	c := ts.dial(t)
+	for _, key := range []string{"a", "b", "c"} {
+		c.do("CL.THROTTLE", key, "0", "1", "60")
+	}
+	if got := field(c.do("INFO", "stats"), "evicted_keys"); got != "2" {
+		t.Fatalf("evicted_keys = %q, want 2", got)
+	}
+}
+
 func TestServerInfo(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, server.Config{MaxClients: 50})
@@ -589,6 +609,7 @@ func TestServerInfo(t *testing.T) {
 		"rejected_connections":       "0",
 		"throttle_allowed":           "2",
 		"throttle_limited":           "1",
+		"evicted_keys":               "0",
 		"db0":                        "keys=2,expires=2,avg_ttl=0",
 	} {
 		if got := field(info, name); got != want {
