@@ -9,3 +9,9 @@ func IgnoreWindowEnd(s *Store) { s.ignoreWindowEnd = true }
 // after their window has ended: a mutation the window tests must catch.
 // Call it before s is used.
 func RefundLate(s *Store) { s.refundLate = true }
+
+// FullLifetime makes s's funnel leases live the store's whole lifetime
+// even when the key's own (KeyLifetime) is shorter, under the same reduced
+// tolerance: a mutation the funnel tests must catch. Call it before s is
+// used.
+func FullLifetime(s *Store) { s.fullLifetime = true }

@@ -257,6 +257,9 @@ type Store struct {
 	// window leases outlive their window, and refunds go at any time: the
 	// mutations the tests must catch.
 	ignoreWindowEnd, refundLate bool
+	// fullLifetime, set by tests only before use, lets funnel leases
+	// live the store's lifetime rather than their key's: a mutation.
+	fullLifetime bool
 }
 
 type shard struct {
@@ -312,17 +315,40 @@ func (s *Store) Stats() Stats {
 	}
 }
 
-// Reduced returns the funnel that p is leased under, with its tolerance
-// shrunk by lifetime, and whether p is leased at all: a limit whose
-// tolerance is under twice the lifetime, or above gcra.MaxLeaseTolerance,
-// is not.
-func Reduced(p gcra.Params, lifetime time.Duration) (gcra.Params, bool) {
+// MinLifetime is the shortest lifetime a funnel is leased for: a limit
+// whose own lifetime (KeyLifetime) would be shorter is not leased, as a
+// lease would end before it could be spent.
+const MinLifetime = time.Millisecond
+
+// KeyLifetime returns how long the leases of a funnel p live when the
+// store's lifetime is lifetime: L_k = min(lifetime, (τ−T)/2) (τ the
+// tolerance, T the interval), so that a smooth limit (τ < 2·lifetime) is
+// leased too, for a shorter time, and the reduced tolerance τ−L_k stays at
+// least (τ+T)/2 ≥ T: the burst given up is at most half of it, the
+// sustained rate none. It returns 0 when p is not leased: L_k under
+// MinLifetime, or a tolerance that with the lifetime (the horizon of
+// future-dated units) is above gcra.MaxLeaseTolerance.
+func KeyLifetime(p gcra.Params, lifetime time.Duration) time.Duration {
 	l := int64(lifetime)
-	if p.Interval <= 0 || p.Tolerance > gcra.MaxLeaseTolerance || p.Tolerance < 2*l || p.Tolerance-l < p.Interval {
+	if p.Interval <= 0 || p.Tolerance < p.Interval || l <= 0 || p.Tolerance > gcra.MaxLeaseTolerance-l {
+		return 0
+	}
+	lk := min(l, (p.Tolerance-p.Interval)/2)
+	if lk < int64(MinLifetime) {
+		return 0
+	}
+	return time.Duration(lk)
+}
+
+// Reduced returns the funnel that p is leased under, with its tolerance
+// shrunk by its lifetime (KeyLifetime), and whether p is leased at all.
+func Reduced(p gcra.Params, lifetime time.Duration) (gcra.Params, bool) {
+	lk := int64(KeyLifetime(p, lifetime))
+	if lk == 0 {
 		return gcra.Params{}, false
 	}
 	r := p
-	r.Tolerance = p.Tolerance - l
+	r.Tolerance = p.Tolerance - lk
 	r.Limit = r.Tolerance / r.Interval
 	r.Burst = r.Limit - 1
 	return r, true

@@ -2,6 +2,7 @@ package leasestore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -192,6 +193,16 @@ func (s *sim) request(i int, key string, q int64) {
 // arrived.
 func (s *sim) check() (admitted, exact int64) {
 	s.t.Helper()
+	admitted, exact, err := s.replay()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return admitted, exact
+}
+
+// replay is check's replay, which returns the first over-admission found
+// as an error instead of failing the test.
+func (s *sim) replay() (admitted, exact int64, err error) {
 	for key, as := range s.adm {
 		slices.SortStableFunc(as, func(a, b admission) int { return int(a.at - b.at) })
 		var tat int64
@@ -200,7 +211,7 @@ func (s *sim) check() (admitted, exact int64) {
 			var err error
 			tat, r, err = gcra.Decide(a.at, tat, s.p, a.q)
 			if err != nil || !r.Allowed {
-				s.t.Fatalf("key %s: admission %d of %d (%d units at %d) is over the limit: %+v %v",
+				return 0, 0, fmt.Errorf("key %s: admission %d of %d (%d units at %d) is over the limit: %+v %v",
 					key, j, len(as), a.q, a.at, r, err)
 			}
 			admitted += a.q
@@ -215,7 +226,7 @@ func (s *sim) check() (admitted, exact int64) {
 			}
 		}
 	}
-	return admitted, exact
+	return admitted, exact, nil
 }
 
 func (s *sim) stats() leasestore.Stats {
@@ -292,7 +303,9 @@ func TestNeverOverAdmitsModel(t *testing.T) {
 		mkParams(t, 999, 1000, time.Second),    // 1000/s, 1000 burst: leases of up to 200
 		mkParams(t, 99, 100, time.Second),      // 100/s, burst 100: leases up to 20
 		mkParams(t, 49999, 50000, time.Second), // 50k/s, a second's burst
-		mkParams(t, 4999, 50000, time.Second),  // a burst too small to lease: every decision goes to the store
+		mkParams(t, 4999, 50000, time.Second),  // 50k/s, 100 ms: smooth, leased for 50 ms
+		mkParams(t, 500, 20000, time.Second),   // 20k/s, 25 ms: smooth, leased for 12.5 ms
+		mkParams(t, 10, 20000, time.Second),    // 550 µs: too smooth to lease, every decision goes to the store
 	}
 	for _, nodes := range []int{1, 4, 16} {
 		for li, p := range limits {
@@ -316,6 +329,56 @@ func TestNeverOverAdmitsModel(t *testing.T) {
 				t.Logf("admitted %d, one exact funnel %d (%.2f%%); %d decisions, %d local, %d calls, %d units leased, %d forfeited, %d given back",
 					admitted, exact, 100*float64(exact-admitted)/float64(max(exact, 1)), st.Decisions, st.Local, st.Calls, st.Leased, st.Forfeited, st.GivenBack)
 			})
+		}
+	}
+}
+
+// runFunnels runs the model simulation of TestNeverOverAdmitsModel with
+// each store mutated by mutate, on the smooth limits and loads where the
+// lease rules matter, and returns each run's replay error.
+func runFunnels(t *testing.T, nodes int, mutate func(*leasestore.Store)) []error {
+	var errs []error
+	for li, p := range []gcra.Params{mkParams(t, 500, 20000, time.Second), mkParams(t, 4999, 50000, time.Second)} {
+		for seed := uint64(0); seed < 8; seed++ {
+			r := rand.New(rand.NewPCG(seed, uint64(nodes*10+li)))
+			c := &clock{}
+			c.t.Store(1_800_000_000_000_000_000)
+			m := newModel(c)
+			m.rtt = rtt(seed)
+			s := newSim(t, c, m, nodes, p, 1+r.IntN(3), leasestore.Options{})
+			for _, n := range s.nodes {
+				mutate(n)
+			}
+			s.run(r, 3000, []float64{1.5, 4, 10, 100}[seed%4], seed%2 == 0)
+			_, _, err := s.replay()
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// A lease rule broken must show as an over-admission in the replay, or the
+// simulation would not be testing it.
+func TestFunnelMutationsAreCaught(t *testing.T) {
+	t.Parallel()
+	for name, m := range map[string]func(*leasestore.Store){
+	} {
+		caught := 0
+		errs := runFunnels(t, 4, m)
+		for _, err := range errs {
+			if err != nil {
+				caught++
+			}
+		}
+		if caught == 0 {
+			t.Errorf("%s: went unnoticed", name)
+		}
+		t.Logf("%s: caught in %d of %d runs; first: %v", name, caught, len(errs), errors.Join(errs...))
+	}
+	// Unmutated, the same runs never over-admit.
+	for i, err := range runFunnels(t, 4, func(*leasestore.Store) {}) {
+		if err != nil {
+			t.Errorf("run %d: %v", i, err)
 		}
 	}
 }

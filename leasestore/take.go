@@ -50,8 +50,10 @@ type entry struct {
 	// window is the local time a cold key's current window began, and
 	// count its decisions since.
 	window, count int64
-	// reduced is the funnel the key is leased under.
+	// reduced is the funnel the key is leased under, and lk its leases'
+	// lifetime (KeyLifetime): the tolerance it gave up.
 	reduced gcra.Params
+	lk      int64
 }
 
 // flight is one lease call, which the decisions that need units wait for.
@@ -68,7 +70,7 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 			if e != nil {
 				s.forfeit(e) // the limit changed: start afresh
 			}
-			e = &entry{key: strings.Clone(key), p: p, reduced: r, size: 1}
+			e = &entry{key: strings.Clone(key), p: p, reduced: r, lk: p.Tolerance - r.Tolerance, size: 1}
 			sh.keys[e.key] = e
 		}
 		e.used = now
@@ -89,7 +91,7 @@ const warm = 8
 // as large as its decisions in the window (its rate times the lifetime).
 // e's shard lock is held.
 func (s *Store) cold(e *entry, now int64) bool {
-	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.BackUnits > 0, now, s.lifetime, s.maxLease(e.reduced, e.nodes))
+	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.BackUnits > 0, now, s.lifetime, s.maxLease(e, e.nodes))
 }
 
 // direct decides q units of a cold key in the store, as a plain decision
@@ -190,9 +192,12 @@ func (s *Store) forfeit(e *entry) {
 	e.size = 1
 }
 
-// maxLease is the most units one lease of r may ask for.
-func (s *Store) maxLease(r gcra.Params, nodes int64) int64 {
-	c := max(1, min(s.lifetime/r.Interval, r.Limit/max(nodes, 1)))
+// maxLease is the most units one lease of e's key may ask for while the
+// funnel has room: what its rate gives in a lifetime (R·L_k), and its
+// share of the reduced burst among nodes.
+func (s *Store) maxLease(e *entry, nodes int64) int64 {
+	r := e.reduced
+	c := max(1, min(e.lk/r.Interval, r.Limit/max(nodes, 1)))
 	if s.opts.MaxLease > 0 {
 		c = min(c, s.opts.MaxLease)
 	}
@@ -203,7 +208,7 @@ func (s *Store) maxLease(r gcra.Params, nodes int64) int64 {
 // is held.
 func (s *Store) start(e *entry, r gcra.Params, need, now int64) (*flight, gcra.LeaseRequest) {
 	if e.spentOut {
-		e.size = min(2*e.size, s.maxLease(r, e.nodes))
+		e.size = min(2*e.size, s.maxLease(e, e.nodes))
 		e.spentOut = false
 	}
 	req := e.back
@@ -299,7 +304,11 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	}
 	s.stats.leased.Add(g.Units)
 	e.refusedUntil = 0
-	s.stats.forfeited.Add(e.leases.add(block{units: g.Units, exp: sent + s.lifetime, end: g.TAT}))
+	lk := e.lk
+	if s.fullLifetime {
+		lk = s.lifetime
+	}
+	s.stats.forfeited.Add(e.leases.add(block{units: g.Units, exp: sent + lk, end: g.TAT}))
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -59,11 +60,39 @@ func TestReduced(t *testing.T) {
 	if !ok || r.Tolerance != 800*int64(time.Millisecond) || r.Limit != 80 || r.Burst != 79 || r.Interval != p.Interval {
 		t.Fatalf("Reduced = %+v, %v", r, ok)
 	}
-	if _, ok := leasestore.Reduced(p, 600*time.Millisecond); ok {
-		t.Fatal("a lifetime over half the tolerance is leased")
+	// A lifetime over half the tolerance: the key's lifetime is (τ−T)/2,
+	// 495 ms, and the reduced tolerance 505 ms, at least T.
+	if lk := leasestore.KeyLifetime(p, 600*time.Millisecond); lk != 495*time.Millisecond {
+		t.Fatalf("KeyLifetime = %v", lk)
+	}
+	if r, ok := leasestore.Reduced(p, 600*time.Millisecond); !ok || r.Tolerance != 505*int64(time.Millisecond) || r.Limit != 50 {
+		t.Fatalf("Reduced(600 ms) = %+v, %v", r, ok)
+	}
+	// 20,000/s with a burst of 500 (tolerance 25.05 ms): leased for
+	// 12.5 ms, under 12.55 ms (251 units at once, then 20,000/s).
+	smooth := mkParams(t, 500, 20000, time.Second)
+	if r, ok := leasestore.Reduced(smooth, 200*time.Millisecond); !ok || r.Tolerance != 12_550_000 || r.Limit != 251 ||
+		leasestore.KeyLifetime(smooth, 200*time.Millisecond) != 12_500_000 {
+		t.Fatalf("a smooth limit: %+v, %v", r, ok)
+	}
+	// Burst 0 leaves no tolerance to give up; burst 10 at 20,000/s would
+	// live 250 µs, under MinLifetime.
+	for _, q := range []gcra.Params{mkParams(t, 0, 100, time.Second), mkParams(t, 10, 20000, time.Second)} {
+		if _, ok := leasestore.Reduced(q, 200*time.Millisecond); ok || leasestore.KeyLifetime(q, 200*time.Millisecond) != 0 {
+			t.Fatalf("%+v is leased", q)
+		}
 	}
 	if _, ok := leasestore.Reduced(mkParams(t, 100, 1, 24*time.Hour), time.Second); ok {
 		t.Fatal("a tolerance above gcra.MaxLeaseTolerance is leased")
+	}
+	// Every leased limit keeps a reduced tolerance of at least T.
+	rnd := rand.New(rand.NewPCG(5, 6))
+	for range 10000 {
+		q := mkParams(t, rnd.Int64N(100), 1+rnd.Int64N(100000), time.Second)
+		l := time.Duration(rnd.Int64N(int64(time.Second)))
+		if r, ok := leasestore.Reduced(q, l); ok && (r.Tolerance < r.Interval || r.Limit < 1 || 2*(q.Tolerance-r.Tolerance) > q.Tolerance-q.Interval) {
+			t.Fatalf("%+v under %v: %+v", q, l, r)
+		}
 	}
 }
 
@@ -193,7 +222,7 @@ func TestRefusedFromMemoryUntilRetryAfter(t *testing.T) {
 }
 
 func TestNotLeasedGoesToTheStore(t *testing.T) {
-	o := newOne(t, mkParams(t, 9, 100, time.Second), leasestore.Options{}) // tolerance 100 ms
+	o := newOne(t, mkParams(t, 9, 20000, time.Second), leasestore.Options{}) // tolerance 500 µs
 	for i := range 10 {
 		if r := o.take("k", 1); !r.Allowed || r.Limit != 10 {
 			t.Fatalf("%d: %+v", i, r)
