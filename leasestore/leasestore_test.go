@@ -361,8 +361,7 @@ func runFunnels(t *testing.T, nodes int, mutate func(*leasestore.Store)) []error
 // simulation would not be testing it.
 func TestFunnelMutationsAreCaught(t *testing.T) {
 	t.Parallel()
-	for name, m := range map[string]func(*leasestore.Store){
-	} {
+	for name, m := range map[string]func(*leasestore.Store){} {
 		caught := 0
 		errs := runFunnels(t, 4, m)
 		for _, err := range errs {
