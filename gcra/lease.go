@@ -54,7 +54,7 @@ func Lease(now, tat int64, p Params, req LeaseRequest) (int64, int64, error) {
 		return tat, 0, err
 	}
 	if req.BackUnits > 0 && req.BackEnd > 0 && tat == req.BackEnd {
-		// BackUnits·Interval fits: the units came from this tolerance.
+		// BackUnits·Interval fits: the units came from this headroom.
 		tat = max(tat-req.BackUnits*p.Interval, now)
 	}
 	base := max(tat, now)
@@ -95,7 +95,7 @@ func checkLease(p Params, req LeaseRequest) error {
 		return fmt.Errorf("%w: horizon %d ns: tolerance plus horizon above %d ns", ErrBadLease, req.Horizon, int64(MaxLeaseTolerance))
 	case req.BackUnits < 0 || req.BackEnd < 0:
 		return fmt.Errorf("%w: give back %d units from %d", ErrBadLease, req.BackUnits, req.BackEnd)
-	case req.BackUnits > p.Tolerance/p.Interval:
+	case req.BackUnits > (p.Tolerance+req.Horizon)/p.Interval:
 		return fmt.Errorf("%w: give back %d units, more than the funnel holds", ErrBadLease, req.BackUnits)
 	}
 	return nil

@@ -15,3 +15,8 @@ func RefundLate(s *Store) { s.refundLate = true }
 // tolerance: a mutation the funnel tests must catch. Call it before s is
 // used.
 func FullLifetime(s *Store) { s.fullLifetime = true }
+
+// EarlyUnits makes s spend a funnel lease's future-dated units from the
+// grant on, before their slots (each still ending a lifetime after its
+// slot): a mutation the funnel tests must catch. Call it before s is used.
+func EarlyUnits(s *Store) { s.earlyUnits = true }

@@ -260,6 +260,9 @@ type Store struct {
 	// fullLifetime, set by tests only before use, lets funnel leases
 	// live the store's lifetime rather than their key's: a mutation.
 	fullLifetime bool
+	// earlyUnits, set by tests only before use, lets future-dated units
+	// be spent from their grant on, before their slots: a mutation.
+	earlyUnits bool
 }
 
 type shard struct {
@@ -377,7 +380,7 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	sh.mu.Lock()
 	if e := sh.keys[key]; e != nil {
 		s.forfeit(e)
-		e.refusedUntil = 0
+		e.refusedUntil, e.callAt = 0, 0
 		e.back = gcra.LeaseRequest{}
 	}
 	if e := sh.wkeys[key]; e != nil {
