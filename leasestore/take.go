@@ -241,7 +241,15 @@ func (s *Store) want(e *entry) int64 {
 		r := e.reduced
 		d := a * float64(e.lk) / 2 / (1 - min(a*float64(r.Interval), 0.5))
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
-		w = max(w, min(int64(math.Ceil(min(d, 1<<52))), share))
+		dw := min(int64(math.Ceil(min(d, 1<<52))), share)
+		if e.ahead > r.Tolerance {
+			// Contended (the last call's units were future-dated): the
+			// demand alone, as a larger lease's last units would mature
+			// faster than they are spent, and end unspent.
+			w = dw
+		} else {
+			w = max(w, dw)
+		}
 	}
 	if s.opts.MaxLease > 0 {
 		w = min(w, s.opts.MaxLease)
