@@ -459,6 +459,24 @@ func TestNeverOverAdmitsRedis(t *testing.T) {
 			t.Logf("admitted %d, one exact funnel %d; %d decisions, %d local, %d calls (%.3f per decision)",
 				a, e, st.Decisions, st.Local, st.Calls, float64(st.Calls)/float64(st.Decisions))
 		})
+		// Overload (10× and on/off at 100×) of a smooth limit, leased for
+		// 12.5 ms with future-dated units.
+		t.Run(fmt.Sprintf("nodes%d/smooth-overload", nodes), func(t *testing.T) {
+			for i, load := range []float64{10, 100} {
+				c := &clock{}
+				c.t.Store(1_800_000_000_000_000_000)
+				rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Prefix: fmt.Sprintf("o%d.%d:", nodes, i), Timeout: 10 * time.Second})
+				r := rand.New(rand.NewPCG(uint64(nodes), uint64(5+i)))
+				p := mkParams(t, 500, 20000, time.Second)
+				d := delayed{rs, c, rttUpTo(uint64(nodes), int64(100*time.Microsecond), int64(2*time.Millisecond))}
+				s := newSim(t, c, d, nodes, p, 2, leasestore.Options{})
+				s.run(r, 6000, load, i == 1)
+				a, e := s.check()
+				st := s.stats()
+				t.Logf("%v×: admitted %d, one exact funnel %d; %d decisions, %d local, %d calls (%.4f per decision)",
+					load, a, e, st.Decisions, st.Local, st.Calls, float64(st.Calls)/float64(st.Decisions))
+			}
+		})
 	}
 }
 
