@@ -20,3 +20,7 @@ func FullLifetime(s *Store) { s.fullLifetime = true }
 // grant on, before their slots (each still ending a lifetime after its
 // slot): a mutation the funnel tests must catch. Call it before s is used.
 func EarlyUnits(s *Store) { s.earlyUnits = true }
+
+// ResetRace makes s keep the units of funnel lease calls that a Reset
+// overtook: the race the Reset test must catch. Call it before s is used.
+func ResetRace(s *Store) { s.resetRace = true }

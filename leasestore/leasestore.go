@@ -328,6 +328,9 @@ type Store struct {
 	// earlyUnits, set by tests only before use, lets future-dated units
 	// be spent from their grant on, before their slots: a mutation.
 	earlyUnits bool
+	// resetRace, set by tests only before use, keeps the units of lease
+	// calls that a Reset overtook: the race the tests must catch.
+	resetRace bool
 }
 
 type shard struct {
@@ -439,7 +442,13 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	return s.b.Do(ctx, ops, res)
 }
 
-// Reset forgets the key here (its leases are forfeited) and in Redis.
+// Reset forgets the key here (its leases are forfeited) and in Redis. A
+// funnel's lease call in flight meanwhile, or begun before Redis has
+// reset the key, may have taken units before the reset: they are
+// forfeited when it answers (spent after the reset, they would be
+// admitted on top of the fresh funnel's burst). A reset through another
+// process is not seen here: the units this process holds are spent as
+// they are, up to one lease's worth more than the fresh funnel admits.
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	sh := s.shard(key)
 	sh.mu.Lock()
@@ -447,13 +456,24 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 		s.forfeit(e)
 		e.refusedUntil, e.callAt = 0, 0
 		e.back = gcra.LeaseRequest{}
+		e.resets++
 	}
 	if e := sh.wkeys[key]; e != nil {
 		s.wforfeit(e)
 		e.refusedUntil = 0
 	}
 	sh.mu.Unlock()
-	return s.b.Reset(ctx, key)
+	ok, err := s.b.Reset(ctx, key)
+	sh.mu.Lock()
+	if e := sh.keys[key]; e != nil && !s.resetRace {
+		// Units of calls answered since were taken before the reset.
+		s.forfeit(e)
+		e.refusedUntil, e.callAt = 0, 0
+		e.back = gcra.LeaseRequest{}
+		e.resets++
+	}
+	sh.mu.Unlock()
+	return ok, err
 }
 
 // TTL is the Backend's.

@@ -54,6 +54,9 @@ type entry struct {
 	// window is the local time a cold key's current window began, and
 	// count its decisions since.
 	window, count int64
+	// resets counts the Resets of the key through this store: a lease
+	// call begun before one forfeits what it brings.
+	resets int64
 	// reduced is the funnel the key is leased under, and lk its leases'
 	// lifetime (KeyLifetime): the tolerance it gave up.
 	reduced gcra.Params
@@ -62,7 +65,8 @@ type entry struct {
 
 // flight is one lease call, which the decisions that need units wait for.
 type flight struct {
-	done chan struct{}
+	done   chan struct{}
+	resets int64 // the entry's resets when it began
 }
 
 // take decides q units of key under p, leased under r (p reduced).
@@ -267,7 +271,7 @@ func (s *Store) start(e *entry, r gcra.Params, need, now int64) (*flight, gcra.L
 	req := e.back
 	req.Want, req.Min, req.Horizon = max(s.want(e), need), need, s.horizon()
 	e.back = gcra.LeaseRequest{}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), resets: e.resets}
 	e.flight = f
 	return f, req
 }
@@ -342,8 +346,9 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 		e.demand = float64(e.askedSince) / float64(now-e.last)
 	}
 	e.last, e.spentSince, e.askedSince = now, 0, 0
-	if sh.keys[key] != e {
-		// The key was reset or swept meanwhile: the units are forfeited.
+	if sh.keys[key] != e || e.resets != f.resets && !s.resetRace {
+		// The key was reset or swept meanwhile: the units, maybe taken
+		// before the reset, are forfeited.
 		s.stats.forfeited.Add(g.Units)
 		return nil
 	}

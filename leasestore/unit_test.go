@@ -296,3 +296,70 @@ func TestRedisDownSpendsWhatItHolds(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// resetting is a model that resets its key through store s while one
+// lease call is in Redis, after the lease took its units.
+type resetting struct {
+	*model
+	s   *leasestore.Store
+	arm bool
+}
+
+func (r *resetting) Lease(ctx context.Context, key string, p gcra.Params, call redisstore.LeaseCall) (redisstore.Grant, error) {
+	g, err := r.model.Lease(ctx, key, p, call)
+	if r.arm && err == nil && g.Units > 0 {
+		r.arm = false
+		if _, err := r.s.Reset(ctx, key); err != nil {
+			return g, err
+		}
+	}
+	return g, err
+}
+
+// A Reset through the store while a lease call is in flight: the units
+// that call took before the reset are forfeited, so that right after the
+// reset the key admits the fresh reduced burst, 80, and not those units
+// on top of it.
+func TestResetDuringLeaseCall(t *testing.T) {
+	for _, race := range []bool{false, true} {
+		c := &clock{}
+		c.t.Store(1_800_000_000_000_000_000)
+		b := &resetting{model: newModel(c)}
+		s := leasestore.New(b, leasestore.Options{Now: c.now, NoPrefetch: true})
+		if race {
+			leasestore.ResetRace(s)
+		}
+		b.s = s
+		p := p100(t)
+		take := func() bool {
+			res := make([]funnel.Result, 1)
+			if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: p}}}, res); err != nil {
+				t.Fatal(err)
+			}
+			return res[0].Allowed
+		}
+		for range 20 {
+			take() // warm: leases of 1, 2, 4, 8 spent
+		}
+		b.arm = true
+		for b.arm && take() {
+			// spending what it held, until the lease call that is reset
+		}
+		if b.arm {
+			t.Fatal("no lease call was reset")
+		}
+		n := 1 // the decision during whose call the reset came
+		for take() {
+			n++
+		}
+		st := s.Stats()
+		switch {
+		case !race && n != 80:
+			t.Fatalf("after the reset: %d admitted at once, want the reduced burst, 80; %+v", n, st)
+		case race && n <= 80:
+			t.Fatalf("the race kept no units: %d admitted", n)
+		}
+		t.Logf("race kept %v: %d admitted after the reset; %+v", race, n, st)
+		s.Close()
+	}
+}
