@@ -190,9 +190,17 @@
 // A process keeps spending the units it holds until their leases end
 // (they were debited, so this is exact), then answers Options.FailOpen's
 // fallback (Result.Fallback set) until Redis answers again; nothing needs a
-// restart. After a Redis failover that lost recent writes, the keys lose
-// what the failover loses, as the plain store does: the guarantee then holds
-// from the failover on.
+// restart. After a Redis failover that lost recent writes, or a Redis
+// that restarted empty, the keys lose what the loss loses, as with the
+// plain store, and the units that the processes leased before it are
+// spent on top of the fresh state. For a funnel: replayed from the loss on through one
+// exact funnel that starts empty then, the fleet admits at most (2L+τ)/T
+// units more (R·2L plus the limit), all of them within 2L+L_k of the loss.
+// Those units' slots lie within [t−L_k, t+2L] of the loss t (future-dated
+// units are taken up to 2L ahead), and the reduced funnel holds at most
+// (2L+L_k+τ')/T of them in that span (TestRedisRestartsEmptyBound restarts
+// a real Redis under overload: 1,287 units over a funnel empty at the
+// loss, for a bound of 8,501).
 package leasestore
 
 import (
