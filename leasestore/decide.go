@@ -190,7 +190,7 @@ func (l windowLane) inFlight() *flight { return l.e.flight }
 
 func (l windowLane) cold(now int64) bool {
 	e := l.e
-	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.units > 0, now, l.s.lifetime, l.s.wmaxLease(l.c))
+	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.units > 0, now, l.s.lifetime, l.s.wmaxLease(l.c), l.s.warm)
 }
 
 func (l windowLane) direct(ctx context.Context, q int64, res *funnel.Result) error {

@@ -24,3 +24,8 @@ func EarlyUnits(s *Store) { s.earlyUnits = true }
 // ResetRace makes s keep the units of funnel lease calls that a Reset
 // overtook: the race the Reset test must catch. Call it before s is used.
 func ResetRace(s *Store) { s.resetRace = true }
+
+// SetWarm sets the decisions of a key within a lifetime that make s lease
+// it (8 by default), for the tests that measure the threshold. Call it
+// before s is used.
+func SetWarm(s *Store, n int64) { s.warm = n }

@@ -336,6 +336,9 @@ type Store struct {
 	// earlyUnits, set by tests only before use, lets future-dated units
 	// be spent from their grant on, before their slots: a mutation.
 	earlyUnits bool
+	// warm is the decisions of a key within a lifetime that make it
+	// lease (the const warm; tests measure others).
+	warm int64
 	// resetRace, set by tests only before use, keeps the units of lease
 	// calls that a Reset overtook: the race the tests must catch.
 	resetRace bool
@@ -353,7 +356,7 @@ func New(b Backend, opts Options) *Store {
 		opts.Lifetime = DefaultLifetime
 	}
 	s := &Store{b: b, opts: opts, lifetime: int64(opts.Lifetime), now: opts.Now, seed: maphash.MakeSeed(),
-		log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{}), node: rand.Text()}
+		log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{}), node: rand.Text(), warm: warm}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

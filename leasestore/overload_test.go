@@ -106,3 +106,48 @@ func TestOverloadModel(t *testing.T) {
 		}
 	}
 }
+
+var lukewarmFigures = flag.Bool("lukewarm", false, "TestLukewarmModel: every row, not only one")
+
+// TestLukewarmModel measures the cold-key threshold's trade-off: nodes
+// at a few decisions per second each on one key (100/s, a burst of 1,000,
+// the key of the issue), for thresholds of 2, 4 and 8 decisions per
+// lifetime, and lifetimes of 100 ms to 1 s: store calls per decision
+// against the units forfeited per decision and the under-admission
+// against one exact funnel. Every admission is replayed. Without
+// -lukewarm only one row runs, as a replay check.
+func TestLukewarmModel(t *testing.T) {
+	t.Parallel()
+	p := mkParams(t, 999, 100, time.Second)
+	for _, nodes := range []int{3, 16} {
+		for _, rate := range []float64{5, 10, 27, 60} {
+			for _, life := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, time.Second} {
+				for _, w := range []int64{2, 4, 8} {
+					if !*lukewarmFigures && (nodes != 3 || rate != 27 || life != 200*time.Millisecond || w != 4) {
+						continue
+					}
+					r := rand.New(rand.NewPCG(uint64(nodes), uint64(rate)))
+					c := &clock{}
+					c.t.Store(1_800_000_000_000_000_000)
+					m := newModel(c)
+					m.rtt = rtt(uint64(w))
+					s := newSim(t, c, m, nodes, p, 1, leasestore.Options{Lifetime: life, NoPrefetch: true})
+					for _, n := range s.nodes {
+						leasestore.SetWarm(n, w)
+					}
+					end := c.now() + int64(20*time.Second)
+					mean := float64(time.Second) / (rate * float64(nodes))
+					for c.now() < end {
+						c.t.Add(int64(r.ExpFloat64() * mean))
+						s.request(r.IntN(nodes), "k", 1)
+					}
+					a, e := s.check()
+					st := s.stats()
+					dec := float64(st.Decisions)
+					t.Logf("nodes %d × %v/s, lifetime %v, warm %d: %.3f calls per decision, %.3f units forfeited per decision, under-admission %.2f%%",
+						nodes, rate, life, w, float64(st.Calls+st.Direct)/dec, float64(st.Forfeited)/dec, 100*float64(e-a)/float64(max(e, 1)))
+				}
+			}
+		}
+	}
+}

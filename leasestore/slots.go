@@ -94,17 +94,25 @@ func (ls *leases) live(now int64) int64 {
 }
 
 // wait is the local time at which the first k units live at now are all
-// spendable (the k-th of them matures), or -1 when fewer than k are live.
+// spendable, or -1 when fewer than k are live. Within a lease the units
+// mature in order; an older lease's may mature later on this clock than a
+// newer one's (each is timed from its own answer), hence the latest of
+// the leases' last units taken.
 func (ls *leases) wait(k, now int64) int64 {
-	for i := 0; i < ls.n; i++ {
+	at := int64(-1)
+	for i := 0; i < ls.n && k > 0; i++ {
 		b := &ls.b[i]
 		f := b.first(now)
-		if k <= b.n-f {
-			return b.matures(f + k - 1)
+		t := min(k, b.n-f)
+		if t > 0 {
+			at = max(at, b.matures(f+t-1))
 		}
-		k -= b.n - f
+		k -= t
 	}
-	return -1
+	if k > 0 {
+		return -1
+	}
+	return at
 }
 
 // spend takes q units available at now (avail(now) >= q), the older

@@ -64,7 +64,7 @@ func (s *Store) takeWindow(ctx context.Context, key string, c *funnel.Checked, q
 // are size, window and count, and which holds units or has some to give
 // back when holds. It warms the key when its count reaches warm, its first
 // lease as large as that count (at most cap). The key's shard lock is held.
-func coldAt(size, window, count *int64, holds bool, now, lifetime, cap int64) bool {
+func coldAt(size, window, count *int64, holds bool, now, lifetime, cap, warm int64) bool {
 	if *size > 1 || holds {
 		return false
 	}
