@@ -111,7 +111,8 @@
 // never above MaxLease, R·L_k, nor the key's share of the reduced burst
 // among the nodes that leased it within the last lifetime (the lease call
 // counts them, in a sorted set beside the key, in its hash slot), unless
-// the key's demand here asks for more. That demand (the units asked for
+// the key's demand here asks for more; and never above the units that fit
+// at once at the last call. The key's demand here (the units asked for
 // here per second, admitted or not, between the last two calls) sizes a
 // lease as the units asked for in half the key's lifetime, scaled by
 // 1/(1−a·T) (a the demand per ns, at most 2) because future-dated units
@@ -124,6 +125,13 @@
 // fleet and the lifetimes, not by the traffic nor the rate, and the units
 // follow each node's demand (a node that asks for more runs out sooner
 // and leases again, at the queue's end).
+//
+// Under contention (the funnel had no room for one more unit at the last
+// call or decision here) a key that holds nothing is cold again while its
+// demand here is under 8 decisions per L_k, however warm it was: its
+// lease would be future-dated units that it might not reach before their
+// time ends, slots lost to every node, while in the store its decisions
+// are exact.
 //
 // The Remaining and ResetAfter of a decision made from memory are estimated
 // from the key's TAT at the last lease call, plus the time since and this
