@@ -255,7 +255,9 @@ func (s *Store) maxLease(e *entry, nodes int64) int64 {
 func (s *Store) horizon() int64 { return 2 * s.lifetime }
 
 // want is the units e's next lease asks for: its size (which doubles and
-// halves, up to maxLease), or its demand here when that is more: the units
+// halves, up to maxLease), but no more than fitted at once at the last
+// call or decision in the store (1 when that was over a lifetime ago), or
+// its demand here when that is more: the units
 // asked for in half the key's lifetime, scaled by 1/(1−a·T) (at most 2),
 // where a is the demand per ns, because future-dated units come one
 // interval apart, faster than a node that has less than the whole rate
