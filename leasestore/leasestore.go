@@ -462,8 +462,8 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 }
 
 // Reset forgets the key here (its leases are forfeited) and in Redis. A
-// funnel's lease call in flight meanwhile, or begun before Redis has
-// reset the key, may have taken units before the reset: they are
+// lease call in flight meanwhile (a funnel's or a window's), or begun
+// before Redis has reset the key, may have taken units before the reset: they are
 // forfeited when it answers (spent after the reset, they would be
 // admitted on top of the fresh funnel's burst). A reset through another
 // process is not seen here: the units this process holds are spent as
@@ -480,16 +480,24 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	if e := sh.wkeys[key]; e != nil {
 		s.wforfeit(e)
 		e.refusedUntil = 0
+		e.resets++
 	}
 	sh.mu.Unlock()
 	ok, err := s.b.Reset(ctx, key)
 	sh.mu.Lock()
-	if e := sh.keys[key]; e != nil && !s.resetRace {
+	if !s.resetRace {
 		// Units of calls answered since were taken before the reset.
-		s.forfeit(e)
-		e.refusedUntil, e.callAt = 0, 0
-		e.back = gcra.LeaseRequest{}
-		e.resets++
+		if e := sh.keys[key]; e != nil {
+			s.forfeit(e)
+			e.refusedUntil, e.callAt = 0, 0
+			e.back = gcra.LeaseRequest{}
+			e.resets++
+		}
+		if e := sh.wkeys[key]; e != nil {
+			s.wforfeit(e)
+			e.refusedUntil = 0
+			e.resets++
+		}
 	}
 	sh.mu.Unlock()
 	return ok, err

@@ -31,6 +31,7 @@ type wentry struct {
 	flight         *flight
 	used           int64
 	window, count  int64
+	resets         int64 // Resets through this store (see entry.resets)
 }
 
 // windowed reports whether op is a take that takeWindow decides: one take
@@ -168,7 +169,7 @@ func (s *Store) wstart(e *wentry, c *funnel.Checked, need, now int64) (*flight, 
 	}
 	back := e.back
 	e.back = block{}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), resets: e.resets}
 	e.flight = f
 	return f, back, k
 }
@@ -231,8 +232,9 @@ func (s *Store) wcall(ctx context.Context, key string, e *wentry, c *funnel.Chec
 		return s.failed(ctx, key, err)
 	}
 	now := s.now()
-	if sh.wkeys[key] != e {
-		// The key was reset or swept meanwhile: the units are forfeited.
+	if sh.wkeys[key] != e || e.resets != f.resets && !s.resetRace {
+		// The key was reset or swept meanwhile: the units, maybe taken
+		// before the reset, are forfeited.
 		if r.Allowed {
 			s.stats.forfeited.Add(k)
 		}
