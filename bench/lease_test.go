@@ -112,7 +112,12 @@ func zipfKeys(n int) []string {
 //     less the fleet's, as a share of the exact funnel's, over the whole
 //     run (the reduced burst shows there) and over its second second (the
 //     steady state); the units forfeited, and the share of decisions that
-//     waited on Redis.
+//     waited on Redis;
+//   - overload: one hot key at 2×, 10× and 100× its limit (20,000/s), bursts
+//     0, 10, 500 and 10,000, 3 and 16 nodes, equal demand and 10:1 (see
+//     benchLeaseOverload): decisions/s, Redis commands and CPU per
+//     decision, over- and under-admission, each leasing row beside the
+//     same fleet on plain Redis.
 func BenchmarkLease(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, scen := range []string{"hot", "hotfixed", "zipf100k"} {
@@ -128,6 +133,14 @@ func BenchmarkLease(b *testing.B) {
 			srv.Client().FlushAll(context.Background())
 			benchLeaseSteady(b, newLeaseFleet(b, kind, srv.Addr))
 		})
+	}
+	for _, oc := range overloadCases() {
+		for _, kind := range []string{"lease", "redis"} {
+			b.Run("overload/"+oc.name()+"/"+kind, func(b *testing.B) {
+				srv.Client().FlushAll(context.Background())
+				benchLeaseOverload(b, srv, kind, oc)
+			})
+		}
 	}
 }
 

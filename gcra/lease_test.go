@@ -86,11 +86,66 @@ func TestLeaseBadRequests(t *testing.T) {
 		{p, LeaseRequest{Want: 2, Min: 3}},
 		{p, LeaseRequest{Want: 1, Min: 1, BackUnits: -1}},
 		{p, LeaseRequest{Want: 1, Min: 1, BackUnits: 11, BackEnd: 5}},
+		{p, LeaseRequest{Want: 1, Min: 1, Horizon: -1}},
+		{p, LeaseRequest{Want: 1, Min: 1, Horizon: MaxLeaseTolerance}},
 		{huge, LeaseRequest{Want: 1, Min: 1}},
 		{Params{}, LeaseRequest{Want: 1, Min: 1}},
 	} {
 		if tat, n, err := Lease(5, 7, c.p, c.req); !errors.Is(err, ErrBadLease) || tat != 7 || n != 0 {
 			t.Errorf("%+v %+v: %d %d %v", c.p, c.req, tat, n, err)
 		}
+	}
+}
+
+// Future-dated units: a grant with a horizon is k admissions, each at its
+// slot (LeaseSlot), in order: every one is admitted there and none a
+// nanosecond before its slot when that is after now; the slots stay
+// within the horizon, and the grant takes all that fits in it.
+func TestFutureUnitsAreAdmissionsAtTheirSlots(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	future := 0
+	for i := 0; i < 20000; i++ {
+		p, err := NewParams(r.Int64N(50), 1+r.Int64N(1000), time.Duration(1+r.Int64N(int64(time.Second))))
+		if err != nil || p.Tolerance > MaxLeaseTolerance/4 {
+			continue
+		}
+		now := int64(1e18) + r.Int64N(1e12)
+		h := r.Int64N(3 * p.Tolerance)
+		tat := now + r.Int64N(2*p.Tolerance+h) - p.Tolerance/2
+		want := 1 + r.Int64N(p.Limit+h/p.Interval+3)
+		newTAT, n, err := Lease(now, tat, p, LeaseRequest{Want: want, Min: 1, Horizon: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, prev := tat, now
+		for j := int64(0); j < n; j++ {
+			at := LeaseSlot(now, newTAT, n, j, p)
+			if at < prev || at > now+h {
+				t.Fatalf("p %+v tat %d h %d: slot %d of %d at %d, after %d, now %d", p, tat, h, j, n, at, prev, now)
+			}
+			if at > now {
+				future++
+				if _, res, _ := Decide(at-1, cur, p, 1); res.Allowed {
+					t.Fatalf("p %+v: unit %d of %d admitted before its slot", p, j, n)
+				}
+			}
+			var res Result
+			if cur, res, _ = Decide(at, cur, p, 1); !res.Allowed {
+				t.Fatalf("p %+v tat %d h %d: unit %d of %d refused at its slot %d", p, tat, h, j, n, at)
+			}
+			prev = at
+		}
+		if n > 0 && cur != newTAT {
+			t.Fatalf("p %+v: TAT %d after the units, lease says %d", p, cur, newTAT)
+		}
+		if n < want {
+			// One more unit would have its slot beyond the horizon.
+			if LeaseSlot(now, max(tat, now)+(n+1)*p.Interval, n+1, n, p) <= now+h {
+				t.Fatalf("p %+v tat %d h %d: granted %d of %d, but one more fits", p, tat, h, n, want)
+			}
+		}
+	}
+	if future < 10000 {
+		t.Fatalf("only %d future-dated units", future)
 	}
 }

@@ -95,26 +95,37 @@ func decide[L lane](s *Store, ctx context.Context, sh *shard, q int64, res *funn
 	}
 }
 
-// funnelLane is a funnel's entry as decide sees it: p the limit, r the
-// funnel it is leased under.
+// funnelLane is a funnel's entry as decide sees it at now: p the limit, r
+// the funnel it is leased under.
 type funnelLane struct {
 	s   *Store
 	e   *entry
 	key string
 	r   gcra.Params
+	now int64
 }
 
-func (l funnelLane) held() int64 { return l.e.leases.held() }
+// held is the units spendable now; future-dated units that have not
+// matured are not.
+func (l funnelLane) held() int64 { return l.e.leases.avail(l.now) }
 
 func (l funnelLane) spend(q, now int64, res *funnel.Result) {
-	l.s.spend(l.e, q)
+	l.s.spend(l.e, q, now)
 	*res = l.s.estimate(l.e, l.r, now)
 	l.s.maybePrefetch(l.e, l.r, now)
 }
 
 func (l funnelLane) refusedHere(need, now int64, res *funnel.Result) bool {
 	e, r := l.e, l.r
-	if e.refusedUntil <= now || need < e.refusedQ {
+	if q := need + e.leases.avail(now); e.leases.live(now) >= q {
+		// Future-dated units held here cover the request: it waits for
+		// the last of them to mature, and a lease call would only bring
+		// units after them.
+		*res = l.s.refusal(e, r, now, time.Duration(e.leases.wait(q, now)-now))
+		l.s.maybePrefetch(e, r, now)
+		return true
+	}
+	if e.callAt <= now || need < e.refusedQ {
 		return false
 	}
 	// A call found no room for refusedQ more units before refusedUntil;
@@ -179,7 +190,7 @@ func (l windowLane) inFlight() *flight { return l.e.flight }
 
 func (l windowLane) cold(now int64) bool {
 	e := l.e
-	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.units > 0, now, l.s.lifetime, l.s.wmaxLease(l.c))
+	return coldAt(&e.size, &e.window, &e.count, e.leases.n > 0 || e.back.units > 0, now, l.s.lifetime, l.s.wmaxLease(l.c), l.s.warm)
 }
 
 func (l windowLane) direct(ctx context.Context, q int64, res *funnel.Result) error {

@@ -9,3 +9,23 @@ func IgnoreWindowEnd(s *Store) { s.ignoreWindowEnd = true }
 // after their window has ended: a mutation the window tests must catch.
 // Call it before s is used.
 func RefundLate(s *Store) { s.refundLate = true }
+
+// FullLifetime makes s's funnel leases live the store's whole lifetime
+// even when the key's own (KeyLifetime) is shorter, under the same reduced
+// tolerance: a mutation the funnel tests must catch. Call it before s is
+// used.
+func FullLifetime(s *Store) { s.fullLifetime = true }
+
+// EarlyUnits makes s spend a funnel lease's future-dated units from the
+// grant on, before their slots (each still ending a lifetime after its
+// slot): a mutation the funnel tests must catch. Call it before s is used.
+func EarlyUnits(s *Store) { s.earlyUnits = true }
+
+// ResetRace makes s keep the units of funnel lease calls that a Reset
+// overtook: the race the Reset test must catch. Call it before s is used.
+func ResetRace(s *Store) { s.resetRace = true }
+
+// SetWarm sets the decisions of a key within a lifetime that make s lease
+// it (8 by default), for the tests that measure the threshold. Call it
+// before s is used.
+func SetWarm(s *Store, n int64) { s.warm = n }

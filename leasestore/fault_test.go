@@ -2,12 +2,14 @@ package leasestore_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/leasestore"
 	"github.com/funnelrl/funnel/redisstore"
@@ -116,5 +118,64 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("no %s within 20s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A Redis that restarts empty while nodes hold leases: the units leased
+// before the loss and spent after it are admitted on top of the fresh
+// funnel's. Their slots lie within [t−L_k, t+2L] (t the loss; future-dated
+// units are taken up to 2L ahead), where the reduced funnel holds at most
+// (2L+L_k+τ')/T = (2L+τ)/T of them: replayed from the loss on through one
+// exact funnel that starts empty then, the fleet over-admits by at most
+// that many units, R·2L plus the limit. Before the loss the replay is
+// exact, as always.
+func TestRedisRestartsEmptyBound(t *testing.T) {
+	srv := redistest.StartServer(t)
+	p := mkParams(t, 500, 20000, time.Second) // leased for 12.5 ms
+	const lifetime = 200 * time.Millisecond
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Timeout: 10 * time.Second})
+	d := delayed{rs, c, rttUpTo(7, int64(100*time.Microsecond), int64(time.Millisecond))}
+	s := newSim(t, c, d, 4, p, 1, leasestore.Options{Lifetime: lifetime, NoPrefetch: true})
+	r := rand.New(rand.NewPCG(7, 8))
+	s.run(r, 20000, 10, false)
+	loss := c.now()
+	srv.Stop()
+	srv.MustStart()
+	if n, err := srv.Client().DBSize(context.Background()).Result(); err != nil || n != 0 {
+		t.Fatalf("Redis restarted with %d keys, %v", n, err)
+	}
+	for range 3 {
+		srv.Client().Ping(context.Background()) // let the pool drop its dead connections
+	}
+	s.run(r, 20000, 10, false)
+	// Before the loss: exact. From it on: through a funnel empty at the
+	// loss, over by at most (2L+τ)/T units.
+	var before, after []admission
+	for _, a := range s.adm["k0"] {
+		if a.at < loss {
+			before = append(before, a)
+		} else {
+			after = append(after, a)
+		}
+	}
+	s.adm = map[string][]admission{"k0": before}
+	s.check()
+	var tat, over int64
+	for _, a := range after {
+		var res gcra.Result
+		var nt int64
+		if nt, res, _ = gcra.Decide(a.at, tat, p, a.q); res.Allowed {
+			tat = nt
+		} else {
+			over += a.q
+		}
+	}
+	bound := (2*int64(lifetime) + p.Tolerance) / p.Interval
+	t.Logf("%d admitted before the loss, %d after; over a funnel empty at the loss by %d units (bound %d); %+v",
+		len(before), len(after), over, bound, s.stats())
+	if over > bound {
+		t.Fatalf("over-admitted %d units after the loss, more than (2L+τ)/T = %d", over, bound)
 	}
 }

@@ -9,23 +9,65 @@
 // Replay every request that the fleet admitted, at the instant it was
 // admitted, through one exact funnel with the configured limit: it admits
 // every one of them (for windows, through one exact window counter: see
-// Windows below). For the funnel, three rules make it so:
+// Windows below). For the funnel (rate R = 1/T, tolerance τ), three rules
+// make it so:
 //
-//   - A lease lives at most Options.Lifetime (L), timed from when its
-//     request was sent; a unit not spent by then is forfeited.
-//   - The shared funnel is leased with its tolerance shrunk by L: the burst
-//     is reduced by R·L units (R the rate), the sustained rate unchanged. A
-//     unit debited at t and spent up to L later shifts an admission later
-//     in time; the reduced burst pays for that shift.
-//   - Unspent units go back only if the key's TAT is still the lease's end
-//     (a compare-and-set in the lease call); otherwise they are forfeited.
+//   - Each key has its lifetime L_k = min(L, (τ−T)/2) (KeyLifetime; L is
+//     Options.Lifetime), and the shared funnel is leased with its
+//     tolerance shrunk by it, τ' = τ−L_k: the burst is reduced by R·L_k
+//     units, the sustained rate unchanged (τ' ≥ (τ+T)/2 ≥ T).
+//   - Each unit of a lease has a slot: the instant at which, taken as an
+//     admission, it conforms to the reduced funnel (gcra.LeaseSlot): the
+//     call's Redis time for the units that fitted at once, later for
+//     future-dated ones. A unit is spent no earlier than its slot and
+//     less than L_k after it; a unit not spent by then is forfeited.
+//   - Unspent units go back only if the key's TAT is still the lease's
+//     end (a compare-and-set in the lease call), and only the units after
+//     the last one spent; others are forfeited.
 //
-// What the fleet gives up is under-admission: the R·L units of burst, and
-// the units leased but not spent (at most one lease per process and key,
-// each at most Options.MaxLease units, forfeited when its process stops or
-// its key goes quiet). A limit whose burst is too small to pay R·L (L more
-// than half the tolerance) is not leased: its decisions go to the Redis
-// store one by one, exactly as without this package.
+// The proof, in four steps:
+//
+//  1. The slots of the units spent conform to the reduced funnel. Redis
+//     runs the calls one at a time, at times n_1 ≤ n_2 ≤ …; a grant at n
+//     whose funnel was at base = max(TAT, n) takes units ending at
+//     e_j = base+(j+1)·T, and unit j's slot is σ_j = max(n, e_j−τ').
+//     Slots never go back from one unit or grant to the next, and each
+//     unit taken at its slot finds the TAT at or after its slot
+//     (σ_j ≤ e_j−T), so that replayed at their slots through the reduced
+//     funnel the units leave the very TATs Redis stored, and each
+//     conforms (e_j−σ_j ≤ τ'). A cold key's plain decision is a unit
+//     whose slot is its Redis time. Units never spent only lower the
+//     TATs after them (a GCRA admits whatever it admitted with a later
+//     TAT), and a give-back, applied only when nothing followed the lease
+//     and only of the units after the last one spent, removes the last
+//     units of the sequence. The tail must be that: the units given back
+//     are debited again by the next lease, at the same slots.
+//  2. A sequence of units at t_1 ≤ … ≤ t_m conforms to a funnel (T, τ)
+//     exactly when (j−i+1)·T ≤ t_j−t_i+τ for all i ≤ j: any window of
+//     length Δ holds at most (Δ+τ)/T of them (the TAT after unit j is
+//     the largest t_i+(j−i+1)·T).
+//  3. A unit is spent within [σ, σ+L_k): on the node's clock it is
+//     spendable from when the answer came back plus σ−n (Redis decided
+//     before), until when the request was sent plus L_k+σ−n (Redis
+//     decided after). Only differences of the node's clock count; its
+//     rate is taken to be Redis's.
+//  4. The units spent within any window [a, b] had their slots within
+//     [a−L_k, b], so there are at most (b−a+L_k+τ')/T = (b−a+τ)/T of
+//     them: by step 2 the admissions conform to the configured funnel.
+//
+// The tests replay simulated fleets on a fake clock (1 to 16 nodes,
+// random, on/off and overload arrivals up to 100 times the rate, smooth
+// limits, round trips of 0 to 20 ms, node clocks apart) and on a real
+// Redis; spending units before their slots, or the store's lifetime after
+// them rather than the key's, fails them.
+//
+// What the fleet gives up is under-admission: the R·L_k units of burst,
+// and the units leased but not spent (forfeited when their time ends,
+// when the process stops, or when the key goes quiet). A limit whose
+// L_k would be under MinLifetime (a burst too small for a lease to be
+// spent within it), or whose tolerance is above gcra.MaxLeaseTolerance, is
+// not leased: its decisions go to the Redis store one by one, exactly as
+// without this package.
 //
 // # What is leased
 //
@@ -40,17 +82,24 @@
 //
 // # Decisions
 //
-// A decision spends from the key's leases in memory. When they are spent,
-// it waits for one lease call (calls for one key are shared: one in flight
-// at a time); it is never refused from local state while the shared bucket
-// may have room. A lease call that grants nothing answers the refusal with
-// its exact RetryAfter, and the key is then refused from memory until that
-// time has passed (the store saw no room before it; a Reset through this
-// store forgets it, a reset elsewhere is not seen). A hot key's next lease
-// is asked for in the background when its leases run low (to what it
-// spends here in about two lease round trips, from its rate since the
-// last call and the calls' average duration), so that its
-// decisions rarely wait.
+// A decision spends from the key's leases in memory: the units whose slot
+// has come and whose time has not ended, the older first. When the units
+// it holds cover the request but have not all matured (future-dated
+// units, under contention), the request is refused from memory with the
+// wait for the last of them: a lease call would only bring units after
+// them. When it holds too few, it waits for one lease call (calls for one
+// key are shared: one in flight at a time); it is never refused from
+// local state while the shared funnel may have room. A lease takes the
+// units that fit at once and, beyond them, future-dated units up to two
+// lifetimes ahead of Redis's time (gcra.LeaseRequest.Horizon): the next
+// slots of the shared funnel, as admissions queued at Redis's time would
+// take them. A call that grants nothing (the funnel is taken beyond the
+// horizon) answers its exact RetryAfter, and the key is refused from
+// memory until a call can get units (a Reset through this store forgets
+// it, a reset elsewhere is not seen). A hot key's next lease is asked for
+// in the background when its units run low (to what it spends here in
+// about two lease round trips, from its rate since the last call and the
+// calls' average duration), so that its decisions rarely wait.
 //
 // A key is leased only once it is warm here: a cold key (fewer than 8
 // decisions within one lifetime, in this process) is decided in the Redis
@@ -58,10 +107,31 @@
 // batches it with others: the same admission as a lease of its units spent
 // at once, with the store's exact result. The first lease of a warm key is
 // as large as its decisions in the last lifetime; then a lease doubles when
-// it is spent before it expires and halves when most of it is forfeited,
-// never above MaxLease, R·L, nor the key's share of the reduced burst
+// it is spent before it ends and halves when most of it is forfeited,
+// never above MaxLease, R·L_k, nor the key's share of the reduced burst
 // among the nodes that leased it within the last lifetime (the lease call
-// counts them, in a sorted set beside the key, in its hash slot).
+// counts them, in a sorted set beside the key, in its hash slot), unless
+// the key's demand here asks for more; and never above the units that fit
+// at once at the last call. The key's demand here (the units asked for
+// here per second, admitted or not, between the last two calls) sizes a
+// lease as the units asked for in half the key's lifetime, scaled by
+// 1/(1−a·T) (a the demand per ns, at most 2) because future-dated units
+// come one interval apart, faster than a node with part of the demand
+// spends them; it is capped by the node's share of one lifetime of the
+// rate among the nodes (R·L/nodes) and by MaxLease. Under contention (the
+// last call's units were future-dated) the demand alone sizes the lease.
+// So under overload each node takes about one lease per lifetime, or per
+// half of its key's lifetime: the Redis calls on a key are bounded by the
+// fleet and the lifetimes, not by the traffic nor the rate, and the units
+// follow each node's demand (a node that asks for more runs out sooner
+// and leases again, at the queue's end).
+//
+// Under contention (the funnel had no room for one more unit at the last
+// call or decision here) a key that holds nothing is cold again while its
+// demand here is under 8 decisions per L_k, however warm it was: its
+// lease would be future-dated units that it might not reach before their
+// time ends, slots lost to every node, while in the store its decisions
+// are exact.
 //
 // The Remaining and ResetAfter of a decision made from memory are estimated
 // from the key's TAT at the last lease call, plus the time since and this
@@ -128,9 +198,17 @@
 // A process keeps spending the units it holds until their leases end
 // (they were debited, so this is exact), then answers Options.FailOpen's
 // fallback (Result.Fallback set) until Redis answers again; nothing needs a
-// restart. After a Redis failover that lost recent writes, the keys lose
-// what the failover loses, as the plain store does: the guarantee then holds
-// from the failover on.
+// restart. After a Redis failover that lost recent writes, or a Redis
+// that restarted empty, the keys lose what the loss loses, as with the
+// plain store, and the units that the processes leased before it are
+// spent on top of the fresh state. For a funnel: replayed from the loss on through one
+// exact funnel that starts empty then, the fleet admits at most (2L+τ)/T
+// units more (R·2L plus the limit), all of them within 2L+L_k of the loss.
+// Those units' slots lie within [t−L_k, t+2L] of the loss t (future-dated
+// units are taken up to 2L ahead), and the reduced funnel holds at most
+// (2L+L_k+τ')/T of them in that span (TestRedisRestartsEmptyBound restarts
+// a real Redis under overload: 1,287 units over a funnel empty at the
+// loss, for a bound of 8,501).
 package leasestore
 
 import (
@@ -169,9 +247,12 @@ var (
 // Options configure a Store. The zero value is a good default.
 type Options struct {
 	// Lifetime is how long a lease lives, from when its request is sent
-	// (DefaultLifetime if 0). Longer leases make fewer calls for keys of
-	// low rates, and cost R·Lifetime units of each leased funnel's burst;
-	// a window's lease ends with its window if that is sooner.
+	// (DefaultLifetime if 0): for a funnel, the longest a unit lives after
+	// its slot, shortened for a smooth limit to half its tolerance less
+	// an interval (see KeyLifetime). Longer leases make fewer calls for
+	// keys of low rates, and cost R·Lifetime units of each leased funnel's
+	// burst; a window's lease ends with its window if that is sooner.
+	// Future-dated units are taken up to twice the lifetime ahead.
 	Lifetime time.Duration
 	// MaxLease caps the units of one lease (0: no cap but the rate's and
 	// the burst's share per node for a funnel, a quarter of the count for a window; see
@@ -257,6 +338,18 @@ type Store struct {
 	// window leases outlive their window, and refunds go at any time: the
 	// mutations the tests must catch.
 	ignoreWindowEnd, refundLate bool
+	// fullLifetime, set by tests only before use, lets funnel leases
+	// live the store's lifetime rather than their key's: a mutation.
+	fullLifetime bool
+	// earlyUnits, set by tests only before use, lets future-dated units
+	// be spent from their grant on, before their slots: a mutation.
+	earlyUnits bool
+	// warm is the decisions of a key within a lifetime that make it
+	// lease (the const warm; tests measure others).
+	warm int64
+	// resetRace, set by tests only before use, keeps the units of lease
+	// calls that a Reset overtook: the race the tests must catch.
+	resetRace bool
 }
 
 type shard struct {
@@ -271,7 +364,7 @@ func New(b Backend, opts Options) *Store {
 		opts.Lifetime = DefaultLifetime
 	}
 	s := &Store{b: b, opts: opts, lifetime: int64(opts.Lifetime), now: opts.Now, seed: maphash.MakeSeed(),
-		log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{}), node: rand.Text()}
+		log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{}), node: rand.Text(), warm: warm}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -312,17 +405,40 @@ func (s *Store) Stats() Stats {
 	}
 }
 
-// Reduced returns the funnel that p is leased under, with its tolerance
-// shrunk by lifetime, and whether p is leased at all: a limit whose
-// tolerance is under twice the lifetime, or above gcra.MaxLeaseTolerance,
-// is not.
-func Reduced(p gcra.Params, lifetime time.Duration) (gcra.Params, bool) {
+// MinLifetime is the shortest lifetime a funnel is leased for: a limit
+// whose own lifetime (KeyLifetime) would be shorter is not leased, as a
+// lease would end before it could be spent.
+const MinLifetime = time.Millisecond
+
+// KeyLifetime returns how long the leases of a funnel p live when the
+// store's lifetime is lifetime: L_k = min(lifetime, (τ−T)/2) (τ the
+// tolerance, T the interval), so that a smooth limit (τ < 2·lifetime) is
+// leased too, for a shorter time, and the reduced tolerance τ−L_k stays at
+// least (τ+T)/2 ≥ T: the burst given up is at most half of it, the
+// sustained rate none. It returns 0 when p is not leased: L_k under
+// MinLifetime, or a tolerance that with the lifetime (the horizon of
+// future-dated units) is above gcra.MaxLeaseTolerance.
+func KeyLifetime(p gcra.Params, lifetime time.Duration) time.Duration {
 	l := int64(lifetime)
-	if p.Interval <= 0 || p.Tolerance > gcra.MaxLeaseTolerance || p.Tolerance < 2*l || p.Tolerance-l < p.Interval {
+	if p.Interval <= 0 || p.Tolerance < p.Interval || l <= 0 || p.Tolerance > gcra.MaxLeaseTolerance-l {
+		return 0
+	}
+	lk := min(l, (p.Tolerance-p.Interval)/2)
+	if lk < int64(MinLifetime) {
+		return 0
+	}
+	return time.Duration(lk)
+}
+
+// Reduced returns the funnel that p is leased under, with its tolerance
+// shrunk by its lifetime (KeyLifetime), and whether p is leased at all.
+func Reduced(p gcra.Params, lifetime time.Duration) (gcra.Params, bool) {
+	lk := int64(KeyLifetime(p, lifetime))
+	if lk == 0 {
 		return gcra.Params{}, false
 	}
 	r := p
-	r.Tolerance = p.Tolerance - l
+	r.Tolerance = p.Tolerance - lk
 	r.Limit = r.Tolerance / r.Interval
 	r.Burst = r.Limit - 1
 	return r, true
@@ -345,21 +461,46 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	return s.b.Do(ctx, ops, res)
 }
 
-// Reset forgets the key here (its leases are forfeited) and in Redis.
+// Reset forgets the key here (its leases are forfeited) and in Redis. A
+// lease call in flight meanwhile (a funnel's or a window's), or begun
+// before Redis has reset the key, may have taken units before the reset: they are
+// forfeited when it answers (spent after the reset, they would be
+// admitted on top of the fresh funnel's burst). A reset through another
+// process is not seen here: the units this process holds are spent as
+// they are, up to one lease's worth more than the fresh funnel admits.
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	if e := sh.keys[key]; e != nil {
 		s.forfeit(e)
-		e.refusedUntil = 0
+		e.refusedUntil, e.callAt = 0, 0
 		e.back = gcra.LeaseRequest{}
+		e.resets++
 	}
 	if e := sh.wkeys[key]; e != nil {
 		s.wforfeit(e)
 		e.refusedUntil = 0
+		e.resets++
 	}
 	sh.mu.Unlock()
-	return s.b.Reset(ctx, key)
+	ok, err := s.b.Reset(ctx, key)
+	sh.mu.Lock()
+	if !s.resetRace {
+		// Units of calls answered since were taken before the reset.
+		if e := sh.keys[key]; e != nil {
+			s.forfeit(e)
+			e.refusedUntil, e.callAt = 0, 0
+			e.back = gcra.LeaseRequest{}
+			e.resets++
+		}
+		if e := sh.wkeys[key]; e != nil {
+			s.wforfeit(e)
+			e.refusedUntil = 0
+			e.resets++
+		}
+	}
+	sh.mu.Unlock()
+	return ok, err
 }
 
 // TTL is the Backend's.

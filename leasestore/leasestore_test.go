@@ -2,6 +2,7 @@ package leasestore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -192,6 +193,16 @@ func (s *sim) request(i int, key string, q int64) {
 // arrived.
 func (s *sim) check() (admitted, exact int64) {
 	s.t.Helper()
+	admitted, exact, err := s.replay()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return admitted, exact
+}
+
+// replay is check's replay, which returns the first over-admission found
+// as an error instead of failing the test.
+func (s *sim) replay() (admitted, exact int64, err error) {
 	for key, as := range s.adm {
 		slices.SortStableFunc(as, func(a, b admission) int { return int(a.at - b.at) })
 		var tat int64
@@ -200,7 +211,7 @@ func (s *sim) check() (admitted, exact int64) {
 			var err error
 			tat, r, err = gcra.Decide(a.at, tat, s.p, a.q)
 			if err != nil || !r.Allowed {
-				s.t.Fatalf("key %s: admission %d of %d (%d units at %d) is over the limit: %+v %v",
+				return 0, 0, fmt.Errorf("key %s: admission %d of %d (%d units at %d) is over the limit: %+v %v",
 					key, j, len(as), a.q, a.at, r, err)
 			}
 			admitted += a.q
@@ -215,7 +226,7 @@ func (s *sim) check() (admitted, exact int64) {
 			}
 		}
 	}
-	return admitted, exact
+	return admitted, exact, nil
 }
 
 func (s *sim) stats() leasestore.Stats {
@@ -259,6 +270,14 @@ func drive(r *rand.Rand, c *clock, steps int, mean float64, onOff bool, keys, no
 // rtt draws round trips of 0 to 2 ms each way, a few of them 20 ms, from
 // its own source (lease calls made in the background draw too).
 func rtt(seed uint64) func() (int64, int64) {
+	return rttUpTo(seed, int64(2*time.Millisecond), int64(20*time.Millisecond))
+}
+
+// rttUpTo draws round trips of 0 to most ns each way, one in 50 of them
+// spike ns. The simulation runs one request at a time, so that a round
+// trip moves every node's clock: under overload, short ones keep the
+// arrivals at the load asked for.
+func rttUpTo(seed uint64, most, spike int64) func() (int64, int64) {
 	var mu sync.Mutex
 	r := rand.New(rand.NewPCG(seed, 99))
 	return func() (int64, int64) {
@@ -266,9 +285,9 @@ func rtt(seed uint64) func() (int64, int64) {
 		defer mu.Unlock()
 		d := func() int64 {
 			if r.IntN(50) == 0 {
-				return int64(20 * time.Millisecond)
+				return spike
 			}
-			return r.Int64N(int64(2 * time.Millisecond))
+			return r.Int64N(most)
 		}
 		return d(), d()
 	}
@@ -284,15 +303,17 @@ func mkParams(t testing.TB, burst, count int64, period time.Duration) gcra.Param
 }
 
 // TestNeverOverAdmitsModel runs the protocol on the model store for many
-// seeds: 1, 4 and 16 nodes, random and on/off arrivals at half to four
-// times the rate, several limits.
+// seeds: 1, 4 and 16 nodes, random and on/off arrivals at half to a
+// hundred times the rate, several limits, smooth ones among them.
 func TestNeverOverAdmitsModel(t *testing.T) {
 	t.Parallel()
 	limits := []gcra.Params{
 		mkParams(t, 999, 1000, time.Second),    // 1000/s, 1000 burst: leases of up to 200
 		mkParams(t, 99, 100, time.Second),      // 100/s, burst 100: leases up to 20
 		mkParams(t, 49999, 50000, time.Second), // 50k/s, a second's burst
-		mkParams(t, 4999, 50000, time.Second),  // a burst too small to lease: every decision goes to the store
+		mkParams(t, 4999, 50000, time.Second),  // 50k/s, 100 ms: smooth, leased for 50 ms
+		mkParams(t, 500, 20000, time.Second),   // 20k/s, 25 ms: smooth, leased for 12.5 ms
+		mkParams(t, 10, 20000, time.Second),    // 550 µs: too smooth to lease, every decision goes to the store
 	}
 	for _, nodes := range []int{1, 4, 16} {
 		for li, p := range limits {
@@ -305,8 +326,13 @@ func TestNeverOverAdmitsModel(t *testing.T) {
 					c.t.Store(1_800_000_000_000_000_000)
 					m := newModel(c)
 					m.rtt = rtt(seed)
+					load := []float64{0.5, 1, 1.5, 4, 10, 100}[seed%6]
+					if load >= 10 {
+						// Overload: round trips short enough that the
+						// arrivals keep their rate (see rttUpTo).
+						m.rtt = rttUpTo(seed, int64(100*time.Microsecond), int64(2*time.Millisecond))
+					}
 					s := newSim(t, c, m, nodes, p, 1+r.IntN(5), leasestore.Options{})
-					load := []float64{0.5, 1, 1.5, 4}[seed%4]
 					s.run(r, 3000, load, seed%3 == 0)
 					a, e := s.check()
 					admitted += a
@@ -316,6 +342,85 @@ func TestNeverOverAdmitsModel(t *testing.T) {
 				t.Logf("admitted %d, one exact funnel %d (%.2f%%); %d decisions, %d local, %d calls, %d units leased, %d forfeited, %d given back",
 					admitted, exact, 100*float64(exact-admitted)/float64(max(exact, 1)), st.Decisions, st.Local, st.Calls, st.Leased, st.Forfeited, st.GivenBack)
 			})
+		}
+	}
+}
+
+// runFunnels runs the model simulation of TestNeverOverAdmitsModel with
+// each store mutated by mutate, on the smooth limits and loads where the
+// lease rules matter, and returns each run's replay error.
+func runFunnels(t *testing.T, nodes int, mutate func(*leasestore.Store)) []error {
+	var errs []error
+	for li, p := range []gcra.Params{mkParams(t, 500, 20000, time.Second), mkParams(t, 4999, 50000, time.Second)} {
+		for seed := uint64(0); seed < 8; seed++ {
+			r := rand.New(rand.NewPCG(seed, uint64(nodes*10+li)))
+			c := &clock{}
+			c.t.Store(1_800_000_000_000_000_000)
+			m := newModel(c)
+			if seed%2 == 1 {
+				m.rtt = rttUpTo(seed, int64(100*time.Microsecond), int64(2*time.Millisecond))
+			}
+			s := newSim(t, c, m, nodes, p, 1+r.IntN(3), leasestore.Options{})
+			for _, n := range s.nodes {
+				mutate(n)
+			}
+			s.run(r, 5000, []float64{2, 10, 100, 4}[seed%4], seed%3 == 0)
+			_, _, err := s.replay()
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// onThenBurst runs one node on a smooth limit (20,000/s, a burst of 500:
+// leased for 12.5 ms): 12.5 ms of requests at 4× the rate, then 40 ms of
+// nothing, then 1,000 requests at one instant, and returns the replay's
+// error. Units that outlive the key's lifetime are spent in the burst on
+// top of a refilled funnel.
+func onThenBurst(t *testing.T, mutate func(*leasestore.Store)) error {
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	s := newSim(t, c, newModel(c), 1, mkParams(t, 500, 20000, time.Second), 1, leasestore.Options{})
+	mutate(s.nodes[0])
+	for range 1000 {
+		c.t.Add(12500)
+		s.request(0, "k0", 1)
+	}
+	c.t.Add(int64(40 * time.Millisecond))
+	for range 1000 {
+		s.request(0, "k0", 1)
+	}
+	a, e, err := s.replay()
+	if err == nil {
+		t.Logf("on then burst: admitted %d, one exact funnel %d (the burst given up twice: 2 × 250)", a, e)
+	}
+	return err
+}
+
+// A lease rule broken must show as an over-admission in the replay, or the
+// simulation would not be testing it.
+func TestFunnelMutationsAreCaught(t *testing.T) {
+	t.Parallel()
+	for name, m := range map[string]func(*leasestore.Store){
+		"leases live the store's lifetime, not the key's": leasestore.FullLifetime,
+		"future-dated units are spent before their slots": leasestore.EarlyUnits,
+	} {
+		caught := 0
+		errs := append(runFunnels(t, 4, m), onThenBurst(t, m))
+		for _, err := range errs {
+			if err != nil {
+				caught++
+			}
+		}
+		if caught == 0 {
+			t.Errorf("%s: went unnoticed", name)
+		}
+		t.Logf("%s: caught in %d of %d runs; first: %v", name, caught, len(errs), errors.Join(errs...))
+	}
+	// Unmutated, the same runs never over-admit.
+	for i, err := range append(runFunnels(t, 4, func(*leasestore.Store) {}), onThenBurst(t, func(*leasestore.Store) {})) {
+		if err != nil {
+			t.Errorf("run %d: %v", i, err)
 		}
 	}
 }
@@ -353,6 +458,24 @@ func TestNeverOverAdmitsRedis(t *testing.T) {
 			st := s.stats()
 			t.Logf("admitted %d, one exact funnel %d; %d decisions, %d local, %d calls (%.3f per decision)",
 				a, e, st.Decisions, st.Local, st.Calls, float64(st.Calls)/float64(st.Decisions))
+		})
+		// Overload (10× and on/off at 100×) of a smooth limit, leased for
+		// 12.5 ms with future-dated units.
+		t.Run(fmt.Sprintf("nodes%d/smooth-overload", nodes), func(t *testing.T) {
+			for i, load := range []float64{10, 100} {
+				c := &clock{}
+				c.t.Store(1_800_000_000_000_000_000)
+				rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Prefix: fmt.Sprintf("o%d.%d:", nodes, i), Timeout: 10 * time.Second})
+				r := rand.New(rand.NewPCG(uint64(nodes), uint64(5+i)))
+				p := mkParams(t, 500, 20000, time.Second)
+				d := delayed{rs, c, rttUpTo(uint64(nodes), int64(100*time.Microsecond), int64(2*time.Millisecond))}
+				s := newSim(t, c, d, nodes, p, 2, leasestore.Options{})
+				s.run(r, 6000, load, i == 1)
+				a, e := s.check()
+				st := s.stats()
+				t.Logf("%v×: admitted %d, one exact funnel %d; %d decisions, %d local, %d calls (%.4f per decision)",
+					load, a, e, st.Decisions, st.Local, st.Calls, float64(st.Calls)/float64(st.Decisions))
+			}
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -59,11 +60,39 @@ func TestReduced(t *testing.T) {
 	if !ok || r.Tolerance != 800*int64(time.Millisecond) || r.Limit != 80 || r.Burst != 79 || r.Interval != p.Interval {
 		t.Fatalf("Reduced = %+v, %v", r, ok)
 	}
-	if _, ok := leasestore.Reduced(p, 600*time.Millisecond); ok {
-		t.Fatal("a lifetime over half the tolerance is leased")
+	// A lifetime over half the tolerance: the key's lifetime is (τ−T)/2,
+	// 495 ms, and the reduced tolerance 505 ms, at least T.
+	if lk := leasestore.KeyLifetime(p, 600*time.Millisecond); lk != 495*time.Millisecond {
+		t.Fatalf("KeyLifetime = %v", lk)
+	}
+	if r, ok := leasestore.Reduced(p, 600*time.Millisecond); !ok || r.Tolerance != 505*int64(time.Millisecond) || r.Limit != 50 {
+		t.Fatalf("Reduced(600 ms) = %+v, %v", r, ok)
+	}
+	// 20,000/s with a burst of 500 (tolerance 25.05 ms): leased for
+	// 12.5 ms, under 12.55 ms (251 units at once, then 20,000/s).
+	smooth := mkParams(t, 500, 20000, time.Second)
+	if r, ok := leasestore.Reduced(smooth, 200*time.Millisecond); !ok || r.Tolerance != 12_550_000 || r.Limit != 251 ||
+		leasestore.KeyLifetime(smooth, 200*time.Millisecond) != 12_500_000 {
+		t.Fatalf("a smooth limit: %+v, %v", r, ok)
+	}
+	// Burst 0 leaves no tolerance to give up; burst 10 at 20,000/s would
+	// live 250 µs, under MinLifetime.
+	for _, q := range []gcra.Params{mkParams(t, 0, 100, time.Second), mkParams(t, 10, 20000, time.Second)} {
+		if _, ok := leasestore.Reduced(q, 200*time.Millisecond); ok || leasestore.KeyLifetime(q, 200*time.Millisecond) != 0 {
+			t.Fatalf("%+v is leased", q)
+		}
 	}
 	if _, ok := leasestore.Reduced(mkParams(t, 100, 1, 24*time.Hour), time.Second); ok {
 		t.Fatal("a tolerance above gcra.MaxLeaseTolerance is leased")
+	}
+	// Every leased limit keeps a reduced tolerance of at least T.
+	rnd := rand.New(rand.NewPCG(5, 6))
+	for range 10000 {
+		q := mkParams(t, rnd.Int64N(100), 1+rnd.Int64N(100000), time.Second)
+		l := time.Duration(rnd.Int64N(int64(time.Second)))
+		if r, ok := leasestore.Reduced(q, l); ok && (r.Tolerance < r.Interval || r.Limit < 1 || 2*(q.Tolerance-r.Tolerance) > q.Tolerance-q.Interval) {
+			t.Fatalf("%+v under %v: %+v", q, l, r)
+		}
 	}
 }
 
@@ -173,13 +202,15 @@ func TestRefusedFromMemoryUntilRetryAfter(t *testing.T) {
 	if r2.RetryAfter != r1.RetryAfter-3*time.Millisecond || r1.RetryAfter <= 0 {
 		t.Fatalf("RetryAfter %v then %v", r1.RetryAfter, r2.RetryAfter)
 	}
-	// Two units wait one interval more than one does.
+	// Two units wait one interval more than one does (the second may
+	// take a lease call: a future-dated unit, after the first).
 	if r := o.take("k", 2); r.Allowed || r.RetryAfter != r2.RetryAfter+10*time.Millisecond {
 		t.Fatalf("two units: %+v", r)
 	}
+	// The unit it waited for comes when its slot does.
 	o.c.t.Add(int64(r2.RetryAfter))
-	if r := o.take("k", 1); !r.Allowed || o.s.Stats().Calls != calls+1 {
-		t.Fatalf("after RetryAfter: %+v", r)
+	if r := o.take("k", 1); !r.Allowed {
+		t.Fatalf("after RetryAfter: %+v %+v", r, o.s.Stats())
 	}
 	// A Reset through the store forgets the refusal at once.
 	for o.take("k", 1).Allowed {
@@ -193,7 +224,7 @@ func TestRefusedFromMemoryUntilRetryAfter(t *testing.T) {
 }
 
 func TestNotLeasedGoesToTheStore(t *testing.T) {
-	o := newOne(t, mkParams(t, 9, 100, time.Second), leasestore.Options{}) // tolerance 100 ms
+	o := newOne(t, mkParams(t, 9, 20000, time.Second), leasestore.Options{}) // tolerance 500 µs
 	for i := range 10 {
 		if r := o.take("k", 1); !r.Allowed || r.Limit != 10 {
 			t.Fatalf("%d: %+v", i, r)
@@ -265,3 +296,70 @@ func TestRedisDownSpendsWhatItHolds(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// resetting is a model that resets its key through store s while one
+// lease call is in Redis, after the lease took its units.
+type resetting struct {
+	*model
+	s   *leasestore.Store
+	arm bool
+}
+
+func (r *resetting) Lease(ctx context.Context, key string, p gcra.Params, call redisstore.LeaseCall) (redisstore.Grant, error) {
+	g, err := r.model.Lease(ctx, key, p, call)
+	if r.arm && err == nil && g.Units > 0 {
+		r.arm = false
+		if _, err := r.s.Reset(ctx, key); err != nil {
+			return g, err
+		}
+	}
+	return g, err
+}
+
+// A Reset through the store while a lease call is in flight: the units
+// that call took before the reset are forfeited, so that right after the
+// reset the key admits the fresh reduced burst, 80, and not those units
+// on top of it.
+func TestResetDuringLeaseCall(t *testing.T) {
+	for _, race := range []bool{false, true} {
+		c := &clock{}
+		c.t.Store(1_800_000_000_000_000_000)
+		b := &resetting{model: newModel(c)}
+		s := leasestore.New(b, leasestore.Options{Now: c.now, NoPrefetch: true})
+		if race {
+			leasestore.ResetRace(s)
+		}
+		b.s = s
+		p := p100(t)
+		take := func() bool {
+			res := make([]funnel.Result, 1)
+			if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: p}}}, res); err != nil {
+				t.Fatal(err)
+			}
+			return res[0].Allowed
+		}
+		for range 20 {
+			take() // warm: leases of 1, 2, 4, 8 spent
+		}
+		b.arm = true
+		for b.arm && take() {
+			// spending what it held, until the lease call that is reset
+		}
+		if b.arm {
+			t.Fatal("no lease call was reset")
+		}
+		n := 1 // the decision during whose call the reset came
+		for take() {
+			n++
+		}
+		st := s.Stats()
+		switch {
+		case !race && n != 80:
+			t.Fatalf("after the reset: %d admitted at once, want the reduced burst, 80; %+v", n, st)
+		case race && n <= 80:
+			t.Fatalf("the race kept no units: %d admitted", n)
+		}
+		t.Logf("race kept %v: %d admitted after the reset; %+v", race, n, st)
+		s.Close()
+	}
+}

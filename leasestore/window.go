@@ -31,6 +31,7 @@ type wentry struct {
 	flight         *flight
 	used           int64
 	window, count  int64
+	resets         int64 // Resets through this store (see entry.resets)
 }
 
 // windowed reports whether op is a take that takeWindow decides: one take
@@ -64,7 +65,7 @@ func (s *Store) takeWindow(ctx context.Context, key string, c *funnel.Checked, q
 // are size, window and count, and which holds units or has some to give
 // back when holds. It warms the key when its count reaches warm, its first
 // lease as large as that count (at most cap). The key's shard lock is held.
-func coldAt(size, window, count *int64, holds bool, now, lifetime, cap int64) bool {
+func coldAt(size, window, count *int64, holds bool, now, lifetime, cap, warm int64) bool {
 	if *size > 1 || holds {
 		return false
 	}
@@ -168,7 +169,7 @@ func (s *Store) wstart(e *wentry, c *funnel.Checked, need, now int64) (*flight, 
 	}
 	back := e.back
 	e.back = block{}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), resets: e.resets}
 	e.flight = f
 	return f, back, k
 }
@@ -231,8 +232,9 @@ func (s *Store) wcall(ctx context.Context, key string, e *wentry, c *funnel.Chec
 		return s.failed(ctx, key, err)
 	}
 	now := s.now()
-	if sh.wkeys[key] != e {
-		// The key was reset or swept meanwhile: the units are forfeited.
+	if sh.wkeys[key] != e || e.resets != f.resets && !s.resetRace {
+		// The key was reset or swept meanwhile: the units, maybe taken
+		// before the reset, are forfeited.
 		if r.Allowed {
 			s.stats.forfeited.Add(k)
 		}

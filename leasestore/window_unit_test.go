@@ -274,3 +274,70 @@ func TestWindowForfeitsByDefault(t *testing.T) {
 		t.Fatalf("held %d: %+v, want them forfeited", held, st)
 	}
 }
+
+// wresetting is a window store that resets its key through store s
+// while one take is in the store, after the take counted its units.
+type wresetting struct {
+	*timed
+	s   *leasestore.Store
+	arm bool
+}
+
+func (w *wresetting) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	err := w.timed.Do(ctx, ops, res)
+	if w.arm && err == nil && ops[0].Kind == funnel.OpTake && ops[0].N > 1 && res[0].Allowed {
+		w.arm = false
+		if _, err := w.s.Reset(ctx, ops[0].Key); err != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// A Reset through the store while a window's take is in flight: the
+// units it took before the reset are forfeited, so that right after the
+// reset the window admits its count, 100, and not those units on top.
+func TestResetDuringWindowTake(t *testing.T) {
+	for _, race := range []bool{false, true} {
+		c := &clock{}
+		c.t.Store(second)
+		lim, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 100, Period: time.Second}.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &wresetting{timed: &timed{Store: newMem(t, c), c: c, rtt: func() (int64, int64) { return 0, 0 }, last: map[string]int64{}}}
+		s := leasestore.New(b, leasestore.Options{Now: c.now, NoPrefetch: true})
+		if race {
+			leasestore.ResetRace(s)
+		}
+		b.s = s
+		take := func() bool {
+			res := make([]funnel.Result, 1)
+			if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: lim}}, res); err != nil {
+				t.Fatal(err)
+			}
+			return res[0].Allowed
+		}
+		for range 8 {
+			take() // cold: decided in the store, one unit each
+		}
+		b.arm = true
+		for b.arm && take() {
+		}
+		if b.arm {
+			t.Fatal("no take was reset")
+		}
+		n := 1 // the decision during whose take the reset came
+		for take() {
+			n++
+		}
+		switch {
+		case !race && n != 100:
+			t.Fatalf("after the reset: %d admitted in the window, want its count, 100; %+v", n, s.Stats())
+		case race && n <= 100:
+			t.Fatalf("the race kept no units: %d admitted", n)
+		}
+		t.Logf("race kept %v: %d admitted after the reset; %+v", race, n, s.Stats())
+		s.Close()
+	}
+}

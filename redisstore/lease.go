@@ -61,8 +61,9 @@ func nodesKey(key string) string {
 // script call: it gives back req's unspent tail if the key's TAT is still
 // req.BackEnd, then takes up to req.Want units of the funnel p. The key
 // keeps redis-cell's format, so that it is shared with plain decisions of
-// this store and of redis-cell. p.Tolerance must not exceed
-// gcra.MaxLeaseTolerance.
+// this store and of redis-cell. p.Tolerance plus req.Horizon must not
+// exceed gcra.MaxLeaseTolerance; with a horizon, units are future-dated
+// (gcra.LeaseSlot gives each unit's slot from the Grant).
 //
 // It is the primitive of package leasestore, bounded by Options.Timeout
 // as Do is. A key of another type is an error that wraps ErrWrongType;
@@ -81,7 +82,9 @@ func (s *Store) Lease(ctx context.Context, key string, p gcra.Params, call Lease
 	if req.BackUnits > 0 && req.BackEnd > 0 {
 		back = strconv.FormatInt(req.BackEnd, 10)
 	}
-	args = append(args, limb(p.Interval), limb(p.Tolerance), limb(req.Want), limb(req.Min),
+	// The script's headroom is the tolerance plus the horizon: a unit
+	// that fits in it is granted, with its slot up to the horizon ahead.
+	args = append(args, limb(p.Interval), limb(p.Tolerance+req.Horizon), limb(req.Want), limb(req.Min),
 		back, limb(req.BackUnits*p.Interval))
 	keys := []string{s.prefix + key}
 	if nk := nodesKey(s.prefix + key); nk != "" && call.Node != "" && call.Window > 0 {

@@ -9,7 +9,9 @@
 -- Times are on two limbs (seconds and nanoseconds), as in gcra.lua. The
 -- size of a lease is a quotient, computed in doubles on the headroom
 -- (tolerance - d), which is below 2^52 (gcra.MaxLeaseTolerance), so that
--- every number in it is exact.
+-- every number in it is exact. (With a horizon the headroom is the
+-- tolerance plus the horizon, at most 2^52 too: gcra.Lease's arithmetic with
+-- its tolerance extended, which this script needs not know.)
 --
 -- KEYS[1]  the key
 -- ARGV[1]  "l"
@@ -17,7 +19,8 @@
 -- ARGV[3]  and now's nanoseconds
 -- ARGV[4]  milliseconds added to the expiry (0 except in tests)
 -- ARGV[5]  the interval T in ns
--- ARGV[6]  the tolerance in ns (below 2^52)
+-- ARGV[6]  the headroom in ns: the tolerance plus the horizon of
+--          future-dated units (at most 2^52)
 -- ARGV[7]  the most units to take, ARGV[8] the fewest worth taking
 -- ARGV[9]  the previous lease's end TAT as a decimal string, or ""
 -- ARGV[10] the time its unspent units are worth, units*T in ns (below 2^52)

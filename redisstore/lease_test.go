@@ -63,8 +63,20 @@ func randomLeaseCases(t *testing.T, n int) []leaseCase {
 		default:
 			tat = now + r.Int64N(p.Tolerance+1)
 		}
-		want := 1 + r.Int64N(p.Limit+2)
-		req := gcra.LeaseRequest{Want: want, Min: 1 + r.Int64N(want)}
+		var h int64
+		if r.IntN(2) == 0 {
+			// Future-dated units, up to a horizon that may reach the
+			// largest headroom.
+			h = r.Int64N(min(3*p.Tolerance, gcra.MaxLeaseTolerance-p.Tolerance) + 1)
+			if r.IntN(10) == 0 {
+				h = gcra.MaxLeaseTolerance - p.Tolerance
+			}
+			if tat > 0 && r.IntN(3) == 0 {
+				tat = now + r.Int64N(p.Tolerance+h+1) // queued into the horizon
+			}
+		}
+		want := 1 + r.Int64N(p.Limit+h/p.Interval+2)
+		req := gcra.LeaseRequest{Want: want, Min: 1 + r.Int64N(want), Horizon: h}
 		if r.IntN(2) == 0 {
 			req.BackUnits = r.Int64N(p.Tolerance/p.Interval + 1)
 			req.BackEnd = tat
@@ -84,7 +96,7 @@ func TestLeaseIsGcraLease(t *testing.T) {
 	ctx := context.Background()
 	var now atomic.Int64
 	st := redisstore.New(c, redisstore.Options{Now: now.Load, Prefix: "lease:", Timeout: 20 * time.Second})
-	granted, none, backs := 0, 0, 0
+	granted, none, backs, future := 0, 0, 0, 0
 	for i, tc := range randomLeaseCases(t, 3000) {
 		key := "k" + strconv.Itoa(i)
 		if tc.tat >= 0 {
@@ -133,6 +145,9 @@ func TestLeaseIsGcraLease(t *testing.T) {
 		if stored != wantStored {
 			t.Fatalf("case %d %+v: key holds %q, want %q", i, tc, stored, wantStored)
 		}
+		if wantN > 0 && gcra.LeaseSlot(tc.now, wantTAT, wantN, wantN-1, tc.p) > tc.now {
+			future++
+		}
 		if wantN > 0 {
 			granted++
 		} else {
@@ -142,9 +157,9 @@ func TestLeaseIsGcraLease(t *testing.T) {
 			backs++
 		}
 	}
-	t.Logf("3000 leases: %d granted, %d not, %d gave back", granted, none, backs)
-	if granted < 500 || none < 500 || backs < 300 {
-		t.Fatal("the cases do not cover grants, refusals and give-backs")
+	t.Logf("3000 leases: %d granted (%d with future-dated units), %d not, %d gave back", granted, future, none, backs)
+	if granted < 500 || none < 500 || backs < 300 || future < 300 {
+		t.Fatal("the cases do not cover grants, future-dated units, refusals and give-backs")
 	}
 }
 

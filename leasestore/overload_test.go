@@ -1,0 +1,153 @@
+package leasestore_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/leasestore"
+)
+
+var overloadFigures = flag.Bool("overload", false, "TestOverloadModel: every row (minutes), not only the short ones")
+
+// overload drives one hot key at factor times p's rate for 2 s of the
+// simulation's clock, from nodes chosen by weight (random arrivals), with
+// round trips of up to rttMax each way, and replays the admissions (each
+// must be admitted by one exact funnel). It returns the under-admission
+// in the second second (the steady state) as a share of one exact funnel's
+// admissions of the same arrivals, and the store calls per decision.
+func overload(t *testing.T, seed uint64, p gcra.Params, factor float64, weights []int, rttMax int64) (steady, calls float64, st leasestore.Stats) {
+	r := rand.New(rand.NewPCG(seed, 17))
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	m := newModel(c)
+	if rttMax > 0 {
+		m.rtt = rttUpTo(seed, rttMax, rttMax)
+	}
+	s := newSim(t, c, m, len(weights), p, 1, leasestore.Options{})
+	var cum []int
+	total := 0
+	for _, w := range weights {
+		total += w
+		cum = append(cum, total)
+	}
+	start := c.now()
+	half, end := start+int64(time.Second), start+int64(2*time.Second)
+	mean := float64(p.Interval) / factor
+	for c.now() < end {
+		c.t.Add(int64(r.ExpFloat64() * mean))
+		x := r.IntN(total)
+		i := 0
+		for cum[i] <= x {
+			i++
+		}
+		s.request(i, "hot", 1)
+	}
+	if _, _, err := s.replay(); err != nil {
+		t.Fatal(err)
+	}
+	var adm, exact int64
+	for _, a := range s.adm["hot"] {
+		if a.at >= half {
+			adm += a.q
+		}
+	}
+	var tat int64
+	for _, a := range s.arrived["hot"] {
+		var res gcra.Result
+		if tat, res, _ = gcra.Decide(a.at, tat, p, a.q); res.Allowed && a.at >= half {
+			exact += a.q
+		}
+	}
+	st = s.stats()
+	return 100 * float64(exact-adm) / float64(max(exact, 1)), float64(st.Calls+st.Direct) / float64(max(st.Decisions+st.Direct, 1)), st
+}
+
+// TestOverloadModel measures steady overload in the model: 20,000/s with
+// bursts of 500 (leased for 12.5 ms) and 10,000 (200 ms), 3 and 16 nodes,
+// equal and 10:1 demand, 2× to 100× the rate, round trips of 0 and up to
+// 100 µs each way (the simulation runs one request at a time, so that a
+// round trip stops every node's arrivals: longer ones would lower the
+// load below the rate). Every admission is replayed (never over); the figures
+// are logged.
+// They take minutes (at 100×, four million requests a run): without
+// -overload, only the 3-node runs at 2× and 10× without round trips run,
+// as replay checks.
+func TestOverloadModel(t *testing.T) {
+	t.Parallel()
+	for _, burst := range []int64{500, 10000} {
+		p := mkParams(t, burst, 20000, time.Second)
+		for _, nodes := range []int{3, 16} {
+			for _, unequal := range []bool{false, true} {
+				w := make([]int, nodes)
+				for i := range w {
+					w[i] = 1
+				}
+				if unequal {
+					w[0] = 10
+				}
+				for _, f := range []float64{2, 10, 100} {
+					if !*overloadFigures && (nodes > 3 || f > 10 || unequal) {
+						continue
+					}
+					for _, rt := range []int64{0, int64(100 * time.Microsecond)} {
+						if !*overloadFigures && rt > 0 {
+							continue
+						}
+						name := fmt.Sprintf("burst%d/nodes%d/unequal%v/%vx/rtt%v", burst, nodes, unequal, f, time.Duration(rt))
+						under, calls, st := overload(t, uint64(nodes)+uint64(f), p, f, w, rt)
+						t.Logf("%s: steady under-admission %.2f%%, %.4f calls per decision, %d forfeited, %d given back", name, under, calls, st.Forfeited, st.GivenBack)
+					}
+				}
+			}
+		}
+	}
+}
+
+var lukewarmFigures = flag.Bool("lukewarm", false, "TestLukewarmModel: every row, not only one")
+
+// TestLukewarmModel measures the cold-key threshold's trade-off: nodes
+// at a few decisions per second each on one key (100/s, a burst of 1,000,
+// the key of the issue), for thresholds of 2, 4 and 8 decisions per
+// lifetime, and lifetimes of 100 ms to 1 s: store calls per decision
+// against the units forfeited per decision and the under-admission
+// against one exact funnel. Every admission is replayed. Without
+// -lukewarm only one row runs, as a replay check.
+func TestLukewarmModel(t *testing.T) {
+	t.Parallel()
+	p := mkParams(t, 999, 100, time.Second)
+	for _, nodes := range []int{3, 16} {
+		for _, rate := range []float64{5, 10, 27, 60} {
+			for _, life := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, time.Second} {
+				for _, w := range []int64{2, 4, 8} {
+					if !*lukewarmFigures && (nodes != 3 || rate != 27 || life != 200*time.Millisecond || w != 4) {
+						continue
+					}
+					r := rand.New(rand.NewPCG(uint64(nodes), uint64(rate)))
+					c := &clock{}
+					c.t.Store(1_800_000_000_000_000_000)
+					m := newModel(c)
+					m.rtt = rtt(uint64(w))
+					s := newSim(t, c, m, nodes, p, 1, leasestore.Options{Lifetime: life, NoPrefetch: true})
+					for _, n := range s.nodes {
+						leasestore.SetWarm(n, w)
+					}
+					end := c.now() + int64(20*time.Second)
+					mean := float64(time.Second) / (rate * float64(nodes))
+					for c.now() < end {
+						c.t.Add(int64(r.ExpFloat64() * mean))
+						s.request(r.IntN(nodes), "k", 1)
+					}
+					a, e := s.check()
+					st := s.stats()
+					dec := float64(st.Decisions)
+					t.Logf("nodes %d × %v/s, lifetime %v, warm %d: %.3f calls per decision, %.3f units forfeited per decision, under-admission %.2f%%",
+						nodes, rate, life, w, float64(st.Calls+st.Direct)/dec, float64(st.Forfeited)/dec, 100*float64(e-a)/float64(max(e, 1)))
+				}
+			}
+		}
+	}
+}
