@@ -41,6 +41,7 @@ type Daemon struct {
 	snap     *snapshots     // the memory store's snapshots, when a file is named
 	traces   *traces        // the decisions' spans, when tracing is on
 	rls      *rls.Server    // Envoy's rate-limit service, when gRPC is on
+	console  *consoleParts  // the console at /ui/, unless turned off
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS
@@ -73,6 +74,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		d.Close()
 		return nil, err
 	}
+	d.openConsole()
 	if cfg.RESP != "" {
 		if err := d.openRESP(); err != nil {
 			d.Close()
@@ -235,6 +237,7 @@ func (d *Daemon) Close() error {
 		d.watcher.Close()
 	}
 	d.rulesXDS.close()
+	d.console.close()
 	d.sec.close()
 	d.traces.shutdown(context.Background())
 	return d.close()

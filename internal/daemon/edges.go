@@ -67,12 +67,13 @@ func (d *Daemon) openGRPC() error {
 		w, err := rules.Watch(d.cfg.Rules, rules.WatchOptions{
 			Options:  rules.Options{MergeDomains: d.cfg.RulesMergeDomains},
 			Logger:   d.log,
-			OnReload: func(_ *rules.Set, err error) { d.metrics.RulesReloaded(err) },
+			OnReload: func(_ *rules.Set, err error) { d.metrics.RulesReloaded(err); d.console.rulesReloaded(err) },
 		})
 		if err != nil {
 			return fmt.Errorf("daemon: %w", err)
 		}
 		d.metrics.RulesReloaded(nil)
+		d.console.rulesReloaded(nil)
 		d.watcher = w
 		src = w
 	default:
@@ -107,7 +108,7 @@ func (d *Daemon) openGRPC() error {
 	if d.traces != nil {
 		opts.Trace = tracing.WithRule
 	}
-	srv := rls.New(d.lim, src, opts)
+	srv := rls.New(d.console.limiter(d.lim, d.store, "grpc"), src, opts)
 	d.rls = srv
 	// The health service answers probes, which send no metadata, without
 	// credentials; the rate-limit service and reflection need them.
@@ -157,7 +158,7 @@ func (d *Daemon) openHTTP() error {
 	if d.cfg.FailOpen {
 		fail = httpapi.FailOpen
 	}
-	api := httpapi.New(d.lim, httpapi.Options{
+	api := httpapi.New(d.console.limiter(d.lim, d.store, "http"), httpapi.Options{
 		Metrics: d.metrics.Handler(),
 		Observe: d.metrics.Observer("http"),
 		Fail:    fail,
@@ -166,7 +167,7 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:           d.traces.httpHandler(guard(withRLS(api, d.rls))),
+		Handler:           d.traces.httpHandler(d.console.mount(guard(withRLS(api, d.rls)))),
 		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		// A body is at most httpapi.DefaultMaxBody: a client that takes
