@@ -61,7 +61,14 @@ func newStack(t *testing.T) *stack {
 // banned for an hour once over.
 func (s *stack) throttle(t *testing.T, key string) int {
 	t.Helper()
-	body := `{"key":"` + key + `","limit":{"count":1,"period":"1m","burst":0,"ban":"1h"}}`
+	return s.throttleLimit(t, key, `{"count":1,"period":"1m","burst":0,"ban":"1h"}`)
+}
+
+// throttleLimit sends one decision of key under limit (JSON) through the
+// HTTP API.
+func (s *stack) throttleLimit(t *testing.T, key, limit string) int {
+	t.Helper()
+	body := `{"key":"` + key + `","limit":` + limit + `}`
 	req, _ := http.NewRequest("POST", s.srv.URL+"/v1/throttle", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+password)
 	req.Header.Set("Content-Type", "application/json")

@@ -166,6 +166,9 @@ func (s *sampler) sample() {
 				k := name
 				var ls []string
 				for _, l := range m.GetLabel() {
+					if name == "funnel_store_errors_total" && l.GetName() == "op" {
+						continue // by kind only: the operations are on /metrics
+					}
 					ls = append(ls, l.GetName()+"="+l.GetValue())
 				}
 				if len(ls) > 0 {

@@ -92,7 +92,9 @@
       row("keys held", j.keys < 0 ? "unknown" : j.keys);
       if (j.store_p50_ms !== undefined) row("store latency p50 / p99 (last minute)", "≤ " + j.store_p50_ms + " ms / ≤ " + j.store_p99_ms + " ms");
       Object.keys(j.clients || {}).sort().forEach(function (p) { row("clients " + p, j.clients[p]); });
-      Object.keys(j.health || {}).sort().forEach(function (k) { row(k, j.health[k]); });
+      var zero = [];
+      Object.keys(j.health || {}).sort().forEach(function (k) { if (j.health[k]) row(k, j.health[k]); else zero.push(k); });
+      if (zero.length) row("at zero", zero.length + " counters (store errors, fail-open answers, …: see /metrics)");
       row("rules", j.rules.version + " · " + j.rules.reloads + " loads, " + j.rules.failures + " refused" +
         (j.rules.last_reload_ms ? " · last " + new Date(j.rules.last_reload_ms).toLocaleTimeString() : "") +
         (j.rules.last_reload_error ? " · error: " + j.rules.last_reload_error : ""));
