@@ -23,11 +23,14 @@ type TopReply struct {
 	Window string `json:"window"`
 	// Entries are the keys refused most, most first (at most TopN).
 	Entries []Entry `json:"entries"`
-	// Refusals counts the refusals offered to the sketch since start, and
+	// Refusals counts the refusals the sketch counted since start, and
 	// Skipped those it left out because another refusal held it at that
-	// instant: the entries are a sample of Refusals−Skipped.
+	// instant.
 	Refusals uint64 `json:"refusals"`
 	Skipped  uint64 `json:"skipped"`
+	// Sampling reports that the current 15 seconds have seen more than
+	// SampleAfter refusals: one in SampleRate is counted, as SampleRate.
+	Sampling bool `json:"sampling"`
 }
 
 func (s *Server) topJSON(w http.ResponseWriter, r *http.Request) {
@@ -47,7 +50,7 @@ func (s *Server) topJSON(w http.ResponseWriter, r *http.Request) {
 	if rep.Entries == nil {
 		rep.Entries = []Entry{}
 	}
-	rep.Refusals, rep.Skipped = s.opts.Top.Counts()
+	rep.Refusals, rep.Skipped, rep.Sampling = s.opts.Top.Counts()
 	writeJSON(w, rep)
 }
 
@@ -80,6 +83,20 @@ func (s *Server) bansJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.SortFunc(rep.Bans, func(a, b BanReply) int { return strings.Compare(a.Key, b.Key) })
 	writeJSON(w, rep)
+}
+
+// peekError answers a failed peek: 400 for a limit the store does not peek
+// at (a concurrency limit), 409 for a key of another algorithm, else a
+// store error.
+func (s *Server) peekError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, funnel.ErrInvalidLimit), errors.Is(err, funnel.ErrInvalidQuantity):
+		s.problem(w, http.StatusBadRequest, "console: "+err.Error())
+	case errors.Is(err, funnel.ErrWrongType):
+		s.problem(w, http.StatusConflict, "console: the key holds another algorithm's state")
+	default:
+		s.storeError(w, err)
+	}
 }
 
 // storeError answers a failed store call: 503, the detail logged.
@@ -196,11 +213,7 @@ func (s *Server) keyJSON(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.opts.Limiter.Peek(ctx, rep.Key, limit)
 	if err != nil {
-		if errors.Is(err, funnel.ErrWrongType) {
-			s.problem(w, http.StatusConflict, "console: the key holds another algorithm's state")
-			return
-		}
-		s.storeError(w, err)
+		s.peekError(w, err)
 		return
 	}
 	ttl, held, err := s.opts.Store.TTL(ctx, rep.Key)
@@ -382,12 +395,13 @@ type DryRunReply struct {
 	// Answer is "OK" or "OVER_LIMIT", as the rate-limit service would
 	// answer for this descriptor alone; with a rule in shadow mode, the
 	// service answers OK whatever this says.
-	Answer       string `json:"answer"`
-	Shadow       bool   `json:"shadow_mode,omitempty"`
-	Quota        bool   `json:"quota_mode,omitempty"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	Banned       bool   `json:"banned,omitempty"`
+	Answer    string `json:"answer"`
+	Shadow    bool   `json:"shadow_mode,omitempty"`
+	Quota     bool   `json:"quota_mode,omitempty"`
+	Remaining int64  `json:"remaining"`
+	// ResetAfterMS is the time until the key is full again.
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	Banned       bool  `json:"banned,omitempty"`
 }
 
 func (s *Server) dryRunJSON(w http.ResponseWriter, r *http.Request) {
@@ -433,13 +447,12 @@ func (s *Server) dryRunJSON(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.opts.Limiter.Peek(ctx, rep.Key, ru.Limit)
 	if err != nil {
-		s.storeError(w, err)
+		s.peekError(w, err)
 		return
 	}
-	rep.Remaining, rep.Banned = res.Remaining, res.Banned
+	rep.Remaining, rep.Banned, rep.ResetAfterMS = res.Remaining, res.Banned, res.ResetAfter.Milliseconds()
 	if res.Banned || res.Remaining < hits {
 		rep.Answer = "OVER_LIMIT"
-		rep.RetryAfterMS = res.RetryAfter.Milliseconds()
 	}
 	writeJSON(w, rep)
 }

@@ -139,7 +139,7 @@ func New(opts Options) *Server {
 		s.now = time.Now
 	}
 	s.pages = template.Must(template.New("").Funcs(template.FuncMap{"ms": ms}).ParseFS(assets, "assets/*.html"))
-	s.live = newSampler(opts.Gatherer, s.now)
+	s.live = newSampler(opts.Gatherer, opts.Top, s.now)
 	s.live.start(time.Second)
 	static, _ := fs.Sub(assets, "assets")
 	s.mux = http.NewServeMux()
@@ -259,7 +259,7 @@ func (s *Server) userOf(ss *session) (string, bool) {
 
 // index serves the console's page, or the login page.
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	id, ss := s.sessionOf(r)
+	_, ss := s.sessionOf(r)
 	if ss == nil {
 		ss = s.newSession(w, r, "", "")
 	}
@@ -267,7 +267,6 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	user, ok := s.userOf(ss)
 	if !ok {
-		_ = id
 		s.render(w, "login.html", map[string]any{"CSRF": ss.csrf, "Error": r.URL.Query().Get("e") != ""})
 		return
 	}

@@ -43,6 +43,7 @@ type histogram struct {
 // decisions counter's rate over the last LivePoints seconds.
 type sampler struct {
 	g    prometheus.Gatherer
+	top  *Top // advanced at every sample
 	now  func() time.Time
 	quit chan struct{}
 	done chan struct{}
@@ -57,13 +58,13 @@ type sampler struct {
 	clients map[string]float64
 }
 
-func newSampler(g prometheus.Gatherer, now func() time.Time) *sampler {
-	return &sampler{g: g, now: now, series: map[seriesKey]*series{}, gauges: map[string]float64{}, clients: map[string]float64{}}
+func newSampler(g prometheus.Gatherer, top *Top, now func() time.Time) *sampler {
+	return &sampler{g: g, top: top, now: now, series: map[seriesKey]*series{}, gauges: map[string]float64{}, clients: map[string]float64{}}
 }
 
 // start samples every step until stop.
 func (s *sampler) start(step time.Duration) {
-	if s.g == nil {
+	if s.g == nil && s.top == nil {
 		return
 	}
 	s.quit, s.done = make(chan struct{}), make(chan struct{})
@@ -135,6 +136,10 @@ func kept(name string) bool {
 
 // sample reads the registry once and adds one point to every series.
 func (s *sampler) sample() {
+	s.top.Advance()
+	if s.g == nil {
+		return
+	}
 	mfs, err := s.g.Gather()
 	if err != nil && len(mfs) == 0 {
 		return
@@ -177,6 +182,10 @@ func (s *sampler) sample() {
 				gauges[k] += value(m)
 			}
 		}
+	}
+	for edge, n := range s.top.Delayed() {
+		// The edge's delayed decisions, counted among its allowed too.
+		counts[seriesKey{edge, edge, "delayed"}] += float64(n)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -271,9 +280,11 @@ type LiveReply struct {
 	// leases and snapshots, as their metrics name them.
 	Health map[string]float64 `json:"health"`
 	Rules  RulesReply         `json:"rules"`
-	// TopRefusals and TopSkipped are the sketch's counts (see TopReply).
+	// TopRefusals, TopSkipped and TopSampling are the sketch's counts
+	// (see TopReply).
 	TopRefusals uint64 `json:"top_refusals"`
 	TopSkipped  uint64 `json:"top_skipped"`
+	TopSampling bool   `json:"top_sampling"`
 }
 
 // reply returns the sampler's series, keeping the last n points of each.
@@ -323,7 +334,7 @@ func (s *Server) liveJSON(w http.ResponseWriter, r *http.Request) {
 		n = 60
 	}
 	s.live.reply(&rep, n)
-	rep.TopRefusals, rep.TopSkipped = s.opts.Top.Counts()
+	rep.TopRefusals, rep.TopSkipped, rep.TopSampling = s.opts.Top.Counts()
 	if rep.Series == nil {
 		rep.Series = []SeriesReply{}
 	}

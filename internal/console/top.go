@@ -2,6 +2,7 @@ package console
 
 import (
 	"container/heap"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +27,12 @@ const (
 	// MaxKeyLen bounds the bytes of a key the sketch keeps; a longer key is
 	// kept truncated and reported with Truncated set.
 	MaxKeyLen = 512
+	// SampleAfter is the number of refusals of a bucket that the sketch
+	// counts one by one (1,333 a second); beyond, until the next bucket, it
+	// counts one refusal in SampleRate, chosen at random, as SampleRate.
+	SampleAfter = 20000
+	// SampleRate is the sampling of refusals beyond SampleAfter.
+	SampleRate = 16
 )
 
 // Windows of Top.Top.
@@ -59,6 +66,8 @@ type summary struct {
 	start int64 // bucket number (Unix time / BucketWidth) it counts
 	idx   map[entryKey]int
 	items []counter
+	last  int    // index of the counter added to last, -1 for none: a hot key skips the map
+	seen  uint64 // refusals of the bucket, sampled ones as SampleRate
 }
 
 func (s *summary) Len() int           { return len(s.items) }
@@ -67,6 +76,12 @@ func (s *summary) Swap(i, j int) {
 	s.items[i], s.items[j] = s.items[j], s.items[i]
 	s.idx[s.items[i].k] = i
 	s.idx[s.items[j].k] = j
+	switch s.last {
+	case i:
+		s.last = j
+	case j:
+		s.last = i
+	}
 }
 func (s *summary) Push(x any) {
 	c := x.(counter)
@@ -80,23 +95,31 @@ func (s *summary) Pop() any {
 	return c
 }
 
-// add counts one occurrence of k: its counter, or a new one, or the
+// add counts w occurrences of k: in its counter, or a new one, or the
 // smallest counter taken over.
-func (s *summary) add(k entryKey) {
+func (s *summary) add(k entryKey, w uint64) {
+	if s.last >= 0 && s.items[s.last].k == k {
+		s.items[s.last].count += w
+		heap.Fix(s, s.last)
+		return
+	}
 	if i, ok := s.idx[k]; ok {
-		s.items[i].count++
+		s.last = i
+		s.items[i].count += w
 		heap.Fix(s, i)
 		return
 	}
 	k.key = strings.Clone(k.key) // the store's key may alias a reused buffer
 	if len(s.items) < BucketCapacity {
-		heap.Push(s, counter{k: k, count: 1})
+		s.last = len(s.items)
+		heap.Push(s, counter{k: k, count: w})
 		return
 	}
 	min := s.items[0]
 	delete(s.idx, min.k)
-	s.items[0] = counter{k: k, count: min.count + 1, err: min.count}
+	s.items[0] = counter{k: k, count: min.count + w, err: min.count}
 	s.idx[k] = 0
+	s.last = 0
 	heap.Fix(s, 0)
 }
 
@@ -107,15 +130,27 @@ func (s *summary) add(k entryKey) {
 // most MaxKeyLen bytes. It is safe for concurrent use; a nil *Top records
 // nothing.
 //
-// Record never waits: when another goroutine holds the sketch, the refusal
-// is not counted but added to Skipped, so that the decision path pays a
-// failed try-lock at most, and the page says how many were left out.
+// Record costs the decision path little: an admitted decision is not
+// recorded at all; a refusal reads no clock (see Advance); and Record never
+// waits: when another goroutine holds the sketch, the refusal is not
+// counted but added to the skipped count, so that the page says how many
+// were left out. Beyond SampleAfter refusals in a bucket, one in
+// SampleRate is counted, as SampleRate: the heavy hitters of a flood are
+// found at a sixteenth of the cost, with counts that are estimates.
 type Top struct {
-	now     func() time.Time
-	mu      sync.Mutex
-	ring    [Buckets]summary
-	total   atomic.Uint64 // refusals offered to Record
-	skipped atomic.Uint64 // of which not counted, the sketch being busy
+	now    func() time.Time
+	bucket atomic.Int64 // the current bucket number, as Advance last read it
+	mu     sync.Mutex
+	ring   [Buckets]summary
+	// sampling is set while the current bucket has seen more than
+	// SampleAfter refusals; it is read by every Record and written once a
+	// bucket at most, so that it costs no shared write.
+	sampling atomic.Bool
+	total    uint64        // refusals counted (sampled ones as SampleRate), under mu
+	skipped  atomic.Uint64 // refusals left out, the sketch being busy
+
+	delayMu sync.Mutex
+	delayed map[string]*atomic.Uint64 // admitted with a delay, by edge
 }
 
 // NewTop returns an empty sketch that reads the time from now (nil means
@@ -125,8 +160,9 @@ func NewTop(now func() time.Time) *Top {
 		now = time.Now
 	}
 	t := &Top{now: now}
+	t.bucket.Store(bucketOf(now()))
 	for i := range t.ring {
-		t.ring[i] = summary{start: -1, idx: make(map[entryKey]int)}
+		t.ring[i] = summary{start: -1, idx: make(map[entryKey]int), last: -1}
 	}
 	return t
 }
@@ -134,38 +170,113 @@ func NewTop(now func() time.Time) *Top {
 // bucketOf returns the bucket number of t.
 func bucketOf(t time.Time) int64 { return t.Unix() / int64(BucketWidth/time.Second) }
 
-// Record counts one refusal of key under limit through edge.
+// Advance reads the clock and moves the bucket that Record counts into:
+// Record does not read the clock itself, to cost the decision path less.
+// The console calls it every second, and Top at each query.
+func (t *Top) Advance() {
+	if t == nil {
+		return
+	}
+	if b := bucketOf(t.now()); t.bucket.Swap(b) != b {
+		t.sampling.Store(false) // a new bucket counts one by one
+	}
+}
+
+// Record counts one refusal of key under limit through edge, in the bucket
+// of the last Advance.
 func (t *Top) Record(edge string, limit funnel.Limit, key string) {
 	if t == nil {
 		return
 	}
-	t.total.Add(1)
+	if w := t.weight(rand.Uint64()); w > 0 {
+		t.record(edge, limit, key, w)
+	}
+}
+
+// weight is what a refusal counts for: 1, or while sampling SampleRate
+// for one refusal in SampleRate and 0 for the others, chosen by the top
+// bits of h times the golden ratio: h must vary from refusal to refusal
+// (a random number, or the nanoseconds of a result's times). It is small
+// enough to be inlined, so that a refusal sampled out costs a load and a
+// multiplication.
+func (t *Top) weight(h uint64) uint64 {
+	if !t.sampling.Load() {
+		return 1
+	}
+	if (h*0x9E3779B97F4A7C15)>>60 != 0 {
+		return 0
+	}
+	return SampleRate
+}
+
+// record counts a refusal of weight w.
+func (t *Top) record(edge string, limit funnel.Limit, key string, w uint64) {
 	if !t.mu.TryLock() {
-		t.skipped.Add(1)
+		t.skipped.Add(w)
 		return
 	}
-	b := bucketOf(t.now())
+	b := t.bucket.Load()
 	s := &t.ring[b%Buckets]
 	if s.start != b {
 		clear(s.idx)
 		s.items = s.items[:0]
-		s.start = b
+		s.start, s.last, s.seen = b, -1, 0
+		t.sampling.Store(false)
 	}
+	s.seen += w
+	if s.seen > SampleAfter && !t.sampling.Load() {
+		t.sampling.Store(true)
+	}
+	t.total += w
 	k := entryKey{edge: edge, rule: limit, key: key}
 	if len(key) > MaxKeyLen {
 		k.key, k.trunc = key[:MaxKeyLen], true
 	}
-	s.add(k)
+	s.add(k, w)
 	t.mu.Unlock()
 }
 
-// Counts returns the refusals offered to Record and, of those, the ones
-// not counted because the sketch was busy.
-func (t *Top) Counts() (total, skipped uint64) {
+// Counts returns the refusals counted since start (those counted by
+// sampling as SampleRate each), the ones left out because the sketch was
+// busy, and whether the current bucket is sampled.
+func (t *Top) Counts() (total, skipped uint64, sampling bool) {
 	if t == nil {
-		return 0, 0
+		return 0, 0, false
 	}
-	return t.total.Load(), t.skipped.Load()
+	t.mu.Lock()
+	total = t.total
+	t.mu.Unlock()
+	return total, t.skipped.Load(), t.sampling.Load()
+}
+
+// delayCounter returns the counter of edge's delayed decisions.
+func (t *Top) delayCounter(edge string) *atomic.Uint64 {
+	t.delayMu.Lock()
+	defer t.delayMu.Unlock()
+	if t.delayed == nil {
+		t.delayed = map[string]*atomic.Uint64{}
+	}
+	c, ok := t.delayed[edge]
+	if !ok {
+		c = new(atomic.Uint64)
+		t.delayed[edge] = c
+	}
+	return c
+}
+
+// Delayed returns, by edge, the decisions admitted with a delay (the leaky
+// bucket's, and concurrency leases granted within their burst) since start.
+func (t *Top) Delayed() map[string]uint64 {
+	if t == nil {
+		return nil
+	}
+	t.delayMu.Lock()
+	defer t.delayMu.Unlock()
+	m := make(map[string]uint64, len(t.delayed))
+	for e, c := range t.delayed {
+		m[e] = c.Load()
+	}
+	return m
 }
 
 // Entry is one key of a top-limited window.
@@ -205,8 +316,9 @@ func (t *Top) Top(window time.Duration, f Filter) []Entry {
 	}
 	n := int64(window / BucketWidth)
 	n = max(1, min(n, Buckets))
+	t.Advance()
 	t.mu.Lock()
-	now := bucketOf(t.now())
+	now := t.bucket.Load()
 	sum := map[entryKey]*Entry{}
 	for b := now - n + 1; b <= now; b++ {
 		if b < 0 {

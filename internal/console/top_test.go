@@ -33,9 +33,11 @@ func TestTopCountsAndWindows(t *testing.T) {
 	}
 	top.Record("resp", l, "bob")
 	clk.add(console.BucketWidth)
+	top.Record("http", l, "alice") // counted in the bucket of the last Advance
+	top.Advance()
 	top.Record("http", l, "alice")
 	got := top.Top(console.WindowMinute, console.Filter{})
-	if len(got) != 2 || got[0].Key != "alice" || got[0].Count != 6 || got[0].Edge != "http" || got[1].Key != "bob" {
+	if len(got) != 2 || got[0].Key != "alice" || got[0].Count != 7 || got[0].Edge != "http" || got[1].Key != "bob" {
 		t.Fatalf("top = %+v", got)
 	}
 	if got[0].Rule != "gcra 10 per 1m0s, burst 9" {
@@ -49,15 +51,15 @@ func TestTopCountsAndWindows(t *testing.T) {
 	if got := top.Top(console.WindowMinute, console.Filter{}); len(got) != 0 {
 		t.Errorf("last minute after a minute = %+v", got)
 	}
-	if got := top.Top(console.WindowQuarter, console.Filter{}); len(got) != 2 || got[0].Count != 6 {
+	if got := top.Top(console.WindowQuarter, console.Filter{}); len(got) != 2 || got[0].Count != 7 {
 		t.Errorf("last 15 minutes = %+v", got)
 	}
 	clk.add(15 * time.Minute)
 	if got := top.Top(console.WindowQuarter, console.Filter{}); len(got) != 0 {
 		t.Errorf("after 15 minutes = %+v", got)
 	}
-	if total, skipped := top.Counts(); total != 7 || skipped != 0 {
-		t.Errorf("counts = %d, %d", total, skipped)
+	if total, skipped, sampling := top.Counts(); total != 8 || skipped != 0 || sampling {
+		t.Errorf("counts = %d, %d, %v", total, skipped, sampling)
 	}
 }
 
@@ -67,7 +69,7 @@ func TestTopBoundedHeavyHitter(t *testing.T) {
 	clk := newFakeNow()
 	top := console.NewTop(clk.now)
 	l := funnel.PerMinute(1)
-	for i := range 20000 {
+	for i := range 15000 { // under SampleAfter: counted one by one
 		top.Record("http", l, fmt.Sprintf("user-%d", i))
 		if i%10 == 0 {
 			top.Record("http", l, "heavy")
@@ -77,8 +79,11 @@ func TestTopBoundedHeavyHitter(t *testing.T) {
 	if len(got) != console.TopN {
 		t.Fatalf("%d entries, want %d", len(got), console.TopN)
 	}
-	if got[0].Key != "heavy" || got[0].Count < 2000 || got[0].Count-got[0].Error > 2000 {
-		t.Fatalf("first = %+v, want heavy with a count of 2000 within its error", got[0])
+	if got[0].Key != "heavy" || got[0].Count < 1500 || got[0].Count-got[0].Error > 1500 {
+		t.Fatalf("first = %+v, want heavy with a count of 1500 within its error", got[0])
+	}
+	if _, _, sampling := top.Counts(); sampling {
+		t.Fatal("sampling under SampleAfter refusals")
 	}
 	long := string(make([]byte, console.MaxKeyLen+10))
 	top.Record("http", l, long)
@@ -133,5 +138,48 @@ func TestWatchRecordsRefusals(t *testing.T) {
 	got := top.Top(console.WindowMinute, console.Filter{})
 	if len(got) != 2 || got[0].Count != 2 || got[1].Count != 2 || got[0].Edge != "resp" {
 		t.Fatalf("top = %+v", got)
+	}
+	// The leaky bucket admits within its burst with a delay: counted apart.
+	leaky := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 1, Period: time.Second, Burst: 5}
+	var delayed uint64
+	for range 3 {
+		r, err := lim.Allow(ctx, "leaky", leaky)
+		if err != nil || !r.Allowed {
+			t.Fatalf("leaky = %+v, %v", r, err)
+		}
+		if r.Delay > 0 {
+			delayed++
+		}
+	}
+	if got := top.Delayed()["resp"]; got != delayed || delayed == 0 {
+		t.Fatalf("delayed = %d, the results say %d", got, delayed)
+	}
+}
+
+// Beyond SampleAfter refusals in a bucket one in SampleRate is counted, as
+// SampleRate; the next bucket counts one by one again.
+func TestTopSampling(t *testing.T) {
+	clk := newFakeNow()
+	top := console.NewTop(clk.now)
+	l := funnel.PerMinute(1)
+	const n = 100000
+	for range n {
+		top.Record("resp", l, "flood")
+	}
+	total, _, sampling := top.Counts()
+	if !sampling {
+		t.Fatal("not sampling after 100,000 refusals")
+	}
+	got := top.Top(console.WindowMinute, console.Filter{})
+	// 20,000 counted, then 80,000 sampled at 1/16: a standard deviation of
+	// 16·sqrt(80000·(1/16)·(15/16)) ≈ 1,100 around 100,000.
+	if len(got) != 1 || got[0].Count < n-10000 || got[0].Count > n+10000 || got[0].Count != total {
+		t.Fatalf("flood = %+v, total %d; want about %d", got, total, n)
+	}
+	clk.add(console.BucketWidth)
+	top.Advance()
+	top.Record("resp", l, "next")
+	if _, _, sampling := top.Counts(); sampling {
+		t.Fatal("still sampling in the next bucket")
 	}
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -10,7 +11,8 @@ import (
 
 // Watch returns a store that passes every call to s and records each
 // refused decision (every refusal, banned or not, that is not a fallback)
-// in top under edge, with its key and limit. It forwards every optional interface of s that the daemon's
+// in top under edge, with its key and limit, and counts the decisions
+// admitted with a delay (see Top.Delayed). It forwards every optional interface of s that the daemon's
 // edges use: funnel.FunnelTaker (observed too, so that the memory store's
 // fast path stays fast), funnel.GCRAStore, funnel.Grouper, NonBlocking and
 // Len. An admitted decision costs one test of its result. With a nil top
@@ -19,7 +21,7 @@ func Watch(s funnel.Store, top *Top, edge string) funnel.Store {
 	if top == nil {
 		return s
 	}
-	w := &Watched{inner: s, top: top, edge: edge}
+	w := &Watched{inner: s, top: top, edge: edge, delayed: top.delayCounter(edge)}
 	if ft, ok := s.(funnel.FunnelTaker); ok {
 		return &watchedFast{Watched: w, fast: ft}
 	}
@@ -29,9 +31,10 @@ func Watch(s funnel.Store, top *Top, edge string) funnel.Store {
 // Watched is a funnel.Store that records the refusals of the store it
 // wraps in a Top. Build one with Watch.
 type Watched struct {
-	inner funnel.Store
-	top   *Top
-	edge  string
+	inner   funnel.Store
+	top     *Top
+	edge    string
+	delayed *atomic.Uint64 // admitted with a delay (never by TakeFunnel)
 }
 
 var (
@@ -64,8 +67,12 @@ func (w *Watched) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 	}
 	for i := range ops {
 		r := &res[i]
-		if ops[i].Kind == funnel.OpTake && !r.Allowed && !r.Fallback {
+		switch {
+		case ops[i].Kind != funnel.OpTake || r.Fallback:
+		case !r.Allowed:
 			w.top.Record(w.edge, ruleOf(&ops[i].Limit), ops[i].Key)
+		case r.Delay > 0:
+			w.delayed.Add(1)
 		}
 	}
 	return nil
@@ -127,11 +134,17 @@ type watchedFast struct {
 	fast funnel.FunnelTaker
 }
 
-// TakeFunnel calls the wrapped store's TakeFunnel and records a refusal.
+// TakeFunnel calls the wrapped store's TakeFunnel and records a refusal
+// (while sampling, one in SampleRate chosen by the result's times).
 func (w *watchedFast) TakeFunnel(ctx context.Context, key string, p gcra.Params, n int64) (funnel.Result, error) {
 	r, err := w.fast.TakeFunnel(ctx, key, p, n)
 	if !r.Allowed && err == nil && !r.Fallback {
-		w.top.Record(w.edge, funnelRule(p, 0), key)
+		// The memory store's times are in nanoseconds of a clock that
+		// moves between two calls: their low bits choose the samples,
+		// for less than a random number costs.
+		if wt := w.top.weight(uint64(r.ResetAfter) ^ uint64(r.RetryAfter)<<1); wt > 0 {
+			w.top.record(w.edge, funnelRule(p, 0), key, wt)
+		}
 	}
 	return r, err
 }

@@ -5,7 +5,7 @@
 (function () {
   var csrf = document.querySelector('meta[name="csrf"]').getAttribute("content");
   var SVG = "http://www.w3.org/2000/svg";
-  var colors = { allowed: "#2e7d32", refused: "#c62828", banned: "#6a1b9a", fallback: "#ef6c00", error: "#555" };
+  var colors = { allowed: "#2e7d32", delayed: "#1565c0", refused: "#c62828", banned: "#6a1b9a", fallback: "#ef6c00", error: "#555" };
 
   function $(id) { return document.getElementById(id); }
   function el(tag, text, cls) {
@@ -66,9 +66,9 @@
   }
   function live() {
     getJSON("/ui/api/live").then(function (j) {
-      var total = 0, rates = { allowed: 0, refused: 0, banned: 0, fallback: 0 }, groups = {};
+      var total = 0, rates = { allowed: 0, delayed: 0, refused: 0, banned: 0, fallback: 0 }, groups = {};
       j.series.forEach(function (s) {
-        total += s.total;
+        if (s.outcome !== "delayed") total += s.total; // delayed ones are among the allowed
         var last = s.points.length ? s.points[s.points.length - 1] : 0;
         if (s.outcome in rates) rates[s.outcome] += last;
         var g = s.edge + " · " + s.rule;
@@ -98,7 +98,8 @@
       row("rules", j.rules.version + " · " + j.rules.reloads + " loads, " + j.rules.failures + " refused" +
         (j.rules.last_reload_ms ? " · last " + new Date(j.rules.last_reload_ms).toLocaleTimeString() : "") +
         (j.rules.last_reload_error ? " · error: " + j.rules.last_reload_error : ""));
-      row("top-limited sampling", j.top_refusals + " refusals seen, " + j.top_skipped + " left out while the sketch was busy");
+      row("top limited", j.top_refusals + " refusals counted, " + j.top_skipped + " left out while the sketch was busy" +
+        (j.top_sampling ? "; sampling now: one in 16 counted as 16" : ""));
       $("clock").textContent = new Date(j.at_ms).toLocaleTimeString();
     }).catch(function (e) { status("live: " + e.message, true); });
   }
@@ -123,8 +124,9 @@
         tr.appendChild(td);
         tb.appendChild(tr);
       });
-      $("top-note").textContent = "A Space-Saving sketch of every refusal (" + j.refusals + " seen, " + j.skipped +
-        " left out while busy): counts may exceed the truth by the error shown.";
+      $("top-note").textContent = "A Space-Saving sketch of the refusals (" + j.refusals + " counted, " + j.skipped +
+        " left out while busy): counts may exceed the truth by the error shown. Beyond 20,000 refusals in 15 seconds, " +
+        "one in 16 is counted, as 16" + (j.sampling ? " — sampling now." : ".");
     }).catch(function (e) { status("top: " + e.message, true); });
   }
 
@@ -190,7 +192,7 @@
     getJSON("/ui/api/dryrun?" + dryQuery()).then(function (j) {
       var o = { answer: j.answer, rule: j.matched ? j.rule : "no rule matches", limit: j.limit || "—" };
       if (j.key) { o.key = j.key; o.remaining = j.remaining; }
-      if (j.retry_after_ms) o["retry after"] = dur(j.retry_after_ms);
+      if (j.key) o["full again in"] = dur(j.reset_after_ms);
       if (j.shadow_mode) o.mode = "shadow: the service answers OK";
       if (j.quota_mode) o.mode = "quota";
       showKV($("dryrun-result"), o);
