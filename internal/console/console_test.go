@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/httpapi"
@@ -25,6 +24,7 @@ import (
 // and the console beside it, both over one memory store.
 type stack struct {
 	srv  *httptest.Server
+	con  *console.Server
 	lim  *funnel.Limiter
 	logs *testlog.Buffer
 }
@@ -54,7 +54,7 @@ func newStack(t *testing.T) *stack {
 	})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{srv: srv, lim: lim, logs: buf}
+	return &stack{srv: srv, con: c, lim: lim, logs: buf}
 }
 
 // throttle sends one decision of key through the HTTP API: one per minute,
@@ -237,27 +237,32 @@ func TestLiveCountsDecisions(t *testing.T) {
 	s := newStack(t)
 	c := browser(t)
 	login(t, s, c, password)
+	s.con.SampleNow()
 	for range 5 {
 		s.throttle(t, "eve")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var live console.LiveReply
-		_, body, _ := get(t, c, s.srv.URL+"/ui/api/live")
-		json.Unmarshal([]byte(body), &live)
-		var total float64
-		for _, se := range live.Series {
-			total += se.Total
+	s.con.SampleNow()
+	var live console.LiveReply
+	_, body, _ := get(t, c, s.srv.URL+"/ui/api/live")
+	if err := json.Unmarshal([]byte(body), &live); err != nil {
+		t.Fatal(err)
+	}
+	// One admitted and four refused (banned), in the points and in total.
+	got := map[string][2]float64{}
+	for _, se := range live.Series {
+		if se.Edge != "http" || se.Rule != "http" || len(se.Points) == 0 {
+			t.Fatalf("series %+v", se)
 		}
-		if total == 5 {
-			if live.Keys != 1 || live.Store != "memory" {
-				t.Errorf("live = %s", body)
-			}
-			return
+		var sum float64 // the sampler's own tick may have taken some
+		for _, p := range se.Points {
+			sum += p
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("live never counted 5 decisions: %s", body)
-		}
-		time.Sleep(50 * time.Millisecond) // the sampler reads the metrics every second
+		got[se.Outcome] = [2]float64{sum, se.Total}
+	}
+	if got["allowed"] != [2]float64{1, 1} || got["refused"] != [2]float64{0, 0} || got["banned"] != [2]float64{4, 4} {
+		t.Errorf("series = %v\n%s", got, body)
+	}
+	if live.Keys != 1 || live.Store != "memory" || live.TopRefusals != 4 {
+		t.Errorf("live = %s", body)
 	}
 }

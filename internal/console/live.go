@@ -208,8 +208,13 @@ func (s *sampler) sample() {
 				s.series[k] = se
 			}
 		}
-		if se.seen {
+		switch {
+		case se.seen:
 			se.points[s.head] += max(0, v-se.last)
+		case s.ticks > 1:
+			// A series that appears after the first sample is a counter
+			// created at its first event: it counted from zero since.
+			se.points[s.head] += v
 		}
 		se.last, se.seen = v, true
 	}
