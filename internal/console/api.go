@@ -312,7 +312,7 @@ type DomainReply struct {
 // RulesReply is the answer of GET /ui/api/rules.
 type RulesReply struct {
 	// Version is a digest of the rules in force (the first 12 hex digits
-	// of a SHA-256 of their keys and limits).
+	// of a SHA-256 of their keys and limits), "none" without rules.
 	Version string        `json:"version"`
 	Domains []DomainReply `json:"domains"`
 	// LastReload is the last load's result: when (Unix ms), and its error.
@@ -373,7 +373,10 @@ func (s *Server) rulesReply() RulesReply {
 		slices.SortFunc(dr.Rules, func(a, b RuleReply) int { return strings.Compare(a.FullKey, b.FullKey) })
 		rep.Domains = append(rep.Domains, dr)
 	}
-	rep.Version = hex.EncodeToString(h.Sum(nil))[:12]
+	rep.Version = "none"
+	if len(rep.Domains) > 0 {
+		rep.Version = hex.EncodeToString(h.Sum(nil))[:12]
+	}
 	s.mu.Lock()
 	if !s.reload.at.IsZero() {
 		rep.LastReloadMS = s.reload.at.UnixMilli()

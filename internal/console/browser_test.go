@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,18 @@ func TestBrowser(t *testing.T) {
 		poll(`document.querySelector('#bans-table button.lift[data-key="mallory"]') !== null`),
 	)
 	if *screenshots {
+		// A few seconds of mixed traffic, so that the charts have a shape.
+		for i := range 4 {
+			clock, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#clock")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range 3 + 2*i {
+				s.throttleLimit(t, "user-"+strconv.Itoa(j%3), `{"count":2,"period":"1m","burst":1}`)
+				s.throttleLimit(t, "tenant-"+strconv.Itoa(j%2), `{"count":100,"period":"1s","burst":99}`)
+			}
+			do("next second", poll(`document.getElementById("clock").textContent !== `+strconv.Quote(clock)))
+		}
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)

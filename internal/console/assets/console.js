@@ -79,9 +79,12 @@
       var charts = $("charts");
       charts.textContent = "";
       Object.keys(groups).sort().forEach(function (g) {
-        var fig = el("figure");
-        fig.appendChild(chart(900, groups[g], 300, 60));
-        var cap = el("figcaption", g);
+        var fig = el("figure"), n = 0;
+        Object.keys(groups[g]).forEach(function (o) { n = Math.max(n, groups[g][o].length); });
+        // The last 15 minutes, or since the server started, at least a minute.
+        var span = Math.max(60, n);
+        fig.appendChild(chart(span, groups[g], 300, 60));
+        var cap = el("figcaption", g + " · last " + (span >= 120 ? Math.round(span / 60) + " min" : span + " s"));
         fig.appendChild(cap);
         charts.appendChild(fig);
       });
