@@ -92,6 +92,10 @@ type Options struct {
 	// Keys returns the keys the store holds, or -1 when it cannot tell;
 	// nil means it cannot.
 	Keys func() int
+	// StoreStats returns more of the store's figures by name (the memory
+	// store's evictions and bytes held); the live view calls it at most
+	// every StoreStatsEvery, as it may walk the store. Nil shows none.
+	StoreStats func() map[string]float64
 	// Logger receives the audit log lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -112,6 +116,27 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*session // by id
 	reload   reloadState         // under mu
+
+	statsMu sync.Mutex
+	stats   map[string]float64 // StoreStats' last answer
+	statsAt time.Time
+}
+
+// StoreStatsEvery is how often the live view asks for Options.StoreStats.
+const StoreStatsEvery = 10 * time.Second
+
+// storeStats returns Options.StoreStats' answer, at most StoreStatsEvery
+// old.
+func (s *Server) storeStats() map[string]float64 {
+	if s.opts.StoreStats == nil {
+		return nil
+	}
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	if now := s.now(); s.stats == nil || now.Sub(s.statsAt) >= StoreStatsEvery {
+		s.stats, s.statsAt = s.opts.StoreStats(), now
+	}
+	return s.stats
 }
 
 // session is one browser's login.

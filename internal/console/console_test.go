@@ -43,7 +43,8 @@ func newStack(t *testing.T) *stack {
 	api := httpapi.New(lim, httpapi.Options{Observe: m.Observer("http"), Metrics: m.Handler()})
 	guard := creds.Middleware(auth.HTTPOptions{Exempt: auth.HealthPaths})
 	c := console.New(console.Options{Limiter: funnel.New(store), Store: store, Credentials: creds, Top: top,
-		Gatherer: m.Registry(), StoreName: "memory", Keys: store.Len, Logger: log})
+		Gatherer: m.Registry(), StoreName: "memory", Keys: store.Len, Logger: log,
+		StoreStats: func() map[string]float64 { return map[string]float64{"evicted": float64(store.Stats().Evicted)} }})
 	t.Cleanup(c.Close)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, console.Prefix) {
@@ -262,7 +263,7 @@ func TestLiveCountsDecisions(t *testing.T) {
 	if got["allowed"] != [2]float64{1, 1} || got["refused"] != [2]float64{0, 0} || got["banned"] != [2]float64{4, 4} {
 		t.Errorf("series = %v\n%s", got, body)
 	}
-	if live.Keys != 1 || live.Store != "memory" || live.TopRefusals != 4 {
+	if live.Keys != 1 || live.Store != "memory" || live.TopRefusals != 4 || len(live.StoreStats) != 1 {
 		t.Errorf("live = %s", body)
 	}
 }

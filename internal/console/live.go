@@ -284,7 +284,11 @@ type LiveReply struct {
 	// Health holds the store errors, fail-open answers, rules reloads,
 	// leases and snapshots, as their metrics name them.
 	Health map[string]float64 `json:"health"`
-	Rules  RulesReply         `json:"rules"`
+	// StoreStats are the store's own figures (the memory store's keys,
+	// bans, evictions, expirations and bytes), at most StoreStatsEvery
+	// old.
+	StoreStats map[string]float64 `json:"store_stats,omitempty"`
+	Rules      RulesReply         `json:"rules"`
 	// TopRefusals, TopSkipped and TopSampling are the sketch's counts
 	// (see TopReply).
 	TopRefusals uint64 `json:"top_refusals"`
@@ -339,6 +343,7 @@ func (s *Server) liveJSON(w http.ResponseWriter, r *http.Request) {
 		n = 60
 	}
 	s.live.reply(&rep, n)
+	rep.StoreStats = s.storeStats()
 	rep.TopRefusals, rep.TopSkipped, rep.TopSampling = s.opts.Top.Counts()
 	if rep.Series == nil {
 		rep.Series = []SeriesReply{}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/console"
+	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rules"
 )
 
@@ -35,6 +36,14 @@ func (d *Daemon) openConsole() {
 	if l, ok := d.store.(interface{ Len() int }); ok {
 		keys = l.Len
 	}
+	var stats func() map[string]float64
+	if ms, ok := d.store.(*memstore.Store); ok {
+		stats = func() map[string]float64 {
+			st := ms.Stats()
+			return map[string]float64{"keys": float64(st.Keys), "bans": float64(st.Bans), "evicted": float64(st.Evicted),
+				"expired": float64(st.Expired), "bytes": float64(st.Bytes)}
+		}
+	}
 	d.console = &consoleParts{top: top, srv: console.New(console.Options{
 		Limiter:     d.lim,
 		Store:       d.store,
@@ -44,6 +53,7 @@ func (d *Daemon) openConsole() {
 		Rules:       d.rules,
 		StoreName:   name,
 		Keys:        keys,
+		StoreStats:  stats,
 		Logger:      d.log,
 	})}
 }

@@ -93,6 +93,7 @@
       function row(k, v) { var tr = el("tr"); tr.appendChild(el("th", k)); tr.appendChild(el("td", v)); tb.appendChild(tr); }
       row("store", j.store);
       row("keys held", j.keys < 0 ? "unknown" : j.keys);
+      Object.keys(j.store_stats || {}).sort().forEach(function (k) { row("store " + k, j.store_stats[k]); });
       if (j.store_p50_ms !== undefined) row("store latency p50 / p99 (last minute)", "≤ " + j.store_p50_ms + " ms / ≤ " + j.store_p99_ms + " ms");
       Object.keys(j.clients || {}).sort().forEach(function (p) { row("clients " + p, j.clients[p]); });
       var zero = [];
