@@ -112,3 +112,42 @@ func TestDaemonNoConsole(t *testing.T) {
 		t.Fatalf("/ui/ with no_console = %d, want 404", resp.StatusCode)
 	}
 }
+
+// The console reads the rate-limit service's rules: their tree and
+// version, a dry run that charges nothing, and refusals over gRPC in the
+// top limited under the edge grpc.
+func TestDaemonConsoleRules(t *testing.T) {
+	t.Parallel()
+	d, _, _ := start(t, envoyConfig(t, ""))
+	base := "http://" + d.HTTPAddr().String()
+	var rules console.RulesReply
+	code, body := httpDo(t, "GET", base+"/ui/api/rules", "", "")
+	if err := json.Unmarshal([]byte(body), &rules); code != 200 || err != nil || len(rules.Domains) != 1 ||
+		rules.Domains[0].Rules[0].FullKey != "api.user" || rules.Version == "none" || rules.Reloads != 1 || rules.Failures != 0 {
+		t.Fatalf("rules = %d %s", code, body)
+	}
+	for range 3 {
+		code, body = httpDo(t, "GET", base+"/ui/api/dryrun?domain=api&entry=user%3Dbob", "", "")
+		if code != 200 || !strings.Contains(body, `"answer":"OK"`) || !strings.Contains(body, `"remaining":2`) {
+			t.Fatalf("dry run = %d %s", code, body)
+		}
+	}
+	c := dialRLS(t, d.GRPCAddr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 4 {
+		if _, err := c.ShouldRateLimit(ctx, userRequest("bob")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, body = httpDo(t, "GET", base+"/ui/api/dryrun?domain=api&entry=user%3Dbob", "", "")
+	if code != 200 || !strings.Contains(body, `"answer":"OVER_LIMIT"`) {
+		t.Fatalf("dry run over the limit = %d %s", code, body)
+	}
+	var top console.TopReply
+	_, body = httpDo(t, "GET", base+"/ui/api/top?edge=grpc", "", "")
+	if err := json.Unmarshal([]byte(body), &top); err != nil || len(top.Entries) != 1 || top.Entries[0].Count != 2 ||
+		!strings.HasPrefix(top.Entries[0].Key, "api_user_bob") {
+		t.Fatalf("top = %s", body)
+	}
+}
