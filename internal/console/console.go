@@ -11,7 +11,8 @@
 //
 // The console sits behind the same credentials as the rest of the HTTP
 // API: a browser logs in with a user and password of the Credentials (the
-// form is checked with auth.Credentials.Check) and gets a session cookie
+// form is checked with auth.Credentials.Check, at most LoginLimit attempts
+// per client address) and gets a session cookie
 // (HttpOnly, SameSite=Strict, Path=/ui/, Secure over TLS); a script reads
 // the JSON endpoints with the API's Authorization header instead. Every
 // action (login, logout, reset, unban) is a POST that must carry the
@@ -44,6 +45,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -53,6 +55,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/auth"
+	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rules"
 )
 
@@ -120,7 +123,14 @@ type Server struct {
 	statsMu sync.Mutex
 	stats   map[string]float64 // StoreStats' last answer
 	statsAt time.Time
+
+	attempts  *memstore.Store // login attempts by client address
+	loginsLim *funnel.Limiter
 }
+
+// LoginLimit bounds the login attempts of one client address (the host of
+// the request's RemoteAddr), right or wrong: 10 a minute, 10 at once.
+var LoginLimit = funnel.PerMinute(10)
 
 // StoreStatsEvery is how often the live view asks for Options.StoreStats.
 const StoreStatsEvery = 10 * time.Second
@@ -157,6 +167,8 @@ const (
 // second, until Close.
 func New(opts Options) *Server {
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, sessions: map[string]*session{}}
+	s.attempts = memstore.New(memstore.Options{MaxKeys: 10000})
+	s.loginsLim = funnel.New(s.attempts)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -184,7 +196,10 @@ func New(opts Options) *Server {
 }
 
 // Close stops sampling the metrics.
-func (s *Server) Close() { s.live.stop() }
+func (s *Server) Close() {
+	s.live.stop()
+	s.attempts.Close()
+}
 
 // staticOnly serves the script, the style sheet and the icon, not the
 // templates nor a directory listing.
@@ -292,7 +307,8 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	user, ok := s.userOf(ss)
 	if !ok {
-		s.render(w, "login.html", map[string]any{"CSRF": ss.csrf, "Error": r.URL.Query().Get("e") != ""})
+		e := r.URL.Query().Get("e")
+		s.render(w, "login.html", map[string]any{"CSRF": ss.csrf, "Error": e != "" && e != "wait", "Wait": e == "wait"})
 		return
 	}
 	s.render(w, "index.html", map[string]any{
@@ -322,6 +338,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	id, ss := s.sessionOf(r)
 	if !checkCSRF(r, ss) {
 		s.problem(w, http.StatusForbidden, "console: missing or wrong CSRF token")
+		return
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if res, err := s.loginsLim.Allow(r.Context(), host, LoginLimit); err == nil && !res.Allowed {
+		s.log.Warn("console: login refused: too many attempts", "addr", r.RemoteAddr)
+		http.Redirect(w, r, Prefix+"?e=wait", http.StatusSeeOther)
 		return
 	}
 	user := r.PostFormValue("user")

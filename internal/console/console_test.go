@@ -171,6 +171,23 @@ func TestLoginAndHeaders(t *testing.T) {
 	}
 }
 
+// Logins are limited per client address, right or wrong.
+func TestLoginLimit(t *testing.T) {
+	s := newStack(t)
+	c := browser(t)
+	for range 10 {
+		if _, page := login(t, s, c, "wrong"); !strings.Contains(page, `id="login-error"`) {
+			t.Fatalf("a wrong password was not refused: %s", page)
+		}
+	}
+	if _, page := login(t, s, c, password); !strings.Contains(page, `id="login-wait"`) {
+		t.Fatalf("the 11th attempt in a minute was let through: %s", page)
+	}
+	if !strings.Contains(s.logs.String(), "too many attempts") {
+		t.Errorf("not logged: %s", s.logs.String())
+	}
+}
+
 func TestActionsNeedTheCSRFToken(t *testing.T) {
 	s := newStack(t)
 	c := browser(t)
