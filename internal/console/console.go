@@ -161,6 +161,7 @@ const (
 	sessionTTL  = 12 * time.Hour
 	maxSessions = 1024
 	cookieName  = "funnel_console"
+	preCookie   = "funnel_console_login" // the login form's CSRF token
 )
 
 // New returns a console over opts and starts sampling the metrics every
@@ -300,15 +301,26 @@ func (s *Server) userOf(ss *session) (string, bool) {
 // index serves the console's page, or the login page.
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	_, ss := s.sessionOf(r)
-	if ss == nil {
-		ss = s.newSession(w, r, "", "")
-	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if ss == nil && !s.authOn() {
+		ss = s.newSession(w, r, "", "") // open console: a session for the CSRF token
+	}
 	user, ok := s.userOf(ss)
 	if !ok {
+		// Before logging in, the form's token is a cookie's double: the
+		// server keeps nothing for a visitor who has not logged in, so
+		// that visitors cannot push sessions out.
+		tok := ""
+		if c, err := r.Cookie(preCookie); err == nil && len(c.Value) == 43 {
+			tok = c.Value
+		} else {
+			tok = newToken()
+			http.SetCookie(w, &http.Cookie{Name: preCookie, Value: tok, Path: Prefix, HttpOnly: true,
+				Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		}
 		e := r.URL.Query().Get("e")
-		s.render(w, "login.html", map[string]any{"CSRF": ss.csrf, "Error": e != "" && e != "wait", "Wait": e == "wait"})
+		s.render(w, "login.html", map[string]any{"CSRF": tok, "Error": e != "" && e != "wait", "Wait": e == "wait"})
 		return
 	}
 	s.render(w, "index.html", map[string]any{
@@ -335,8 +347,9 @@ func checkCSRF(r *http.Request, ss *session) bool {
 // login checks the form's user and password against the credentials.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
-	id, ss := s.sessionOf(r)
-	if !checkCSRF(r, ss) {
+	id, _ := s.sessionOf(r)
+	pre, err := r.Cookie(preCookie)
+	if err != nil || !checkCSRF(r, &session{csrf: pre.Value}) {
 		s.problem(w, http.StatusForbidden, "console: missing or wrong CSRF token")
 		return
 	}

@@ -171,6 +171,35 @@ func TestLoginAndHeaders(t *testing.T) {
 	}
 }
 
+// Visitors who have not logged in keep nothing on the server, so that
+// they cannot push a logged-in session out; the login form's token must
+// match its cookie.
+func TestVisitorsKeepNoSession(t *testing.T) {
+	s := newStack(t)
+	c := browser(t)
+	login(t, s, c, password)
+	for range 5000 { // several times the sessions kept
+		resp, err := http.Get(s.srv.URL + "/ui/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if code, body, _ := get(t, c, s.srv.URL+"/ui/api/bans"); code != 200 {
+		t.Fatalf("the session was pushed out: %d %s", code, body)
+	}
+	// A token without its cookie (another site's form) is refused.
+	_, page, _ := get(t, browser(t), s.srv.URL+"/ui/")
+	resp, err := http.PostForm(s.srv.URL+"/ui/login", url.Values{"csrf": {csrfOf(t, page)}, "password": {password}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Fatalf("login without the form's cookie = %d", resp.StatusCode)
+	}
+}
+
 // Logins are limited per client address, right or wrong.
 func TestLoginLimit(t *testing.T) {
 	s := newStack(t)
