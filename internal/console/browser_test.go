@@ -140,6 +140,19 @@ func TestBrowser(t *testing.T) {
 	if err != nil || status != 403 {
 		t.Fatalf("unban without the CSRF token = %d, %v; want 403", status, err)
 	}
+	// On a phone's screen the page does not scroll sideways (wide tables
+	// scroll within themselves).
+	do("a phone's screen",
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(3)),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS("#live")),
+		poll(`document.querySelectorAll("#top-table td.key").length > 0`),
+	)
+	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[2]int](`[document.documentElement.clientWidth, document.documentElement.scrollWidth]`))
+	if err != nil || widths[0] > 400 || widths[1] > widths[0] {
+		t.Errorf("on a phone's screen, %d px wide, the page is %d px wide (%v)", widths[0], widths[1], err)
+	}
+	do("back to a laptop's screen", chromedp.ResetViewport(), chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#live")))
 	if *screenshots {
 		do("inspect mallory",
 			chromedp.SetValue(chromedp.CSS("#inspect-key"), "mallory"),

@@ -15,8 +15,10 @@
 // per client address) and gets a session cookie
 // (HttpOnly, SameSite=Strict, Path=/ui/, Secure over TLS); a script reads
 // the JSON endpoints with the API's Authorization header instead. Every
-// action (login, logout, reset, unban) is a POST that must carry the
-// session's CSRF token (the form field csrf or the X-CSRF-Token header);
+// action (logout, reset, unban) is a POST that must carry the session's
+// CSRF token (the form field csrf or the X-CSRF-Token header); the login
+// form's token is the double of a cookie, so that the server keeps nothing
+// for a visitor who has not logged in;
 // actions are not taken with an Authorization header, which a browser may
 // replay on its own. Each action writes an audit log line: who, what, which
 // key, when (the log's time), from where. No password or session id is
