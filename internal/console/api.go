@@ -362,7 +362,7 @@ func (s *Server) rulesReply() RulesReply {
 			case ru.Deny():
 				rr.Limit = "refuses every request"
 			default:
-				rr.Limit = ru.Limit.String()
+				rr.Limit = ruleString(ru.Limit) // with its algorithm, gcra too
 			}
 			if ru.File != "" {
 				rr.Where = fmt.Sprintf("%s:%d", ru.File, ru.Line)
