@@ -327,7 +327,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, "index.html", map[string]any{
 		"CSRF": ss.csrf, "User": user, "Auth": s.authOn(), "Store": s.opts.StoreName,
-		"Rules": s.rulesReply(), "Windows": []string{"1m", "15m"},
+		"Rules": s.rulesReply(),
 	})
 }
 

@@ -303,7 +303,9 @@ type Entry struct {
 
 // Filter selects the entries of a window; empty fields select all.
 type Filter struct {
+	// Edge selects the entries of one edge.
 	Edge string
+	// Rule selects the entries whose rule contains it.
 	Rule string
 }
 
@@ -345,7 +347,7 @@ func (t *Top) Top(window time.Duration, f Filter) []Entry {
 	out := make([]Entry, 0, len(sum))
 	for k, e := range sum {
 		e.Rule = ruleString(k.rule)
-		if f.Rule != "" && e.Rule != f.Rule {
+		if f.Rule != "" && !strings.Contains(e.Rule, f.Rule) {
 			continue
 		}
 		out = append(out, *e)

@@ -46,6 +46,12 @@ func TestTopCountsAndWindows(t *testing.T) {
 	if got := top.Top(console.WindowMinute, console.Filter{Edge: "resp"}); len(got) != 1 || got[0].Key != "bob" {
 		t.Errorf("edge filter: %+v", got)
 	}
+	if got := top.Top(console.WindowMinute, console.Filter{Rule: "per 1m0s"}); len(got) != 2 {
+		t.Errorf("rule filter: %+v", got)
+	}
+	if got := top.Top(console.WindowMinute, console.Filter{Rule: "per 1h"}); len(got) != 0 {
+		t.Errorf("rule filter: %+v", got)
+	}
 	// Past a minute the first bucket leaves the minute, not the quarter.
 	clk.add(time.Minute)
 	if got := top.Top(console.WindowMinute, console.Filter{}); len(got) != 0 {
