@@ -9,6 +9,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/console"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/tracing"
@@ -18,15 +19,22 @@ import (
 var decorators = []struct {
 	name string
 	wrap func(funnel.Store) funnel.Store
+	// fast: the decorator offers the store's FunnelTaker, observing the
+	// decisions it makes through it (the console's refusals).
+	fast bool
 }{
-	{"metrics", func(s funnel.Store) funnel.Store { return metrics.InstrumentStore(s, metrics.New(metrics.Options{})) }},
-	{"tracing", func(s funnel.Store) funnel.Store { return tracing.WrapStore(s, noop.NewTracerProvider()) }},
+	{"metrics", func(s funnel.Store) funnel.Store { return metrics.InstrumentStore(s, metrics.New(metrics.Options{})) }, false},
+	{"tracing", func(s funnel.Store) funnel.Store { return tracing.WrapStore(s, noop.NewTracerProvider()) }, false},
 	{"metrics(tracing)", func(s funnel.Store) funnel.Store {
 		return metrics.InstrumentStore(tracing.WrapStore(s, noop.NewTracerProvider()), metrics.New(metrics.Options{}))
-	}},
+	}, false},
 	{"tracing(metrics)", func(s funnel.Store) funnel.Store {
 		return tracing.WrapStore(metrics.InstrumentStore(s, metrics.New(metrics.Options{})), noop.NewTracerProvider())
-	}},
+	}, false},
+	{"console", func(s funnel.Store) funnel.Store { return console.Watch(s, console.NewTop(nil), "resp") }, true},
+	{"console(tracing)", func(s funnel.Store) funnel.Store {
+		return console.Watch(tracing.WrapStore(s, noop.NewTracerProvider()), console.NewTop(nil), "resp")
+	}, false},
 }
 
 // Every decorator over the memory store says what the store says of
@@ -53,6 +61,12 @@ func TestDecoratorsForwardOptionalInterfaces(t *testing.T) {
 			if wn, wok := funnel.KeysOf(inner); n != wn || ok != wok || n != 1 {
 				t.Errorf("KeysOf = %d, %v; the store's %d, %v", n, ok, wn, wok)
 			}
+			if _, ok := s.(funnel.EvictionCounter); !ok {
+				t.Error("the decorator does not count evictions")
+			}
+			if got, want := funnel.EvictionsOf(s), funnel.EvictionsOf(inner); got != want {
+				t.Errorf("EvictionsOf = %d, the store's %d", got, want)
+			}
 			if got, want := funnel.GroupOf(s, "{x}a"), funnel.GroupOf(inner, "{x}a"); got != want {
 				t.Errorf("GroupOf = %d, the store's %d", got, want)
 			}
@@ -63,8 +77,8 @@ func TestDecoratorsForwardOptionalInterfaces(t *testing.T) {
 			if _, err := funnel.ForwardGCRA(ctx, s, "g", p); err != nil {
 				t.Errorf("GCRA through the decorator: %v", err)
 			}
-			if _, ok := s.(funnel.FunnelTaker); ok {
-				t.Error("the decorator hands out a FunnelTaker: decisions would go around it")
+			if _, ok := s.(funnel.FunnelTaker); ok != d.fast {
+				t.Errorf("the decorator offers a FunnelTaker: %v, want %v", ok, d.fast)
 			}
 			// The decorator sees the decision that the Limiter makes.
 			if ttl, ok, err := s.TTL(ctx, "a"); err != nil || !ok || ttl <= 0 || ttl > time.Second {

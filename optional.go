@@ -37,3 +37,20 @@ func KeysOf(s Store) (int, bool) {
 	}
 	return 0, false
 }
+
+// EvictionCounter is implemented by a Store that evicts keys to stay within
+// a bound (the memory store with MaxKeys), as INFO's evicted_keys shows.
+type EvictionCounter interface {
+	// Evictions returns the number of keys evicted since the store was
+	// made.
+	Evictions() uint64
+}
+
+// EvictionsOf returns the keys s evicted: 0 for a store that does not
+// evict. A store that wraps another counts through this.
+func EvictionsOf(s Store) uint64 {
+	if ec, ok := s.(EvictionCounter); ok {
+		return ec.Evictions()
+	}
+	return 0
+}

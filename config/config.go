@@ -105,6 +105,10 @@ type Config struct {
 	// MetricsOpen serves /metrics without credentials. /healthz and
 	// /readyz are always served without them, as is gRPC's health service.
 	MetricsOpen bool `yaml:"metrics_open"`
+	// NoConsole turns off the console at /ui/ on the HTTP listener (see
+	// package internal/console), which is on by default, behind the same
+	// credentials as the rest of the HTTP API.
+	NoConsole bool `yaml:"no_console"`
 	// TLSCert is a PEM file of the server's certificate, followed by its
 	// intermediates; with TLSKey, every listener (RESP, HTTP, gRPC) speaks
 	// TLS only. The files are reloaded when they change.

@@ -149,6 +149,10 @@ func (s *Store) NonBlocking() bool { return funnel.NonBlockingOf(s.inner) }
 // (funnel.KeyCounter).
 func (s *Store) Keys() (int, bool) { return funnel.KeysOf(s.inner) }
 
+// Evictions returns the keys the wrapped store evicted
+// (funnel.EvictionCounter).
+func (s *Store) Evictions() uint64 { return funnel.EvictionsOf(s.inner) }
+
 // Group returns the wrapped store's group of key when it has groups
 // (funnel.Grouper), else 0: keys of one call go together.
 func (s *Store) Group(key string) int {

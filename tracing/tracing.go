@@ -136,6 +136,10 @@ func (s *Store) NonBlocking() bool { return funnel.NonBlockingOf(s.inner) }
 // (funnel.KeyCounter).
 func (s *Store) Keys() (int, bool) { return funnel.KeysOf(s.inner) }
 
+// Evictions returns the keys the wrapped store evicted
+// (funnel.EvictionCounter).
+func (s *Store) Evictions() uint64 { return funnel.EvictionsOf(s.inner) }
+
 // Reset makes a span "funnel.reset".
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	ctx, span := s.tracer.Start(ctx, "funnel.reset")

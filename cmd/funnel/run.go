@@ -160,6 +160,7 @@ func serveFlags(fs *flag.FlagSet, c *config.Config) *string {
 	fs.StringVar(&c.TraceServiceName, "trace-service-name", c.TraceServiceName, "service `name` of the spans (default: OTEL_SERVICE_NAME, TRACING_SERVICE_NAME, or funnel)")
 	fs.StringVar(&c.RequirePass, "requirepass", c.RequirePass, "`password` of the default user, required on every listener: RESP AUTH, HTTP \"Authorization: Bearer\", gRPC \"authorization\" metadata (better in the config file, which ps does not show)")
 	fs.StringVar(&c.UsersFile, "users-file", c.UsersFile, "`file` of users, one \"name password\" per line, for every listener: RESP AUTH name password, HTTP and gRPC Basic")
+	fs.BoolVar(&c.NoConsole, "no-console", c.NoConsole, "serve no console at /ui/ on the HTTP listener")
 	fs.BoolVar(&c.MetricsOpen, "metrics-open", c.MetricsOpen, "serve /metrics without credentials (/healthz, /readyz, /healthcheck and gRPC health always are)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate `file` (and intermediates): RESP, HTTP and gRPC speak TLS only; reloaded when it changes")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key `file` of --tls-cert")

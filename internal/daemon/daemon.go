@@ -44,6 +44,7 @@ type Daemon struct {
 	snap     *snapshots     // the memory store's snapshots, when a file is named
 	traces   *traces        // the decisions' spans, when tracing is on
 	rls      *rls.Server    // Envoy's rate-limit service, when gRPC is on
+	console  *consoleParts  // the console at /ui/, unless turned off
 }
 
 // New validates cfg, opens the store, loads the credentials and the TLS
@@ -77,6 +78,7 @@ func New(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d.openConns()
+	d.openConsole()
 	if cfg.RESP != "" {
 		if err := d.openRESP(); err != nil {
 			d.Close()
@@ -250,6 +252,7 @@ func (d *Daemon) Close() error {
 		d.watcher.Close()
 	}
 	d.rulesXDS.close()
+	d.console.close()
 	d.sec.close()
 	// After Run, the provider is shut down already and this returns at once;
 	// without Run, the spans get a short while.

@@ -67,7 +67,7 @@ func (d *Daemon) openGRPC() error {
 		w, err := rules.Watch(d.cfg.Rules, rules.WatchOptions{
 			Options:  rules.Options{MergeDomains: d.cfg.RulesMergeDomains},
 			Logger:   d.log,
-			OnReload: func(_ *rules.Set, err error) { d.metrics.RulesReloaded(err) },
+			OnReload: func(_ *rules.Set, err error) { d.metrics.RulesReloaded(err); d.console.rulesReloaded(err) },
 		})
 		if err != nil {
 			return fmt.Errorf("daemon: %w", err)
@@ -75,6 +75,7 @@ func (d *Daemon) openGRPC() error {
 		d.metrics.RulesReloaded(nil)
 		r := w.Rules()
 		d.log.Info("rules loaded", "path", d.cfg.Rules, "files", len(r.Files()), "domains", len(r.Domains()), "rules", len(r.All()))
+		d.console.rulesReloaded(nil)
 		d.watcher = w
 		src = w
 	default:
@@ -112,7 +113,7 @@ func (d *Daemon) openGRPC() error {
 	if d.traces != nil {
 		opts.Trace = tracing.WithRule
 	}
-	srv := rls.New(d.lim, src, opts)
+	srv := rls.New(d.console.limiter(d.lim, d.store, "grpc"), src, opts)
 	d.rls = srv
 	// The health service answers probes, which send no metadata, without
 	// credentials; the rate-limit service and reflection need them.
@@ -166,7 +167,7 @@ func (d *Daemon) openHTTP() error {
 	if d.cfg.FailOpen {
 		fail = httpapi.FailOpen
 	}
-	api := httpapi.New(d.lim, httpapi.Options{
+	api := httpapi.New(d.console.limiter(d.lim, d.store, "http"), httpapi.Options{
 		Metrics: d.metrics.Handler(),
 		Observe: d.metrics.Observer("http"),
 		Fail:    fail,
@@ -175,7 +176,7 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:   d.traces.httpHandler(guard(withRLS(api, d.rls))),
+		Handler:   d.traces.httpHandler(d.console.mount(guard(withRLS(api, d.rls)))),
 		ConnState: conns.ConnState,
 		// A client has handshake_timeout (5 s) for its TLS handshake and
 		// its request's headers.

@@ -26,7 +26,7 @@ func (d *Daemon) openRESP() error {
 		}
 	}
 	d.respLn = ln
-	d.respSrv = server.New(d.store, server.Config{
+	d.respSrv = server.New(d.console.watch(d.store, "resp"), server.Config{
 		Credentials: d.sec.creds,
 		MaxClients:  d.conns.RESP,
 		Slots:       d.slots,

@@ -51,7 +51,7 @@ func (d *Daemon) openRulesXDS() (*xds.Client, error) {
 		Backoff:      xds.Backoff{Initial: d.cfg.RulesXDSBackoff, Max: d.cfg.RulesXDSBackoffMax},
 		Rules:        rules.Options{MergeDomains: d.cfg.RulesMergeDomains},
 		Logger:       d.log,
-		OnUpdate:     func(_ *rules.Set, err error) { d.metrics.RulesReloaded(err) },
+		OnUpdate:     func(_ *rules.Set, err error) { d.metrics.RulesReloaded(err); d.console.rulesReloaded(err) },
 	})
 	if err != nil {
 		x.close()

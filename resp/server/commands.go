@@ -1016,19 +1016,6 @@ func cmdConfig(c *conn, args [][]byte) {
 	}
 }
 
-// evictionCounter is a store that evicts keys to stay within a bound
-// (memstore.Store): INFO shows its count as evicted_keys.
-type evictionCounter interface{ Evictions() uint64 }
-
-// evictions returns the keys store evicted, or 0 for a store that does not
-// evict.
-func evictions(store any) uint64 {
-	if ec, ok := store.(evictionCounter); ok {
-		return ec.Evictions()
-	}
-	return 0
-}
-
 func cmdInfo(c *conn, args [][]byte) {
 	want := map[string]bool{}
 	for _, a := range args[1:] {
@@ -1081,7 +1068,7 @@ func cmdInfo(c *conn, args [][]byte) {
 		"evicted_clients:"+strconv.FormatInt(st.Evicted, 10),
 		"throttle_allowed:"+strconv.FormatInt(st.Allowed+c.batch.allowed, 10),
 		"throttle_limited:"+strconv.FormatInt(st.Limited+c.batch.limited, 10),
-		"evicted_keys:"+strconv.FormatUint(evictions(s.store), 10),
+		"evicted_keys:"+strconv.FormatUint(funnel.EvictionsOf(s.store), 10),
 	)
 	var keyspace []string
 	if n, ok := funnel.KeysOf(s.store); ok && n > 0 {
