@@ -28,6 +28,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
@@ -687,13 +688,9 @@ func TestHotReload(t *testing.T) {
 	e.expectCodes(t, 1, "OK OK", "d", desc("k", "v"))
 	e.expectCodes(t, 1, "OVER_LIMIT OVER_LIMIT", "d", desc("k", "v"))
 	write(3)
-	deadline := time.Now().Add(time.Second)
-	for e.ask(t, "d", desc("k", "w")).Statuses[0].CurrentLimit.RequestsPerUnit != 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("the new rules are not in force after a second")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, "the new rules in force", func() bool {
+		return e.ask(t, "d", desc("k", "w")).Statuses[0].CurrentLimit.RequestsPerUnit == 3
+	})
 	// The same key, now under 3 per minute: one charge so far.
 	e.expectCodes(t, 2, "OK OK", "d", desc("k", "v"))
 	e.expectCodes(t, 1, "OVER_LIMIT OVER_LIMIT", "d", desc("k", "v"))

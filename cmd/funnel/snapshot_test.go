@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/funnelrl/funnel/internal/eventually"
 )
 
 // The tests of snapshots run `funnel serve` as a real process, built from
@@ -290,13 +292,7 @@ func (p *proc) saves() int {
 func (p *proc) waitSaves(n int) {
 	p.t.Helper()
 	want := p.saves() + n
-	deadline := time.Now().Add(30 * time.Second)
-	for p.saves() < want {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("fewer than %d snapshots written in 30s:\n%s", n, p.log())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.TrueWithin(p.t, 30*time.Second, fmt.Sprintf("%d more snapshots", n), func() bool { return p.saves() >= want })
 }
 
 // A process killed while it writes snapshots (every 10 ms, of 50,000

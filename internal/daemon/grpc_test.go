@@ -8,13 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/funnelrl/funnel/internal/eventually"
 )
 
 // TestDaemonGRPC: Envoy's rate-limit service answers from the rules file,
@@ -76,13 +77,7 @@ func TestDaemonGRPC(t *testing.T) {
 	// new rules are in force (the key, and so the window's count, is the
 	// same). Refused requests charge nothing, so polling is harmless.
 	write(3)
-	deadline := time.Now().Add(waitFor)
-	for ask("alice") != rlsv3.RateLimitResponse_OK {
-		if time.Now().After(deadline) {
-			t.Fatal("the rules were not reloaded")
-		}
-		time.Sleep(10 * time.Millisecond) // polls for the watcher, not for a clock
-	}
+	eventually.True(t, "the rules reloaded", func() bool { return ask("alice") == rlsv3.RateLimitResponse_OK })
 	res, err := http.Get("http://" + d.HTTPAddr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

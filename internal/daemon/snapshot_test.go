@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel/internal/daemon"
+	"github.com/funnelrl/funnel/internal/eventually"
 )
 
 // A daemon with a snapshot restores it before it serves, writes it every
@@ -50,13 +51,9 @@ func TestDaemonSnapshots(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return string(b)
 	}
-	deadline := time.Now().Add(waitFor)
-	for !strings.Contains(metrics(), "funnel_snapshot_last_keys 3\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot of the 3 keys on /metrics:\n%s", metrics())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, "a snapshot of the 3 keys on /metrics", func() bool {
+		return strings.Contains(metrics(), "funnel_snapshot_last_keys 3\n")
+	})
 	info, err := rdb.Info(ctx, "persistence").Result()
 	if err != nil || !strings.Contains(info, "rdb_last_bgsave_status:ok") || !strings.Contains(info, "funnel_snapshot_last_keys:3") {
 		t.Fatalf("INFO persistence: %q, %v", info, err)

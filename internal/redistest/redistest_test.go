@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
 
@@ -39,13 +40,7 @@ func TestServerStopStart(t *testing.T) {
 		t.Fatal("a paused server answered")
 	}
 	s.Resume()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Client().Ping(ctx).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("no answer after Resume")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.True(t, "an answer after Resume", func() bool { return s.Client().Ping(ctx).Err() == nil })
 }
 
 func TestServersAreSeparate(t *testing.T) {
@@ -66,13 +61,7 @@ func TestSentinelFailsOver(t *testing.T) {
 	master := redistest.StartServer(t)
 	replica := redistest.StartReplica(t, master)
 	master.Do("SET", "k", "v")
-	deadline := time.Now().Add(10 * time.Second)
-	for replica.Do("EXISTS", "k") != int64(1) {
-		if time.Now().After(deadline) {
-			t.Fatal("the replica never got the key")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.True(t, "the replica to get the key", func() bool { return replica.Do("EXISTS", "k") == int64(1) })
 	s := redistest.StartSentinel(t, "m", master)
 	if got, err := s.Master("m"); err != nil || got != master.Addr {
 		t.Fatalf("Sentinel reports master %q, %v; want %s", got, err, master.Addr)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/resp/server"
 	"github.com/funnelrl/funnel/storetest"
@@ -251,13 +252,7 @@ func field(info, name string) string {
 // poll waits for cond, checking it every few milliseconds, at most waitFor.
 func poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, what, cond)
 }
 
 func TestServerConnectionCommands(t *testing.T) {
