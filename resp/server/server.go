@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/auth"
 	"github.com/funnelrl/funnel/internal/lograte"
 	"github.com/funnelrl/funnel/resp"
 )
@@ -214,7 +215,7 @@ func New(store funnel.Store, cfg Config) *Server {
 		cfg.MaxOutputBuffer = DefaultMaxOutputBuffer
 	}
 	if cfg.Credentials == nil {
-		cfg.Credentials = newPasswords(cfg.Password, cfg.Users)
+		cfg.Credentials = auth.New(cfg.Password, cfg.Users)
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
