@@ -10,11 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/funnelrl/funnel/redisstore"
 )
 
 // Config is the configuration of the daemon. Its YAML form uses the names in
@@ -316,8 +317,8 @@ func (c Config) Validate() error {
 		return bad("resp, http and grpc are all off: at least one listener is needed")
 	case c.Store == "":
 		return bad("store: memory or a Redis URL is required")
-	case c.Store != "memory" && !slices.ContainsFunc(storeSchemes, func(p string) bool { return strings.HasPrefix(c.Store, p) }):
-		return bad("store %q: want memory, %s", c.Store, strings.Join(storeSchemes, ", "))
+	case c.Store != "memory" && !redisstore.IsURL(c.Store):
+		return bad("store %q: want memory, %s://...", c.Store, strings.Join(redisstore.Schemes(), "://..., "))
 	case c.MaxKeys < 0:
 		return bad("max_keys %d is negative", c.MaxKeys)
 	case c.StoreTimeout < 0:
@@ -359,9 +360,6 @@ func (c Config) Validate() error {
 	}
 	return c.validateRLS()
 }
-
-// storeSchemes are the beginnings of the Redis store URLs.
-var storeSchemes = []string{"redis://", "rediss://", "redis-cluster://", "rediss-cluster://", "redis-sentinel://", "rediss-sentinel://"}
 
 // validateRLS checks the rate-limit service's header names (which may be
 // empty only when RLSHeaders is off) and format, and its near-limit ratio.

@@ -80,6 +80,10 @@ func IsURL(s string) bool {
 // schemes are the schemes of store URLs.
 var schemes = []string{"redis", "rediss", "redis-cluster", "rediss-cluster", "redis-sentinel", "rediss-sentinel"}
 
+// Schemes returns the schemes of store URLs, as IsURL takes them
+// ("redis", "rediss", "redis-cluster", ...), for a caller that lists them.
+func Schemes() []string { return slices.Clone(schemes) }
+
 // parsed is a store URL parsed by go-redis's own parsers, their options as
 // they are: exactly one field is set.
 type parsed struct {
