@@ -2,7 +2,8 @@ package config
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/funnelrl/funnel/redisstore"
 )
 
 // validateSnapshot reports whether the snapshot settings can be served.
@@ -13,15 +14,7 @@ func (c Config) validateSnapshot() error {
 	case c.SnapshotMaxElapsed < 0:
 		return fmt.Errorf("%w: snapshot_max_elapsed %v is negative", ErrInvalid, c.SnapshotMaxElapsed)
 	case c.Snapshot != "" && c.Store != "memory":
-		return fmt.Errorf("%w: snapshot %q: snapshots keep the memory store; the store is %s, which keeps its own state", ErrInvalid, c.Snapshot, redactURL(c.Store))
+		return fmt.Errorf("%w: snapshot %q: snapshots keep the memory store; the store is %s, which keeps its own state", ErrInvalid, c.Snapshot, redisstore.Redact(c.Store))
 	}
 	return nil
-}
-
-// redactURL hides the password of a store URL.
-func redactURL(u string) string {
-	if i, j := strings.Index(u, "://"), strings.LastIndex(u, "@"); i >= 0 && j > i {
-		return u[:i+3] + "xxxxx" + u[j:]
-	}
-	return u
 }

@@ -33,7 +33,7 @@ func TestValidateSnapshot(t *testing.T) {
 	}{
 		{func(c *Config) { c.SnapshotInterval = -time.Second }, "snapshot_interval -1s is negative"},
 		{func(c *Config) { c.Snapshot, c.Store = "snap", "redis://u:pw@127.0.0.1:6379/0" },
-			`snapshot "snap": snapshots keep the memory store; the store is redis://xxxxx@127.0.0.1:6379/0`},
+			`snapshot "snap": snapshots keep the memory store; the store is redis://u:xxxxx@127.0.0.1:6379/0`},
 		{func(c *Config) { c.Snapshot, c.SnapshotInterval = "snap", 0 }, ""},
 	} {
 		cfg := Default()

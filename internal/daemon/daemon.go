@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -152,15 +151,8 @@ func (d *Daemon) openStore() error {
 }
 
 // redact hides the passwords of a store URL: the user's and, in the
-// Sentinel forms, the Sentinels'.
-func redact(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return redisstore.Redact(u)
-	}
-	return redisstore.Redact(u[:scheme+3] + "xxxxx" + u[at:])
-}
+// Sentinel forms, the Sentinels' (redisstore.Redact, the one redaction).
+func redact(u string) string { return redisstore.Redact(u) }
 
 // Store returns the daemon's store.
 func (d *Daemon) Store() funnel.Store { return d.store }

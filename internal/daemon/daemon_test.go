@@ -226,7 +226,7 @@ func TestDaemonNewErrors(t *testing.T) {
 		is     error
 	}{
 		{"Invalid", func(c *config.Config) { c.MaxClients = -1 }, "max_clients -1 is negative", config.ErrInvalid},
-		{"BadRedisURL", func(c *config.Config) { c.Store = "redis://u:hunter2@127.0.0.1:1/db" }, "redis://xxxxx@127.0.0.1:1/db", nil},
+		{"BadRedisURL", func(c *config.Config) { c.Store = "redis://u:hunter2@127.0.0.1:1/db" }, "redis://u:xxxxx@127.0.0.1:1/db", nil},
 		{"NoUsersFile", func(c *config.Config) { c.UsersFile = filepath.Join(dir, "missing") }, "no such file", nil},
 		{"BadUsersFile", func(c *config.Config) { c.UsersFile = badUsers }, `want "name password"`, config.ErrInvalid},
 		{"PortInUse", func(c *config.Config) { c.RESP = busy.Addr().String() }, "address already in use", nil},
@@ -235,7 +235,7 @@ func TestDaemonNewErrors(t *testing.T) {
 		{"RedisDown", func(c *config.Config) { c.Store = "redis://" + down.Addr }, "connection refused", funnel.ErrUnavailable},
 		{"SentinelDown", func(c *config.Config) {
 			c.Store = "redis-sentinel://u:hunter2@" + down.Addr + "/mymaster?sentinel_password=hunter2"
-		}, "redis-sentinel://xxxxx@" + down.Addr + "/mymaster?sentinel_password=xxxxx", nil},
+		}, "redis-sentinel://u:xxxxx@" + down.Addr + "/mymaster?sentinel_password=xxxxx", nil},
 		{"BadSentinelURL", func(c *config.Config) { c.Store = "redis-sentinel://u:hunter2@127.0.0.1:1/" }, "the path names the master", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
