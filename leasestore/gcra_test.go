@@ -46,13 +46,12 @@ func (l commandLimit) params(t testing.TB, count int64) gcra.CommandParams {
 // cmdSim is a fleet of leasing stores answering GCRA calls from a real
 // Redis on one clock that moves in whole µs (the arrivals, the round trips).
 type cmdSim struct {
-	t        *testing.T
-	c        *clock
-	l        commandLimit
-	stores   []*leasestore.Store
-	adm      map[string][]admission // in µs
-	arrived  map[string][]admission
-	requests int
+	t       *testing.T
+	c       *clock
+	l       commandLimit
+	stores  []*leasestore.Store
+	adm     map[string][]admission // in µs
+	arrived map[string][]admission
 }
 
 func newCmdSim(t *testing.T, srv *redistest.Server, prefix string, nodes int, l commandLimit, rtt bool, mutate func(*leasestore.Store)) *cmdSim {
