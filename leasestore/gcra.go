@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -57,14 +58,19 @@ func ReducedCommand(p gcra.CommandParams, lifetime time.Duration) (gcra.CommandP
 // tokens are spent from the key's leases in memory, which are leases of
 // the command's own key (redisstore.Store.LeaseGCRA), under the command's
 // funnel with its variance reduced (ReducedCommand), so that replayed
-// through one exact command the fleet's admissions are all admitted. A
-// call answered from memory has the reply of its decision: the reduced
-// limit, Remaining and ResetAfter estimated from the key's TAT at the last
-// lease call (other processes' spending since is not seen), RetryAfter the
-// exact wait rounded up to whole seconds. A cold key's call, one lease of
-// exactly its tokens, has the command's exact reply under the reduced
-// parameters. When Redis cannot be reached and the key holds no tokens, the
-// reply is the fallback's (a fresh key's, limited unless FailOpen).
+// through one exact command the fleet's admissions are all admitted.
+//
+// The reply is built from the configured parameters, as CL.THROTTLE's is
+// from a leased decision: the configured limit, Remaining and ResetAfter
+// from the time to the key's TAT as the command computes them, and
+// RetryAfter the wait under the reduced variance (up to L_k longer than
+// the command's; -1 for a call that the reduced funnel never fits). A cold
+// key's call, one lease of exactly its tokens, knows the TAT exactly: its
+// reply is the command's own when admitted. A call answered from memory
+// estimates the TAT from the last lease call (other processes' spending
+// since is not seen) and has the exact wait, rounded up to whole seconds.
+// When Redis cannot be reached and the key holds no tokens, the reply is
+// the fallback's (a fresh key's, limited unless FailOpen).
 //
 // Calls that are not leased (ReducedCommand, or a Backend that is not a
 // CommandLeaser) go to the Backend as they are.
@@ -94,7 +100,7 @@ func (s *Store) GCRA(ctx context.Context, key string, p gcra.CommandParams) (fun
 		}
 		e.used = now
 		s.expire(e, now)
-		return commandLane{funnelLane: funnelLane{s: s, e: e, key: key, r: r, now: now}, cl: cl, rc: rc, out: &out}
+		return commandLane{funnelLane: funnelLane{s: s, e: e, key: key, r: r, now: now}, cl: cl, p: p, rc: rc, out: &out}
 	})
 	switch {
 	case err != nil:
@@ -102,11 +108,15 @@ func (s *Store) GCRA(ctx context.Context, key string, p gcra.CommandParams) (fun
 	case out.exact:
 		return funnel.GCRAResult{Reply: out.rep}, nil
 	case res.Fallback:
-		_, rep, _, _ := gcra.DecideCommand(0, 0, false, rc)
+		_, rep, _, _ := gcra.DecideCommand(0, 0, false, p)
 		rep.Limited = !s.opts.FailOpen
 		return funnel.GCRAResult{Reply: rep, Fallback: true}, nil
 	}
-	return funnel.GCRAResult{Reply: commandReply(res, rc)}, nil
+	wait := int64(-1)
+	if !res.Allowed && res.RetryAfter != gcra.Never {
+		wait = max(ceilDiv(int64(res.RetryAfter), 1000), 1)
+	}
+	return funnel.GCRAResult{Reply: commandReply(p, res.Allowed, ceilDiv(int64(res.ResetAfter), 1000), wait)}, nil
 }
 
 // commandOut is the exact reply of a cold key's call, which decide's
@@ -120,9 +130,9 @@ type commandOut struct {
 // lane whose cold calls are leases of exactly their tokens.
 type commandLane struct {
 	funnelLane
-	cl  CommandLeaser
-	rc  gcra.CommandParams
-	out *commandOut
+	cl    CommandLeaser
+	p, rc gcra.CommandParams // the call's, and reduced
+	out   *commandOut
 }
 
 // direct decides the q tokens of a cold key in Redis: a lease of exactly
@@ -144,22 +154,22 @@ func (l commandLane) direct(ctx context.Context, q int64, res *funnel.Result) er
 		*res = l.fallback()
 		return nil
 	}
-	// The TAT before the call: the grant's end less its tokens, or the
-	// key's TAT when refused (0: absent).
-	tat, exists := g.TAT, g.TAT > 0
-	if g.Units > 0 {
-		tat, exists = g.TAT-g.Units*rc.Interval, true
+	// The reply: the TAT after the call when admitted, before it when
+	// refused (an absent key's is now), and the wait under rc.
+	d := min(max(g.TAT, g.Now)-g.Now, 1<<50) // µs ahead (bounded, see lease)
+	wait := int64(-1)
+	if g.Units == 0 && rc.Increment <= rc.Variance {
+		wait = d + rc.Increment - rc.Variance
 	}
-	_, rep, _, err := gcra.DecideCommand(g.Now, tat, exists, rc)
-	if err != nil {
-		return err
+	l.out.rep = commandReply(l.p, g.Units > 0, min(g.TAT-g.Now, 1<<50), wait)
+	if g.TAT == 0 {
+		l.out.rep = commandReply(l.p, false, 0, wait)
 	}
-	l.out.rep, l.out.exact = rep, true
+	l.out.exact = true
 	sh := s.shard(l.key)
 	sh.mu.Lock()
 	if sh.keys[l.key] == e {
 		now := s.now()
-		d := min(max(g.TAT, g.Now)-g.Now, 1<<50) // µs ahead (bounded, see lease)
 		e.ahead, e.at = d*1000, now
 		if g.Units == 0 {
 			// Refused until the same tokens fit (counted from the
@@ -181,24 +191,31 @@ func (l commandLane) direct(ctx context.Context, q int64, res *funnel.Result) er
 	return nil
 }
 
-// commandReply is the GCRA command's reply of a decision made from memory
-// under rc.
-func commandReply(res funnel.Result, rc gcra.CommandParams) gcra.CommandReply {
-	rep := gcra.CommandReply{Limited: !res.Allowed, Limit: rc.Limit, Remaining: res.Remaining, RetryAfter: -1,
-		ResetAfter: ceilSeconds(res.ResetAfter)}
-	if !res.Allowed && res.RetryAfter != gcra.Never && rc.Increment <= rc.Variance {
-		rep.RetryAfter = max(ceilSeconds(res.RetryAfter), 1)
+// commandReply is the GCRA command's reply under the configured p, as
+// gcra.DecideCommand computes it, to a call admitted or not whose key's
+// TAT is ttl µs after now (after the call when admitted, before it when
+// not) and, when refused, that fits wait µs later (-1: never, which the
+// reduced funnel may say of a call that p would admit some day). So a
+// leased key's replies are the command's own but for the burst given up.
+func commandReply(p gcra.CommandParams, admitted bool, ttl, wait int64) gcra.CommandReply {
+	rep := gcra.CommandReply{Limited: !admitted, Limit: p.Limit, RetryAfter: -1}
+	if next := p.Variance - ttl; next > -p.Interval {
+		rep.Remaining = next / p.Interval
+	}
+	rep.ResetAfter = int64(math.Ceil(float64(ttl) / 1e6))
+	if !admitted && wait >= 0 {
+		rep.RetryAfter = int64(math.Ceil(float64(wait) / 1e6))
 	}
 	return rep
 }
 
-// ceilSeconds is d in seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++
+// ceilDiv is a/b rounded up, for b > 0.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b > 0 {
+		q++
 	}
-	return s
+	return q
 }
 
 // lease makes e's lease call: a funnel's (Backend.Lease), or a GCRA

@@ -276,9 +276,10 @@ func TestGCRAMutationsAreCaught(t *testing.T) {
 
 // One node on a fake clock: the leased command admits the reduced burst at
 // one instant (the first calls decided in Redis, cold), refuses the next
-// with the exact wait rounded up and the reduced limit, admits again an
-// interval later from memory; keys the command cannot read are its errors;
-// and with Redis unreachable a cold key answers the fallback.
+// with the exact wait rounded up, the replies computed under the
+// configured limit (10, and 2 remaining by the TAT), admits again an
+// interval later; keys the command cannot read are its errors; and with
+// Redis unreachable a cold key answers the fallback.
 func TestGCRALeasedReplies(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -294,12 +295,12 @@ func TestGCRALeasedReplies(t *testing.T) {
 	}
 	for i := range 8 {
 		res, err := s.GCRA(ctx, "k", l.params(t, 1))
-		if err != nil || res.Reply.Limited || res.Reply.Limit != 8 || res.Fallback {
+		if err != nil || res.Reply.Limited || res.Reply.Limit != 10 || res.Fallback {
 			t.Fatalf("call %d: %+v, %v", i, res, err)
 		}
 	}
 	res, err := s.GCRA(ctx, "k", l.params(t, 1))
-	if err != nil || res.Reply.Ints() != [5]int64{1, 8, 0, 1, 1} {
+	if err != nil || res.Reply.Ints() != [5]int64{1, 10, 2, 1, 1} {
 		t.Fatalf("the 9th call: %+v, %v", res.Reply, err)
 	}
 	if res, err := s.GCRA(ctx, "k", l.params(t, 9)); err != nil || !res.Reply.Limited || res.Reply.RetryAfter != -1 {
@@ -326,7 +327,7 @@ func TestGCRALeasedReplies(t *testing.T) {
 		n := leasestore.New(down, leasestore.Options{Logger: quiet(), FailOpen: open})
 		res, err := n.GCRA(ctx, "k", l.params(t, 1))
 		n.Close()
-		if err != nil || !res.Fallback || res.Reply.Limited == open || res.Reply.Limit != 8 {
+		if err != nil || !res.Fallback || res.Reply.Limited == open || res.Reply.Limit != 10 {
 			t.Fatalf("fail open %v, Redis down: %+v, %v", open, res, err)
 		}
 	}
