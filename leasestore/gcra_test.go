@@ -332,3 +332,46 @@ func TestGCRALeasedReplies(t *testing.T) {
 		}
 	}
 }
+
+// The command's lease time is Redis's in whole milliseconds, up to one
+// before the call ran: a lease made 999 µs into a millisecond ends a
+// millisecond before its key's lifetime after the call, so that no token
+// is spent more than L_k after its slot: 12 ms after the call, 12.999 ms
+// after its slot (the call's Redis time, 999 µs before it), past
+// L_k = 12.5 ms, the tokens held are not spent from memory (without the
+// millisecond, they would be).
+func TestGCRALeaseEndsAMillisecondEarly(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000 + 999_000)
+	rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Prefix: "e:", Timeout: 10 * time.Second})
+	s := leasestore.New(rs, leasestore.Options{Logger: quiet(), Now: c.now, NoPrefetch: true})
+	defer s.Close()
+	ctx := context.Background()
+	l := commandLimit{500, 20000, 1} // leased for 12.5 ms
+	call := func() {
+		t.Helper()
+		if res, err := s.GCRA(ctx, "k", l.params(t, 1)); err != nil || res.Reply.Limited {
+			t.Fatalf("%+v, %v", res, err)
+		}
+	}
+	for s.Stats().Calls == 0 {
+		call()
+	}
+	call() // from the lease, which holds more
+	st := s.Stats()
+	if st.Local == 0 || st.Leased-1 <= st.Spent-st.Direct {
+		t.Fatalf("no tokens left in the lease: %+v", st)
+	}
+	c.t.Add(int64(11 * time.Millisecond))
+	call()
+	if s.Stats().Local != st.Local+1 {
+		t.Fatalf("not spent from the lease 11 ms after it: %+v", s.Stats())
+	}
+	c.t.Add(int64(time.Millisecond))
+	call()
+	if s.Stats().Local != st.Local+1 {
+		t.Fatalf("spent from the lease within its last millisecond: %+v", s.Stats())
+	}
+}
