@@ -72,8 +72,18 @@
 // # What is leased
 //
 // One decision of the funnel (GCRA) without a ban, for one key, taking at
-// least one unit: Allow and CL.THROTTLE; and one take of a fixed or
-// sliding window without a ban, of 1 to Count units (see Windows below).
+// least one unit: Allow and CL.THROTTLE; one call of Redis's own GCRA
+// command (Store.GCRA); and one take of a fixed or sliding window without
+// a ban, of 1 to Count units (see Windows below).
+//
+// A GCRA command's key is leased as a funnel, on the command's own key and
+// in its units (gcra.LeaseCommand, redisstore.Store.LeaseGCRA): µs, the
+// variance as the tolerance, one token a unit, and Redis's time in whole
+// milliseconds, as the command's. The rules and the proof above hold with
+// τ the variance; the lease's time can be up to a millisecond before the
+// call ran, so its units end a millisecond sooner (L_k at least 2 ms). A
+// cold key's call is a lease of exactly its tokens spent at once, whose
+// grant gives the command's exact reply under the reduced variance.
 // Everything else — peeks, refunds, the sliding log, the leaky bucket,
 // concurrency, bans, several limits at once — goes to the Redis store as it
 // is. A key's format stays the store's (redis-cell's for the funnel), so

@@ -9,7 +9,6 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
-	"github.com/funnelrl/funnel/redisstore"
 )
 
 // entry is a key's leases and what the store knows of its shared state.
@@ -61,6 +60,13 @@ type entry struct {
 	// lifetime (KeyLifetime): the tolerance it gave up.
 	reduced gcra.Params
 	lk      int64
+	// cmd marks a key of Redis's GCRA command (see Store.GCRA): its leases
+	// are the command's (redisstore.Store.LeaseGCRA), in microseconds on
+	// Redis's time in whole milliseconds; p and reduced are its funnel in
+	// ns. skew is the part of lk its units are not spent in: the
+	// command's time is up to a millisecond before the call ran.
+	cmd  bool
+	skew int64
 }
 
 // flight is one lease call, which the decisions that need units wait for.
@@ -74,14 +80,7 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 	sh := s.shard(key)
 	asked := false
 	return decide(s, ctx, sh, q, res, func(now int64) funnelLane {
-		e := sh.keys[key]
-		if e == nil || e.p != p {
-			if e != nil {
-				s.forfeit(e) // the limit changed: start afresh
-			}
-			e = &entry{key: strings.Clone(key), p: p, reduced: r, lk: p.Tolerance - r.Tolerance, size: 1, last: now}
-			sh.keys[e.key] = e
-		}
+		e := s.entryOf(sh, key, p, r, false, now)
 		if !asked {
 			e.askedSince += q
 			asked = true
@@ -90,6 +89,24 @@ func (s *Store) take(ctx context.Context, key string, p, r gcra.Params, q int64,
 		s.expire(e, now)
 		return funnelLane{s: s, e: e, key: key, r: r, now: now}
 	})
+}
+
+// entryOf returns key's entry on sh for the funnel p leased under r (a
+// GCRA command's key when cmd), made afresh when there is none or its
+// limit changed. sh's lock is held.
+func (s *Store) entryOf(sh *shard, key string, p, r gcra.Params, cmd bool, now int64) *entry {
+	e := sh.keys[key]
+	if e == nil || e.p != p || e.cmd != cmd {
+		if e != nil {
+			s.forfeit(e) // the limit changed: start afresh
+		}
+		e = &entry{key: strings.Clone(key), p: p, reduced: r, lk: p.Tolerance - r.Tolerance, size: 1, last: now, cmd: cmd}
+		if cmd {
+			e.skew = commandSkew
+		}
+		sh.keys[e.key] = e
+	}
+	return e
 }
 
 // warm is the number of decisions of a key, within one lifetime, that
@@ -357,7 +374,7 @@ func (s *Store) maybePrefetch(e *entry, r gcra.Params, now int64) {
 func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f *flight, req gcra.LeaseRequest, need, sent int64) error {
 	s.stats.calls.Add(1)
 	s.stats.givenBack.Add(req.BackUnits)
-	g, err := s.b.Lease(ctx, key, r, redisstore.LeaseCall{LeaseRequest: req, Node: s.node, Window: s.opts.Lifetime})
+	g, err := s.lease(ctx, key, e, r, req)
 	s.noteRTT(s.now() - sent)
 	sh := s.shard(key)
 	sh.mu.Lock()
@@ -405,7 +422,7 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	}
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
-	l := slots{n: g.Units, at: now, exp: sent + lk, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
+	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
 	s.stats.forfeited.Add(e.leases.add(l))
 	return nil
 }

@@ -1,0 +1,185 @@
+-- A lease on the key of Redis's GCRA command: gcra.LeaseCommand, bit for
+-- bit. It reads the key as gcracmd.lua does (the same errors, the same
+-- absent keys), gives back the unspent tail of the caller's previous lease
+-- if the key still holds that lease's end (compared as the decimal string),
+-- takes up to a number of tokens that fit at once (or up to a horizon
+-- ahead), and writes the new TAT as the command writes it: the µs in
+-- decimal, expiring at the TAT's millisecond (PXAT). Now is Redis's time in
+-- whole milliseconds, as the command's.
+--
+-- Times are µs on two limbs, h*1e9 + l with 0 <= l < 1e9 (see gcracmd.lua).
+-- The size of a lease is a quotient computed in doubles on the headroom,
+-- which is below 2^52 (gcra.MaxLeaseTolerance), so that every number in it
+-- is exact.
+--
+-- KEYS[1]  the key
+-- ARGV[1]  '' to take now from Redis's TIME; tests only: now in ms
+-- ARGV[2]  '' to expire the key at the TAT's millisecond (PXAT); tests
+--          only: milliseconds added to the expiry, set from the injected now
+-- ARGV[3]  the interval in µs
+-- ARGV[4]  the headroom in µs: the variance plus the horizon (at most 2^52)
+-- ARGV[5]  the most tokens to take, ARGV[6] the fewest worth taking
+-- ARGV[7]  the previous lease's end TAT as a decimal string, or ''
+-- ARGV[8]  the time its unspent tokens are worth, tokens*interval in µs
+-- KEYS[2]  optional: the sorted set of the key's leasing nodes, in its slot;
+--          then ARGV[9] this node's name, ARGV[10] the window in ms within
+--          which a node counts
+--
+-- Reply: {status, now_ms, tokens granted, th, tl, nodes}: th, tl the key's
+-- TAT after the call (0, 0 for an absent key left absent), nodes the nodes
+-- counted (0 without KEYS[2]), and status
+--   1  done
+--   3  the new TAT would pass 2^63-1 µs, nothing written
+--  -1  the key holds a string that is not an integer (Redis's string2ll)
+--  -2  the key holds an integer that is not positive
+-- and a key of another type is Redis's WRONGTYPE error.
+local key = KEYS[1]
+local nowms
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  nowms = t[1] * 1000 + math.floor(t[2] / 1000)
+else
+  nowms = ARGV[1] + 0
+end
+local nsub = nowms % 1000000
+local nh, nl = (nowms - nsub) / 1000000, nsub * 1000
+
+local exists, th, tl = 0, 0, 0
+local raw = redis.pcall('GET', key)
+if raw then
+  if type(raw) == 'table' and raw.err then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+  end
+  if raw == '0' then
+    return { -2, nowms, 0, 0, 0, 0 }
+  end
+  local n = #raw
+  if n >= 21 or not string.find(raw, '^%-?[1-9]%d*$') then
+    return { -1, nowms, 0, 0, 0, 0 }
+  end
+  local neg = string.byte(raw, 1) == 45 -- '-'
+  local d = raw
+  if neg then
+    d = string.sub(raw, 2)
+  end
+  local m = #d
+  if m > 19 then
+    return { -1, nowms, 0, 0, 0, 0 }
+  end
+  local h, l = 0, d + 0
+  if m > 9 then
+    h, l = string.sub(d, 1, m - 9) + 0, string.sub(d, m - 8) + 0
+  end
+  if h > 9223372036 or (h == 9223372036 and (l > 854775808 or (l == 854775808 and not neg))) then
+    return { -1, nowms, 0, 0, 0, 0 }
+  end
+  if neg then
+    return { -2, nowms, 0, 0, 0, 0 }
+  end
+  exists, th, tl = 1, h, l
+  -- A key whose millisecond has passed is absent, as in gcracmd.lua.
+  local tms = (tl - tl % 1000) / 1000
+  if th < nh or (th == nh and tms < nsub) then
+    if ARGV[2] ~= '' then
+      if redis.call('PTTL', key) >= 0 then
+        exists, th, tl = 0, 0, 0
+      end
+    else
+      local x = redis.pcall('PEXPIRETIME', key)
+      if type(x) == 'number' and x > 0 and (x < nowms or x == th * 1000000 + tms + 1) then
+        exists, th, tl = 0, 0, 0
+      end
+    end
+  end
+end
+
+local interval, head = ARGV[3] + 0, ARGV[4] + 0
+local changed = false
+
+-- The give-back, only onto the TAT this caller's lease left.
+local back = ARGV[8] + 0
+if exists == 1 and back > 0 and raw == ARGV[7] then
+  local bl = back % 1000000000
+  th, tl = th - (back - bl) / 1000000000, tl - bl
+  if tl < 0 then
+    th, tl = th - 1, tl + 1000000000
+  end
+  if th < nh or (th == nh and tl < nl) then
+    th, tl = nh, nl
+  end
+  changed = true
+end
+
+-- d = max(TAT - now, 0) (an absent key is at now), and the tokens that fit
+-- in head - d.
+local dh, dl = 0, 0
+if exists == 1 and (th > nh or (th == nh and tl > nl)) then
+  dh, dl = th - nh, tl - nl
+  if dl < 0 then
+    dh, dl = dh - 1, dl + 1000000000
+  end
+end
+local n = 0
+local d = dh * 1000000000 + dl
+if dh < 4503600 and d <= head then
+  local room = head - d
+  n = math.floor(room / interval)
+  if n * interval > room then
+    n = n - 1
+  elseif (n + 1) * interval <= room then
+    n = n + 1
+  end
+  n = math.min(n, ARGV[5] + 0)
+  if n < ARGV[6] + 0 then
+    n = 0
+  end
+end
+
+local sh, sl = th, tl
+if n > 0 then
+  -- new = max(TAT, now) + n*interval = now + d + n*interval, within int64
+  local x = d + n * interval
+  local xl = x % 1000000000
+  sh, sl = nh + (x - xl) / 1000000000, nl + xl
+  if sl >= 1000000000 then
+    sh, sl = sh + 1, sl - 1000000000
+  end
+  if sh > 9223372036 or (sh == 9223372036 and sl > 854775807) then
+    return { 3, nowms, 0, 0, 0, 0 }
+  end
+  changed = true
+end
+
+if changed then
+  local value
+  if sh > 0 then
+    value = string.format('%d%09d', sh, sl)
+  else
+    value = string.format('%d', sl)
+  end
+  -- the expiry, new / 1000 in ms, on limbs: sh * 1e6 + wl (see gcracmd.lua)
+  local wl = (sl - sl % 1000) / 1000
+  if ARGV[2] ~= '' then
+    local px = (sh - nh) * 1000000 + wl - nsub + ARGV[2]
+    if sh == nh and wl == nsub then
+      px = px + 1
+    end
+    redis.call('SET', key, value, 'PX', string.format('%d', px))
+  elseif sh == nh and wl == nsub then
+    redis.call('SET', key, value, 'PXAT', string.format('%d', nowms + 1))
+  elseif sh > 0 then
+    redis.call('SET', key, value, 'PXAT', string.format('%d%06d', sh, wl))
+  else
+    redis.call('SET', key, value, 'PXAT', string.format('%d', wl))
+  end
+end
+
+local nodes = 0
+if KEYS[2] then
+  local win = ARGV[10] + 0
+  redis.call('ZADD', KEYS[2], nowms, ARGV[9])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowms - win)
+  nodes = redis.call('ZCARD', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], 2 * win)
+end
+return { 1, nowms, n, sh, sl, nodes }
