@@ -481,6 +481,22 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 	sh := s.shard(key)
 	sh.mu.Lock()
+	s.forgetHere(sh, key)
+	sh.mu.Unlock()
+	ok, err := s.b.Reset(ctx, key)
+	sh.mu.Lock()
+	if !s.resetRace {
+		// Units of calls answered since were taken before the reset.
+		s.forgetHere(sh, key)
+	}
+	sh.mu.Unlock()
+	return ok, err
+}
+
+// forgetHere drops what this process holds of key, funnel and window
+// alike, and counts a reset, so that a lease call in flight knows that its
+// answer predates it. The caller holds sh's lock.
+func (s *Store) forgetHere(sh *shard, key string) {
 	if e := sh.keys[key]; e != nil {
 		s.forfeit(e)
 		e.refusedUntil, e.callAt = 0, 0
@@ -492,25 +508,6 @@ func (s *Store) Reset(ctx context.Context, key string) (bool, error) {
 		e.refusedUntil = 0
 		e.resets++
 	}
-	sh.mu.Unlock()
-	ok, err := s.b.Reset(ctx, key)
-	sh.mu.Lock()
-	if !s.resetRace {
-		// Units of calls answered since were taken before the reset.
-		if e := sh.keys[key]; e != nil {
-			s.forfeit(e)
-			e.refusedUntil, e.callAt = 0, 0
-			e.back = gcra.LeaseRequest{}
-			e.resets++
-		}
-		if e := sh.wkeys[key]; e != nil {
-			s.wforfeit(e)
-			e.refusedUntil = 0
-			e.resets++
-		}
-	}
-	sh.mu.Unlock()
-	return ok, err
 }
 
 // TTL is the Backend's.
