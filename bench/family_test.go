@@ -76,7 +76,10 @@ func familyDecide(c familyCase, lim *funnel.Limiter) func(ctx context.Context, k
 	case c.multi != nil:
 		pairs := taggedPairs()
 		return func(ctx context.Context, key string) (bool, error) {
-			pair := pairs[key]
+			pair, ok := pairs[key]
+			if !ok { // a key of neither scenario (the warm-up's)
+				pair = [2]string{"{" + key + "}:s", "{" + key + "}:d"}
+			}
 			m, err := lim.AllowAll(ctx, []funnel.Request{
 				{Key: pair[0], Limit: c.limit, N: 1},
 				{Key: pair[1], Limit: *c.multi, N: 1},
