@@ -25,8 +25,10 @@ import (
 // algorithm of family.lua, each with small counts (so that refusals are
 // frequent) and periods that do and do not divide a second, the leaky
 // bucket's three delay modes, calendar days in a zone off UTC by a
-// non-whole hour, bans on all but concurrency, and concurrency limits that
-// queue (a burst, with and without a default unit delay).
+// non-whole hour, bans on all but concurrency, two logs without a ban whose
+// periods differ (a log empty under one is live under the other), and
+// concurrency limits that queue (a burst, with and without a default unit
+// delay).
 var familyLimits = []funnel.Limit{
 	{Algorithm: funnel.GCRA, Count: 10, Period: time.Second, Burst: 4},
 	{Algorithm: funnel.GCRA, Count: 2, Period: time.Second},
@@ -41,6 +43,7 @@ var familyLimits = []funnel.Limit{
 	{Algorithm: funnel.SlidingWindow, Count: 7, Period: 300 * time.Millisecond, Ban: 2 * time.Second},
 	{Algorithm: funnel.SlidingLog, Count: 3, Period: time.Second},
 	{Algorithm: funnel.SlidingLog, Count: 5, Period: 200 * time.Millisecond, Ban: time.Second},
+	{Algorithm: funnel.SlidingLog, Count: 4, Period: 3 * time.Second},
 	{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second},
 	{Algorithm: funnel.Concurrency, Count: 3, Period: 450 * time.Millisecond},
 	{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second, Burst: 3, UnitDelay: 70*time.Millisecond + 3},
