@@ -276,6 +276,92 @@ if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9
   end
 end
 
+-- And for one acquire or release of a concurrency limit whose key is
+-- absent or holds live leases: the latest expiry is read once, and known
+-- after a write without reading it again.
+if nops == 1 and ARGV[6] == 'c' then
+  local key = KEYS[1]
+  local m = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if not m.err and (not m[1] or m[1] == '\0conc') then
+    local take, q, count, period, id = ARGV[5] == 't', ARGV[7] + 0, ARGV[10] + 0, ARGV[11] + 0, ARGV[12]
+    local def, lat = tonumber(ARGV[13]) or 0, tonumber(ARGV[14]) or -1
+    local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
+    local exists, last = m[1] ~= nil, -1
+    if exists then
+      local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      if r[2] + 0 >= 0 then
+        last = r[2] + 0
+      end
+    end
+    -- leases that have all expired go to the general path
+    if not exists or last > nowms then
+      -- last stays the latest expiry: it is after now, and only expiries
+      -- at or before now are dropped
+      local n, held, wait, others, unit, own = 0, 0, -1, -1, 0, nil
+      if exists then
+        redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
+        n = redis.call('ZCARD', key) - 1
+        if lat >= 0 then
+          unit = -1 - redis.call('ZSCORE', key, '\0conc')
+        end
+        own = redis.call('ZSCORE', key, id)
+        if own then
+          held = 1
+        end
+        others = last
+        if own and own + 0 == last then
+          others = -1
+          local r = redis.call('ZRANGE', key, -2, -2, 'WITHSCORES')
+          if r[2] + 0 >= 0 then
+            others = r[2] + 0
+          end
+        end
+      end
+      local status = 1
+      if take then
+        if q > 1 then
+          status = 0
+        elseif q == 1 and held == 0 and n >= count then
+          status = 0
+          wait = redis.call('ZRANGE', key, n - count + 1, n - count + 1, 'WITHSCORES')[2] + 0
+        elseif q == 1 then
+          if unit == 0 and (def > 0 or not exists) then
+            redis.call('ZADD', key, -1 - def, '\0conc')
+          end
+          local at = nowms + period
+          redis.call('ZADD', key, at, id)
+          if others > at then
+            at = others
+          end
+          redis.call('PEXPIRE', key, string.format('%d', at - nowms + slack))
+        end
+      else
+        status = held
+        if held == 1 then
+          redis.call('ZREM', key, id)
+          n = n - 1
+          if n <= 0 then
+            redis.call('DEL', key)
+            last = -1
+          else
+            if lat > 0 then
+              local sum = unit + lat
+              unit = (sum - sum % 2) / 2
+              if unit < 1 then
+                unit = 1
+              end
+              redis.call('ZADD', key, -1 - unit, '\0conc')
+            end
+            last = others
+            redis.call('PEXPIRE', key, string.format('%d', last - nowms + slack))
+          end
+        end
+      end
+      return { nh, nl, status, last, others, n, held + 2 * unit, wait }
+    end
+  end
+end
+
 -- less reports whether a < b on two limbs.
 local function less(ah, al, bh, bl)
   return ah < bh or (ah == bh and al < bl)

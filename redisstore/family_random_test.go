@@ -396,3 +396,41 @@ func describeOps(ops []funnel.Op) string {
 	}
 	return s
 }
+
+// TestConcurrencyExpiryCoversEveryLease checks that a concurrency key does
+// not expire before the latest of its leases when an acquire under a
+// shorter period renews it (a limit whose period was shortened): the
+// key's expiry follows the latest lease, not the new one.
+func TestConcurrencyExpiryCoversEveryLease(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client()
+	var clock atomic.Int64
+	clock.Store(storetestDay0)
+	lim := funnel.New(redisstore.New(client, redisstore.Options{Now: clock.Load, Prefix: "exp:"}))
+	ctx := context.Background()
+	long := funnel.Limit{Algorithm: funnel.Concurrency, Count: 5, Period: 10 * time.Second}
+	short := funnel.Limit{Algorithm: funnel.Concurrency, Count: 5, Period: time.Second}
+	for _, c := range []struct {
+		name  string
+		first funnel.Limit
+	}{{"long then short", long}, {"short then long", short}} {
+		key := strings.ReplaceAll(c.name, " ", "-")
+		if _, r, err := lim.Acquire(ctx, key, c.first); err != nil || !r.Allowed {
+			t.Fatalf("%s: first acquire: %+v, %v", c.name, r, err)
+		}
+		second := long
+		if c.first == long {
+			second = short
+		}
+		if _, r, err := lim.Acquire(ctx, key, second); err != nil || !r.Allowed {
+			t.Fatalf("%s: second acquire: %+v, %v", c.name, r, err)
+		}
+		pttl, err := client.PTTL(ctx, "exp:"+key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 10*time.Second + 10*time.Minute; pttl < want-time.Second || pttl > want {
+			t.Errorf("%s: the key expires in %v, want the latest lease's 10s (+ the test clock's 10m slack)", c.name, pttl)
+		}
+	}
+}
