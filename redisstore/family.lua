@@ -141,7 +141,7 @@ if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
                 if sub > 0 then
                   px = px + 1
                 end
-                redis.call('SET', key, v, 'PX', string.format('%d', px))
+                redis.call('PSETEX', key, string.format('%d', px), v)
               end
             end
           end
@@ -169,7 +169,7 @@ if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
       if n + q > count then
         status = 0
       elseif q > 0 then
-        redis.call('SET', key, string.format('F%d:%d:%d', s, e, n + q), 'PX', string.format('%d', e - nowms + slack))
+        redis.call('PSETEX', key, string.format('%d', e - nowms + slack), string.format('F%d:%d:%d', s, e, n + q))
       end
       return { nh, nl, status, 0, 0, s, e, n }
     end
@@ -209,7 +209,7 @@ if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
       if est + q > count then
         status = 0
       elseif q > 0 then
-        redis.call('SET', key, string.format('S%d:%d:%d:%d', s, p, prev, cur + q), 'PX', string.format('%d', s + 2 * p - nowms + slack))
+        redis.call('PSETEX', key, string.format('%d', s + 2 * p - nowms + slack), string.format('S%d:%d:%d:%d', s, p, prev, cur + q))
       end
       return { nh, nl, status, 0, 0, s, prev, cur }
     end
