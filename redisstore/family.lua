@@ -71,23 +71,53 @@ end
 local slack = ARGV[3] + 0
 local nops = ARGV[4] + 0
 
--- The commonest call: one take, without a ban, on a delaying bucket (or a
--- funnel), a fixed window of a fixed period or a sliding window counter,
--- whose key is absent or holds a state of its own kind. It is decided here,
--- inline, by the same rules as below, which any other call (and this one,
--- when its key holds anything else) goes on to. The general path makes a
--- closure per helper function and a table per op at every call, which cost
--- Redis more than the decision itself.
-if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
-  local alg, key = ARGV[6], KEYS[1]
+-- The commonest call: one take on a delaying bucket (or a funnel), a fixed
+-- window of a fixed period or a sliding window counter, whose key is absent
+-- or holds a state of its own kind, and whose ban key (when the limit has a
+-- ban) is absent or holds a ban as written here. It is decided here, inline,
+-- by the same rules as below, which any other call (and this one, when its
+-- keys hold anything else) goes on to. The general path makes a closure per
+-- helper function and a table per op at every call, which cost Redis more
+-- than the decision itself.
+local alg1 = ARGV[6]
+if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' or (alg1 == 'f' and ARGV[11] ~= '0')) then
+  local key, alg, ok = KEYS[1], alg1, true
+  -- the ban's length, and what is left of a ban under way
+  local lh, ll, rh, rl, banned = ARGV[8] + 0, ARGV[9] + 0, 0, 0, false
+  if lh > 0 or ll > 0 then
+    local b = redis.call('GET', KEYS[2])
+    if b then
+      local h, l = string.match(b, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
+      if not h then
+        ok = false
+      else
+        h, l = h + 0, l + 0
+        if h > 9223372036 or (h == 9223372036 and l > 854775807) then
+          ok = false
+        elseif nh < h or (nh == h and nl < l) then
+          banned, rh, rl = true, h - nh, l - nl
+          if rl < 0 then
+            rh, rl = rh - 1, rl + 1000000000
+          end
+        end
+      end
+    end
+  end
   -- a sorted set (a log, leases) answers an error: the general path says
   -- which
-  local raw = redis.pcall('GET', key)
+  local raw = false
+  if ok then
+    raw = redis.pcall('GET', key)
+    if type(raw) == 'table' then
+      ok = false
+    end
+  end
   local q = ARGV[7] + 0
-  if type(raw) == 'table' then
+  local status, r1, r2, r3 = 0, 0, 0, 0
+  if not ok then
     -- below
   elseif alg == 'g' or alg == 'l' then
-    local th, tl, exists, ok = 0, 0, false, true
+    local th, tl, exists = 0, 0, false
     if raw then
       local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
       if h then
@@ -108,9 +138,11 @@ if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
           dh, dl = dh - 1, dl + 1000000000
         end
       end
+      r1, r2 = dh, dl
       local ch, cl, vh, vl = ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0, ARGV[13] + 0
-      local status = 0
-      if not (vh < ch or (vh == ch and vl < cl)) then
+      if banned then
+        status = 3
+      elseif not (vh < ch or (vh == ch and vl < cl)) then
         local xh, xl = dh + ch, dl + cl
         if xl >= 1000000000 then
           xh, xl = xh + 1, xl - 1000000000
@@ -147,11 +179,10 @@ if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
           end
         end
       end
-      return { nh, nl, status, 0, 0, dh, dl, 0 }
     end
-  elseif alg == 'f' and ARGV[11] ~= '0' then
+  elseif alg == 'f' then
     local count, period = ARGV[10] + 0, ARGV[11] + 0
-    local ok, n = true, 0
+    local n = 0
     local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
     local s = nowms - nowms % period
     local e = s + period
@@ -165,17 +196,21 @@ if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
       end
     end
     if ok then
-      local status = 1
-      if n + q > count then
+      r1, r2, r3 = s, e, n
+      if banned then
+        status = 3
+      elseif n + q > count then
         status = 0
-      elseif q > 0 then
-        redis.call('PSETEX', key, string.format('%d', e - nowms + slack), string.format('F%d:%d:%d', s, e, n + q))
+      else
+        status = 1
+        if q > 0 then
+          redis.call('PSETEX', key, string.format('%d', e - nowms + slack), string.format('F%d:%d:%d', s, e, n + q))
+        end
       end
-      return { nh, nl, status, 0, 0, s, e, n }
     end
-  elseif alg == 's' then
+  else -- 's'
     local count, p = ARGV[10] + 0, ARGV[11] + 0
-    local ok, prev, cur = true, 0, 0
+    local prev, cur = 0, 0
     local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
     local s = nowms - nowms % p
     if raw then
@@ -201,18 +236,44 @@ if nops == 1 and ARGV[5] == 't' and ARGV[8] == '0' and ARGV[9] == '0' then
       end
     end
     if ok then
+      r1, r2, r3 = s, prev, cur
       local el = nowms - s
       -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
       local w = prev * (p - el) + p - 1
       local est = cur + (w - w % p) / p
-      local status = 1
-      if est + q > count then
+      if banned then
+        status = 3
+      elseif est + q > count then
         status = 0
-      elseif q > 0 then
-        redis.call('PSETEX', key, string.format('%d', s + 2 * p - nowms + slack), string.format('S%d:%d:%d:%d', s, p, prev, cur + q))
+      else
+        status = 1
+        if q > 0 then
+          redis.call('PSETEX', key, string.format('%d', s + 2 * p - nowms + slack), string.format('S%d:%d:%d:%d', s, p, prev, cur + q))
+        end
       end
-      return { nh, nl, status, 0, 0, s, prev, cur }
     end
+  end
+  if ok then
+    if status == 0 and q > 0 and (lh > 0 or ll > 0) then
+      -- a refusal starts the limit's ban
+      local uh, ul = nh + lh, nl + ll
+      if ul >= 1000000000 then
+        uh, ul = uh + 1, ul - 1000000000
+      end
+      local sub = ll % 1000000
+      local px = lh * 1000 + (ll - sub) / 1000000 + slack
+      if sub > 0 then
+        px = px + 1
+      end
+      local v
+      if uh > 0 then
+        v = string.format('%d%09d', uh, ul)
+      else
+        v = string.format('%d', ul)
+      end
+      redis.call('PSETEX', KEYS[2], string.format('%d', px), v)
+    end
+    return { nh, nl, status, rh, rl, r1, r2, r3 }
   end
 end
 

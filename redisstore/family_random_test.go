@@ -434,3 +434,41 @@ func TestConcurrencyExpiryCoversEveryLease(t *testing.T) {
 		}
 	}
 }
+
+// TestBanKeyExpiresWithTheBan checks that the key of a ban that a refusal
+// starts expires when the ban ends, rounded up to the millisecond (plus the
+// test clock's slack), on every algorithm whose limits take a ban.
+func TestBanKeyExpiresWithTheBan(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client()
+	var clock atomic.Int64
+	clock.Store(storetestDay0)
+	lim := funnel.New(redisstore.New(client, redisstore.Options{Now: clock.Load, Prefix: "banexp:"}))
+	ctx := context.Background()
+	ban := 1500*time.Millisecond + 1
+	for _, l := range []funnel.Limit{
+		{Algorithm: funnel.GCRA, Count: 1, Period: time.Second, Ban: ban},
+		{Algorithm: funnel.LeakyBucket, Count: 1, Period: time.Second, Ban: ban},
+		{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Second, Ban: ban},
+		{Algorithm: funnel.SlidingWindow, Count: 1, Period: time.Second, Ban: ban},
+		{Algorithm: funnel.SlidingLog, Count: 1, Period: time.Second, Ban: ban},
+	} {
+		key := l.Algorithm.String()
+		for i, want := range []bool{true, false} {
+			if r, err := lim.Allow(ctx, key, l); err != nil || r.Allowed != want {
+				t.Fatalf("%v: take %d: %+v, %v; want allowed %v", l.Algorithm, i+1, r, err, want)
+			}
+		}
+		bans, err := client.Keys(ctx, "*banexp:ban:"+key).Result()
+		if err != nil || len(bans) != 1 {
+			t.Fatalf("%v: ban keys %q, %v", l.Algorithm, bans, err)
+		}
+		pttl, err := client.PTTL(ctx, bans[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 1501*time.Millisecond + 10*time.Minute; pttl > want || pttl < want-time.Second {
+			t.Errorf("%v: the ban's key expires in %v, want %v", l.Algorithm, pttl, want)
+		}
+	}
+}
