@@ -15,8 +15,18 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/redisstore"
 )
+
+// Fail returns the fail mode that FailOpen chooses, for the store and
+// every edge.
+func (c *Config) Fail() funnel.FailMode {
+	if c.FailOpen {
+		return funnel.FailOpen
+	}
+	return funnel.FailClosed
+}
 
 // Config is the configuration of the daemon. Its YAML form uses the names in
 // the yaml tags; every field is optional.
@@ -55,8 +65,9 @@ type Config struct {
 	SnapshotMaxElapsed time.Duration `yaml:"snapshot_max_elapsed"`
 	// StoreTimeout bounds each operation of the Redis store; 0 means 100 ms.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
-	// FailOpen makes the Redis store admit requests while Redis cannot be
-	// reached; by default it refuses them (fail-closed).
+	// FailOpen makes every edge, and the Redis store, admit requests while
+	// the store cannot decide (funnel.FailOpen); by default they are
+	// refused (funnel.FailClosed). See Fail.
 	FailOpen bool `yaml:"fail_open"`
 	// RESPFailClosed is how the RESP server answers a request refused
 	// because the store could not decide (fail-closed): "error" (the

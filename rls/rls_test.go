@@ -587,21 +587,26 @@ func TestStoreFailures(t *testing.T) {
 			return nil
 		}
 	}
+	unreachable := func([]funnel.Op, []funnel.Result) error {
+		return fmt.Errorf("%w: dial tcp 10.0.0.7:6379: connection refused", funnel.ErrUnavailable)
+	}
 	for _, c := range []struct {
 		name string
 		do   func([]funnel.Op, []funnel.Result) error
+		fail funnel.FailMode
 		want codes.Code
 	}{
-		{"unreachable", func([]funnel.Op, []funnel.Result) error {
-			return fmt.Errorf("%w: dial tcp 10.0.0.7:6379: connection refused", funnel.ErrUnavailable)
-		}, codes.Unavailable},
-		{"fail-closed", fallback(false), codes.Unavailable},
-		{"fail-open", fallback(true), codes.OK},
-		{"cross slot", func([]funnel.Op, []funnel.Result) error { return funnel.ErrCrossSlot }, codes.FailedPrecondition},
-		{"other", func([]funnel.Op, []funnel.Result) error { return errors.New("secret detail") }, codes.Internal},
+		{"unreachable", unreachable, funnel.FailClosed, codes.Unavailable},
+		// Options.Fail answers a store's error as a store's own fallback
+		// is answered (an error was Unavailable whatever the mode before).
+		{"unreachable, fail-open", unreachable, funnel.FailOpen, codes.OK},
+		{"fail-closed", fallback(false), funnel.FailOpen, codes.Unavailable},
+		{"fail-open", fallback(true), funnel.FailClosed, codes.OK},
+		{"cross slot", func([]funnel.Op, []funnel.Result) error { return funnel.ErrCrossSlot }, funnel.FailOpen, codes.FailedPrecondition},
+		{"other", func([]funnel.Op, []funnel.Result) error { return errors.New("secret detail") }, funnel.FailOpen, codes.Internal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := start(t, &fakeStore{do: c.do}, loadRules(t, "../rules/testdata/envoy"), rls.Options{})
+			e := start(t, &fakeStore{do: c.do}, loadRules(t, "../rules/testdata/envoy"), rls.Options{Fail: c.fail})
 			var header metadata.MD
 			r, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 				Domain: "mongo_cps", Descriptors: []*ratelimit.RateLimitDescriptor{desc("database", "users")}}, grpc.Header(&header))
@@ -611,7 +616,7 @@ func TestStoreFailures(t *testing.T) {
 			// A fail-open answer says that it is one, in its headers and
 			// its dynamic metadata, and tells no reset; a decision does
 			// neither.
-			open := c.name == "fail-open"
+			open := c.want == codes.OK
 			if got := header.Get(rls.FallbackHeader); open != (len(got) == 1 && got[0] == "open") {
 				t.Errorf("headers %v", header)
 			}

@@ -270,8 +270,10 @@ func cmdThrottle(c *conn, args [][]byte) {
 			c.wr.WriteError(e.Error()) // gcra's own errors, in redis-cell's texts
 			return
 		}
-		c.replyError(err)
-		return
+		if !c.fellBack(err) {
+			return
+		}
+		c.res[0] = c.s.cfg.Fail.Fallback(op.Limit.Limit)
 	}
 	res := c.res[0]
 	p := op.Limit.GCRA
@@ -353,8 +355,11 @@ const wrongTypeError = "WRONGTYPE Operation against a key holding the wrong kind
 // (funnel.ClassOf), in this one place: the client's mistakes (an invalid
 // limit or quantity, a key of another type, keys of several hash slots)
 // with their text, which is safe to send and never logged (any client
-// could flood the log with them); a store that cannot decide, or anything
-// else, with a generic error, its detail logged at most once a second.
+// could flood the log with them); a store that cannot decide
+// (funnel.Unavailable) with ErrFailClosed, the one reply to "the store is
+// down", which a client can tell apart from a refusal and may retry; and
+// anything else (a bug) with "ERR internal error". The detail of the last
+// two is logged at most once a second, never sent.
 func (c *conn) replyError(err error) {
 	switch funnel.ClassOf(err) {
 	case funnel.ClassInvalid:
@@ -367,8 +372,30 @@ func (c *conn) replyError(err error) {
 		c.wr.WriteError(funnel.ErrCrossSlot.Error())
 		return
 	}
+	if funnel.Unavailable(context.Background(), err) {
+		c.s.storeDown.Do(func(held int64) { c.s.log.Warn("resp: store unavailable", "err", err, "held_back", held) })
+		c.wr.WriteError(ErrFailClosed)
+		return
+	}
 	c.s.storeDown.Do(func(held int64) { c.s.log.Error("resp: store failed", "err", err, "held_back", held) })
-	c.wr.WriteError("ERR store unavailable")
+	c.wr.WriteError(errInternal)
+}
+
+// errInternal is the reply to an error that is a bug, whose detail is
+// logged, never sent.
+const errInternal = "ERR internal error"
+
+// fellBack handles the error of a decision: for a store that cannot decide
+// (funnel.Unavailable) it reports true, and the caller answers
+// Config.Fail's fallback as the store's own is answered (see decided);
+// otherwise it answers the error (replyError) and reports false.
+func (c *conn) fellBack(err error) bool {
+	if !funnel.Unavailable(context.Background(), err) {
+		c.replyError(err)
+		return false
+	}
+	c.s.storeDown.Do(func(held int64) { c.s.log.Warn("resp: store unavailable", "err", err, "held_back", held) })
+	return true
 }
 
 func cmdPing(c *conn, args [][]byte) {

@@ -1,0 +1,87 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/resp/server"
+)
+
+// failingStore answers every call with err.
+type failingStore struct{ err error }
+
+func (f failingStore) Do(context.Context, []funnel.Op, []funnel.Result) error { return f.err }
+func (f failingStore) Reset(context.Context, string) (bool, error)            { return false, f.err }
+func (f failingStore) TTL(context.Context, string) (time.Duration, bool, error) {
+	return 0, false, f.err
+}
+func (f failingStore) Bans(context.Context) ([]funnel.Ban, error)  { return nil, f.err }
+func (f failingStore) Unban(context.Context, string) (bool, error) { return false, f.err }
+
+func serveFailing(t *testing.T, cfg server.Config, err error) *client {
+	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	return serveStore(t, ln, cfg, failingStore{err}, nil).dial(t)
+}
+
+// TestStoreDownOneReply: a store that cannot decide is answered with one
+// text, ErrFailClosed, whether it says so with an error or with a
+// fail-closed fallback (an error was "-ERR store unavailable" before), and
+// Config.Fail answers a decision's error as a store's own fallback is
+// answered: fail-open [0, limit, limit, -1, -1], FailClosedRefuse
+// [1, limit, 0, 1, -1].
+func TestStoreDownOneReply(t *testing.T) {
+	t.Parallel()
+	down := fmt.Errorf("store: dial tcp 10.1.2.3:6379: connection refused: %w", funnel.ErrUnavailable)
+	tryagain := "-" + server.ErrFailClosed + "\r\n"
+
+	c := serveFailing(t, server.Config{}, down)
+	for _, cmd := range [][]string{
+		{"CL.THROTTLE", "k", "4", "10", "60"},
+		{"FUNNEL.ALLOW", "k", "gcra", "10", "60000"},
+		{"FUNNEL.ALLOWALL", "2", "LIMIT", "a", "gcra", "10", "60000", "LIMIT", "b", "fixed_window", "5", "1000"},
+		{"FUNNEL.ACQUIRE", "k", "2", "30000"},
+		{"FUNNEL.REFUND", "k", "gcra", "10", "60000"},
+		{"PTTL", "k"}, {"DEL", "k"}, {"FUNNEL.BANS"}, {"FUNNEL.UNBAN", "k"},
+	} {
+		if got := c.do(cmd...); got != tryagain {
+			t.Errorf("%v: %q, want %q", cmd, got, tryagain)
+		}
+	}
+
+	c = serveFailing(t, server.Config{Fail: funnel.FailOpen}, down)
+	if got, want := c.do("CL.THROTTLE", "k", "4", "10", "60"), ints(0, 5, 5, -1, -1); got != want {
+		t.Errorf("fail open: %q, want %q", got, want)
+	}
+	if got, want := c.do("FUNNEL.ALLOW", "k", "gcra", "10", "60000"), ints(1, 10, 0, -1, -1, 0, 0); got != want {
+		t.Errorf("fail open FUNNEL.ALLOW: %q", got)
+	}
+	if got := c.do("PTTL", "k"); got != tryagain {
+		t.Errorf("fail open PTTL (no decision to admit): %q", got)
+	}
+
+	c = serveFailing(t, server.Config{FailClosed: server.FailClosedRefuse}, down)
+	if got, want := c.do("CL.THROTTLE", "k", "4", "10", "60"), ints(1, 5, 0, 1, -1); got != want {
+		t.Errorf("fail closed, refuse: %q, want %q", got, want)
+	}
+}
+
+// TestBugIsInternalError: an error that is neither the client's nor a
+// store that cannot decide is a bug: "-ERR internal error", its detail not
+// sent (it was "-ERR store unavailable", which said what was not so).
+func TestBugIsInternalError(t *testing.T) {
+	t.Parallel()
+	c := serveFailing(t, server.Config{Fail: funnel.FailOpen}, errors.New("secret detail"))
+	for _, cmd := range [][]string{{"CL.THROTTLE", "k", "4", "10", "60"}, {"PTTL", "k"}} {
+		if got := c.do(cmd...); got != "-ERR internal error\r\n" {
+			t.Errorf("%v: %q", cmd, got)
+		}
+	}
+}
