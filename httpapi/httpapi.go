@@ -26,6 +26,10 @@
 // Retry-After on a 429. Errors are problem details (RFC 9457,
 // application/problem+json).
 //
+// A key longer than funnel.MaxKeyLen (1024 bytes) is stored under its hash
+// (funnel.BoundKey), as on every edge: the same long key is the same store
+// key over RESP, HTTP and gRPC.
+//
 // When the store cannot decide (funnel.Unavailable), the answer is a
 // fallback, Options.Fail's or the store's own (a Redis store configured to
 // fail open or closed): a decision with "fallback": true. A fail-open
@@ -75,8 +79,6 @@ const (
 	DefaultMaxBody = 64 << 10
 	// DefaultMaxLimits is the default bound on the limits of one throttle.
 	DefaultMaxLimits = 16
-	// DefaultMaxKeyLen is the default bound on a key, in bytes.
-	DefaultMaxKeyLen = 1024
 	// DefaultReadyTimeout is the default bound on the readiness check.
 	DefaultReadyTimeout = 2 * time.Second
 )
@@ -107,8 +109,6 @@ type Options struct {
 	// MaxLimits bounds the limits of one throttle request; zero means
 	// DefaultMaxLimits.
 	MaxLimits int
-	// MaxKeyLen bounds a key, in bytes; zero means DefaultMaxKeyLen.
-	MaxKeyLen int
 	// Logger receives errors that are not sent (a store that is down, a
 	// bug); nil means slog.Default().
 	Logger *slog.Logger
@@ -132,9 +132,6 @@ func New(lim *funnel.Limiter, opts Options) *Server {
 	}
 	if opts.MaxLimits <= 0 {
 		opts.MaxLimits = DefaultMaxLimits
-	}
-	if opts.MaxKeyLen <= 0 {
-		opts.MaxKeyLen = DefaultMaxKeyLen
 	}
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
@@ -343,16 +340,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(body)
 }
 
-// checkKey validates a key.
-func (s *Server) checkKey(key string) error {
-	switch {
-	case key == "":
+// checkKey validates a key. A key of any length is taken: one longer than
+// funnel.MaxKeyLen is stored under its hash (see storeKey).
+func checkKey(key string) error {
+	if key == "" {
 		return inputf("the key is missing")
-	case len(key) > s.opts.MaxKeyLen:
-		return inputf("the key is longer than %d bytes", s.opts.MaxKeyLen)
 	}
 	return nil
 }
+
+// storeKey is the store key of a request's key: funnel.StoreKey, as on
+// every edge.
+func storeKey(key string) string { return funnel.StoreKey("", key) }
+
+// maxLeaseID bounds a lease id, in bytes.
+const maxLeaseID = 1024
 
 // checkName validates a policy name, defaulting it.
 func checkName(name, def string) (string, error) {
@@ -421,7 +423,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 	}
 	name, err := checkName(req.Name, httplimit.DefaultName)
 	if err == nil {
-		err = s.checkKey(req.Key)
+		err = checkKey(req.Key)
 	}
 	var limit funnel.Limit
 	if err == nil {
@@ -434,7 +436,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.lim.AllowN(r.Context(), req.Key, limit, quantity(req.Quantity))
+	res, err := s.lim.AllowN(r.Context(), storeKey(req.Key), limit, quantity(req.Quantity))
 	if err != nil {
 		if !s.fellBack(w, r, err) {
 			return
@@ -456,7 +458,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 	for i, e := range entries {
 		name, err := checkName(e.Name, "limit"+strconv.Itoa(i))
 		if err == nil {
-			err = s.checkKey(e.Key)
+			err = checkKey(e.Key)
 		}
 		var limit funnel.Limit
 		if err == nil {
@@ -469,7 +471,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 			s.fail(w, r, inputf("limits[%d]: %w", i, err))
 			return
 		}
-		reqs[i] = funnel.Request{Key: e.Key, Limit: limit, N: quantity(e.Quantity)}
+		reqs[i] = funnel.Request{Key: storeKey(e.Key), Limit: limit, N: quantity(e.Quantity)}
 		policies[i] = httplimit.Policy{Name: name, Limit: limit}
 	}
 	m, err := s.lim.AllowAll(r.Context(), reqs)
@@ -518,7 +520,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	name, err := checkName(req.Name, httplimit.DefaultName)
 	if err == nil {
-		err = s.checkKey(req.Key)
+		err = checkKey(req.Key)
 	}
 	if err == nil && req.Limit != nil && req.Limit.Algorithm == "" {
 		req.Limit.Algorithm = funnel.Concurrency.String()
@@ -530,8 +532,8 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if err == nil && limit.Algorithm != funnel.Concurrency {
 		err = inputf("leases are for concurrency limits")
 	}
-	if err == nil && len(req.Lease) > s.opts.MaxKeyLen {
-		err = inputf("the lease id is longer than %d bytes", s.opts.MaxKeyLen)
+	if err == nil && len(req.Lease) > maxLeaseID {
+		err = inputf("the lease id is longer than %d bytes", maxLeaseID)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -540,9 +542,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	var lease funnel.Lease
 	var res funnel.Result
 	if req.Lease != "" {
-		lease, res, err = s.lim.AcquireID(r.Context(), req.Key, limit, req.Lease)
+		lease, res, err = s.lim.AcquireID(r.Context(), storeKey(req.Key), limit, req.Lease)
 	} else {
-		lease, res, err = s.lim.Acquire(r.Context(), req.Key, limit)
+		lease, res, err = s.lim.Acquire(r.Context(), storeKey(req.Key), limit)
 	}
 	if err != nil {
 		if !s.fellBack(w, r, err) {
@@ -563,7 +565,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	err := s.checkKey(req.Key)
+	err := checkKey(req.Key)
 	if err == nil && req.Lease == "" {
 		err = inputf("the lease is missing")
 	}
@@ -576,7 +578,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ok bool
-	lease := funnel.Lease{Key: req.Key, ID: req.Lease}
+	lease := funnel.Lease{Key: storeKey(req.Key), ID: req.Lease}
 	if req.Latency != "" {
 		ok, err = s.lim.ReleaseAfter(r.Context(), lease, latency)
 	} else {
@@ -596,7 +598,7 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	err := s.checkKey(req.Key)
+	err := checkKey(req.Key)
 	var limit funnel.Limit
 	if err == nil {
 		limit, err = req.Limit.Funnel()
@@ -605,7 +607,7 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		err = inputf("release the lease instead: POST /v1/release")
 	}
 	if err == nil {
-		err = s.lim.Refund(r.Context(), req.Key, limit, quantity(req.Quantity))
+		err = s.lim.Refund(r.Context(), storeKey(req.Key), limit, quantity(req.Quantity))
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -620,7 +622,7 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	name, err := checkName(q.Get("name"), httplimit.DefaultName)
 	if err == nil {
-		err = s.checkKey(key)
+		err = checkKey(key)
 	}
 	var l *Limit
 	if err == nil {
@@ -637,7 +639,7 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.lim.Peek(r.Context(), key, limit)
+	res, err := s.lim.Peek(r.Context(), storeKey(key), limit)
 	switch {
 	case err == nil:
 	case funnel.Unavailable(r.Context(), err): // as fellBack, but a peek is not observed
@@ -660,11 +662,11 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 // reset serves DELETE /v1/keys/{key}.
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if err := s.checkKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	existed, err := s.lim.Reset(r.Context(), key)
+	existed, err := s.lim.Reset(r.Context(), storeKey(key))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -695,11 +697,11 @@ func (s *Server) bans(w http.ResponseWriter, r *http.Request) {
 // unban serves DELETE /v1/bans/{key}.
 func (s *Server) unban(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if err := s.checkKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	ok, err := s.lim.Unban(r.Context(), key)
+	ok, err := s.lim.Unban(r.Context(), storeKey(key))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -15,6 +15,9 @@
 // beyond Count wait their delay first (OpenResty limit.conn), and the
 // latencies reported move the delay.
 //
+// A key longer than funnel.MaxKeyLen (1024 bytes) is stored under its hash,
+// after the Prefix (funnel.StoreKey), as on every edge.
+//
 // When the store cannot decide (funnel.Unavailable), requests are refused
 // with 503 (funnel.FailClosed, the default of every edge), go through
 // (Fail(funnel.FailOpen)), or go to a handler of yours (OnStoreError).
@@ -80,7 +83,8 @@ type config struct {
 func Name(name string) Option { return func(c *config) { c.name = name } }
 
 // Prefix is prepended to every key, to keep this limit's keys apart from
-// others' in a shared store ("login:" + the client's address).
+// others' in a shared store ("login:" + the client's address): the store
+// key is funnel.StoreKey(prefix, key).
 func Prefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
 // Quantity sets the units a request costs, such as its size; the default
@@ -206,7 +210,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httplimit.Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
 		return
 	}
-	k = c.prefix + httplimit.BoundKey(k)
+	k = funnel.StoreKey(c.prefix, k)
 	ctx := r.Context()
 
 	var (

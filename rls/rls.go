@@ -33,6 +33,9 @@
 // little time has passed between them (the README's "Several descriptors
 // on Redis Cluster" says what each algorithm gives back).
 //
+// A descriptor's key longer than funnel.MaxKeyLen (1024 bytes) is stored
+// under its hash, after Options.Prefix (funnel.StoreKey), as on every edge.
+//
 // When the store cannot decide (funnel.Unavailable), the answer is a
 // fallback, Options.Fail's or the store's own (a Redis store configured to
 // fail open or closed). A fail-closed fallback, the default, is the status
@@ -173,8 +176,9 @@ type Options struct {
 	// RequestHeaders, when set, asks Envoy to add these headers to the
 	// request it forwards upstream (request_headers_to_add).
 	RequestHeaders *Headers
-	// KeyPrefix is prepended to every store key.
-	KeyPrefix string
+	// Prefix is prepended to every store key: the store key of a
+	// descriptor's key is funnel.StoreKey(Prefix, key).
+	Prefix string
 	// Fail is the answer when the store cannot decide; the zero value is
 	// funnel.FailClosed (the status Unavailable, see the package doc).
 	Fail funnel.FailMode
@@ -572,14 +576,14 @@ func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bo
 			continue
 		}
 		if it.negative {
-			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+httplimit.BoundKey(it.key), it.rule.Limit, it.hits); err != nil {
+			if err := s.lim.Refund(ctx, funnel.StoreKey(s.opts.Prefix, it.key), it.rule.Limit, it.hits); err != nil {
 				s.observe(it.metric, funnel.Result{}, err)
 				return nil, q, false, err
 			}
 			it.res = funnel.Result{Allowed: true}
 			continue
 		}
-		key := s.opts.KeyPrefix + httplimit.BoundKey(it.key)
+		key := funnel.StoreKey(s.opts.Prefix, it.key)
 		ops, byKey = addOp(ops, byKey, len(items), it, key, !shadow && !it.quota, !shadow && it.quota)
 		if it.quota && !shadow {
 			quotaOps++

@@ -27,7 +27,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
@@ -734,14 +733,25 @@ func TestClientInputBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := start(t, store, rls.Static(r), rls.Options{KeyPrefix: "p:"})
+	e := start(t, store, rls.Static(r), rls.Options{Prefix: "p:"})
 
-	e.ask(t, "d", desc("user", strings.Repeat("x", 1<<20)))
+	long := strings.Repeat("x", 1<<20)
+	e.ask(t, "d", desc("user", long))
 	mu.Lock()
 	key := seen[0].Key
 	mu.Unlock()
-	if len(key) > len("p:")+httplimit.MaxKeyLen || !strings.HasPrefix(key, "p:sha256:") {
+	if key != "p:"+funnel.BoundKey("d_user_"+long+"_") || !strings.HasPrefix(key, "p:sha256:") {
 		t.Fatalf("a 1 MiB value made a key of %d bytes: %.40q", len(key), key)
+	}
+	// A key of up to funnel.MaxKeyLen bytes is the store key as it is, as
+	// on every edge (rls hashed keys over 256 bytes before).
+	mid := strings.Repeat("y", funnel.MaxKeyLen-len("d_user__"))
+	e.ask(t, "d", desc("user", mid))
+	mu.Lock()
+	key = seen[0].Key
+	mu.Unlock()
+	if key != "p:d_user_"+mid+"_" {
+		t.Fatalf("a key of %d bytes was stored as %.40q", funnel.MaxKeyLen, key)
 	}
 	e.ask(t, "d", desc("user", "short"))
 	mu.Lock()

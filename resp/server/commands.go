@@ -262,7 +262,7 @@ func cmdThrottle(c *conn, args [][]byte) {
 	}
 	// The key aliases the read buffer: stores copy a key they keep, and the
 	// op lets it go after the call.
-	op.Kind, op.Key, op.N = funnel.OpTake, str(args[1]), q
+	op.Kind, op.Key, op.N = funnel.OpTake, storeKey(args[1]), q
 	err = c.s.lim.Do(context.Background(), c.op[:], c.res[:])
 	op.Key = ""
 	if err != nil {
@@ -397,6 +397,14 @@ func (c *conn) fellBack(err error) bool {
 	c.s.storeDown.Do(func(held int64) { c.s.log.Warn("resp: store unavailable", "err", err, "held_back", held) })
 	return true
 }
+
+// storeKey is the store key of a key argument: funnel.StoreKey with no
+// prefix, which is funnel.BoundKey (a key longer than funnel.MaxKeyLen is
+// stored under its hash), as on every edge. A short key aliases the read
+// buffer, as str does: it must not be kept past the current command
+// (stores copy a key they keep). It is inlined: a short key costs a
+// comparison.
+func storeKey(b []byte) string { return funnel.BoundKey(str(b)) }
 
 func cmdPing(c *conn, args [][]byte) {
 	switch len(args) {
@@ -783,7 +791,7 @@ func cmdExists(c *conn, args [][]byte) {
 func (c *conn) countKeys(keys [][]byte, f func(context.Context, string) (bool, error)) {
 	var n int64
 	for _, k := range keys {
-		ok, err := f(context.Background(), str(k))
+		ok, err := f(context.Background(), storeKey(k))
 		if err != nil {
 			c.replyError(err)
 			return
@@ -803,7 +811,7 @@ func cmdTTL(c *conn, args [][]byte) { c.ttl(args[1], time.Second) }
 // (rounded as Redis rounds: to the nearest second for TTL, down to the
 // millisecond for PTTL), or -2 when the key holds no state.
 func (c *conn) ttl(key []byte, unit time.Duration) {
-	d, ok, err := c.s.lim.TTL(context.Background(), str(key))
+	d, ok, err := c.s.lim.TTL(context.Background(), storeKey(key))
 	if err != nil {
 		c.replyError(err)
 		return

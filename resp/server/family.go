@@ -237,7 +237,7 @@ func cmdFunnelAllow(c *conn, args [][]byte) {
 		c.wr.WriteError(err.Error())
 		return
 	}
-	r, err := c.s.lim.AllowN(context.Background(), string(args[1]), f.limit, f.n)
+	r, err := c.s.lim.AllowN(context.Background(), storeKey(args[1]), f.limit, f.n)
 	if err != nil {
 		if !c.fellBack(err) {
 			return
@@ -275,7 +275,7 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 			c.wr.WriteError(err.Error())
 			return
 		}
-		reqs = append(reqs, funnel.Request{Key: string(rest[1]), Limit: f.limit, N: f.n})
+		reqs = append(reqs, funnel.Request{Key: funnel.StoreKey("", string(rest[1])), Limit: f.limit, N: f.n})
 		rest = rest[2+used:]
 	}
 	if int64(len(reqs)) != n {
@@ -380,9 +380,9 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 		r     funnel.Result
 	)
 	if a.id != nil {
-		lease, r, err = c.s.lim.AcquireID(ctx, string(args[1]), a.limit, string(a.id))
+		lease, r, err = c.s.lim.AcquireID(ctx, funnel.StoreKey("", string(args[1])), a.limit, string(a.id))
 	} else {
-		lease, r, err = c.s.lim.Acquire(ctx, string(args[1]), a.limit)
+		lease, r, err = c.s.lim.Acquire(ctx, funnel.StoreKey("", string(args[1])), a.limit)
 	}
 	if err != nil {
 		if !c.fellBack(err) {
@@ -409,7 +409,7 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 }
 
 func cmdFunnelRelease(c *conn, args [][]byte) {
-	lease := funnel.Lease{Key: string(args[1]), ID: string(args[2])}
+	lease := funnel.Lease{Key: funnel.StoreKey("", string(args[1])), ID: string(args[2])}
 	var (
 		held bool
 		err  error
@@ -445,7 +445,7 @@ func cmdFunnelRefund(c *conn, args [][]byte) {
 		c.wr.WriteError(err.Error())
 		return
 	}
-	if err := c.s.lim.Refund(context.Background(), string(args[1]), f.limit, f.n); err != nil {
+	if err := c.s.lim.Refund(context.Background(), storeKey(args[1]), f.limit, f.n); err != nil {
 		c.replyError(err)
 		return
 	}
@@ -467,7 +467,7 @@ func cmdFunnelBans(c *conn, _ [][]byte) {
 }
 
 func cmdFunnelUnban(c *conn, args [][]byte) {
-	was, err := c.s.lim.Unban(context.Background(), string(args[1]))
+	was, err := c.s.lim.Unban(context.Background(), storeKey(args[1]))
 	if err != nil {
 		c.replyError(err)
 		return

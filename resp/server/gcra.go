@@ -228,7 +228,7 @@ func cmdGCRA(c *conn, args [][]byte) {
 		return
 	}
 	// The key aliases the read buffer: stores copy a key they keep.
-	res, err := gs.GCRA(context.Background(), str(args[1]), p)
+	res, err := gs.GCRA(context.Background(), storeKey(args[1]), p)
 	if err != nil {
 		for _, e := range gcraErrors {
 			if errors.Is(err, e) {

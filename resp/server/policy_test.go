@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,41 @@ func TestBugIsInternalError(t *testing.T) {
 		if got := c.do(cmd...); got != "-ERR internal error\r\n" {
 			t.Errorf("%v: %q", cmd, got)
 		}
+	}
+}
+
+// TestLongKey: a key longer than funnel.MaxKeyLen is stored under its hash
+// (funnel.BoundKey) by every command that takes a key, as on every edge
+// (RESP stored keys of up to 512 KiB as they were before): CL.THROTTLE and
+// FUNNEL.ALLOW on the long key share its bucket, PTTL sees it under the
+// hash, and DEL of the long key deletes it.
+func TestLongKey(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, server.Config{EventLoops: testEventLoops})
+	c := ts.dial(t)
+	long := strings.Repeat("k", 100_000)
+	hashed := funnel.BoundKey(long)
+	if got, want := c.do("CL.THROTTLE", long, "1", "1", "60"), ints(0, 2, 1, -1, 60); got != want {
+		t.Fatalf("first: %q, want %q", got, want)
+	}
+	if got, want := c.do("FUNNEL.ALLOW", long, "gcra", "1", "60000", "BURST", "1"), ints(1, 2, 0, -1, 120000, 0, 0); got != want {
+		t.Fatalf("FUNNEL.ALLOW on the long key: %q, want %q", got, want)
+	}
+	if got := c.do("PTTL", hashed); got != ":120000\r\n" {
+		t.Fatalf("PTTL of the hash: %q", got)
+	}
+	if got := c.do("PTTL", long); got != ":120000\r\n" {
+		t.Fatalf("PTTL of the long key: %q", got)
+	}
+	if got := c.do("DEL", long); got != ":1\r\n" {
+		t.Fatalf("DEL of the long key: %q", got)
+	}
+	exact := strings.Repeat("e", funnel.MaxKeyLen)
+	c.do("CL.THROTTLE", exact, "1", "1", "60")
+	if got := c.do("EXISTS", exact); got != ":1\r\n" {
+		t.Fatalf("a key of MaxKeyLen bytes: EXISTS %q", got)
+	}
+	if n, ok := funnel.KeysOf(ts.store); !ok || n != 1 {
+		t.Fatalf("the store holds %d keys, want 1 (the key of MaxKeyLen bytes as it is)", n)
 	}
 }
