@@ -1,10 +1,11 @@
 // Package config is the configuration of `funnel serve`: its types, its
-// defaults, strict parsing of the YAML file, and validation.
+// defaults, its one declaration as flags (Flags), from which the YAML
+// file's keys (Parse, strict) and the environment variables are derived,
+// and validation.
 package config
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,235 +14,245 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/redisstore"
 )
 
-// Config is the configuration of the daemon. Its YAML form uses the names in
-// the yaml tags; every field is optional.
+// Fail returns the fail mode that FailOpen chooses, for the store and
+// every edge.
+func (c *Config) Fail() funnel.FailMode {
+	if c.FailOpen {
+		return funnel.FailOpen
+	}
+	return funnel.FailClosed
+}
+
+// Config is the configuration of the daemon. Flags declares its settings,
+// once: each is a flag, a key of the YAML file (Parse) and an environment
+// variable. Every setting is optional.
 type Config struct {
 	// RESP is the Redis-protocol listen address; empty turns it off. At
 	// least one of RESP, HTTP and GRPC is needed.
-	RESP string `yaml:"resp"`
+	RESP string
 	// HTTP is the HTTP/JSON listen address.
-	HTTP string `yaml:"http"`
+	HTTP string
 	// GRPC is the Envoy rate-limit service listen address.
-	GRPC string `yaml:"grpc"`
+	GRPC string
 	// Store is "memory" or a Redis URL (redis://, rediss://,
 	// redis-cluster://, rediss-cluster://, redis-sentinel://,
 	// rediss-sentinel://; see redisstore.ParseURL).
-	Store string `yaml:"store"`
+	Store string
 	// MaxKeys bounds the memory store's keys; 0 means no bound.
-	MaxKeys int `yaml:"max_keys"`
+	MaxKeys int
 	// Snapshot names the file that the memory store is restored from at
 	// start, before any listener accepts a connection, and written to
 	// every SnapshotInterval and at a graceful shutdown, after the last
 	// decision. Empty means no snapshots: a restart forgets every limit.
-	Snapshot string `yaml:"snapshot"`
+	Snapshot string
 	// SnapshotInterval is how often the snapshot is written; 0 means only
 	// at a graceful shutdown.
-	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
+	SnapshotInterval time.Duration
 	// SnapshotIgnoreCorrupt starts the daemon empty when the snapshot is
 	// bad (truncated, corrupt, not a snapshot, of a newer version), after
 	// moving it aside to FILE.corrupt-<time>; by default the daemon does
 	// not start.
-	SnapshotIgnoreCorrupt bool `yaml:"snapshot_ignore_corrupt"`
+	SnapshotIgnoreCorrupt bool
 	// SnapshotMaxElapsed bounds the time a restore counts as passed since
 	// the snapshot was written when it cannot prove it on the monotonic
 	// clock of the boot that wrote it (after a reboot, on another
 	// machine): a wall clock stepped forward would otherwise refill every
 	// key. 0 means no bound.
-	SnapshotMaxElapsed time.Duration `yaml:"snapshot_max_elapsed"`
+	SnapshotMaxElapsed time.Duration
 	// StoreTimeout bounds each operation of the Redis store; 0 means 100 ms.
-	StoreTimeout time.Duration `yaml:"store_timeout"`
-	// FailOpen makes the Redis store admit requests while Redis cannot be
-	// reached; by default it refuses them (fail-closed).
-	FailOpen bool `yaml:"fail_open"`
+	StoreTimeout time.Duration
+	// FailOpen makes every edge, and the Redis store, admit requests while
+	// the store cannot decide (funnel.FailOpen); by default they are
+	// refused (funnel.FailClosed). See Fail.
+	FailOpen bool
 	// RESPFailClosed is how the RESP server answers a request refused
 	// because the store could not decide (fail-closed): "error" (the
 	// default) answers -TRYAGAIN, which no client can mistake for a
 	// decision; "refuse" answers the command's refusal with a retry after
 	// of one second, for clients that need its integers.
-	RESPFailClosed string `yaml:"resp_fail_closed"`
+	RESPFailClosed string
 	// Lease, when positive, makes the Redis store's funnels leased (see
 	// package leasestore): decisions spend blocks of units leased from
 	// Redis, from memory, and each lease lives at most Lease. 0 decides
 	// every request in Redis.
-	Lease time.Duration `yaml:"lease"`
+	Lease time.Duration
 	// LeaseMax caps the units of one lease; 0 means no cap but the rate's
 	// and the burst's.
-	LeaseMax int64 `yaml:"lease_max"`
+	LeaseMax int64
 	// TraceEndpoint, when set, sends a span of every decision to this
 	// OpenTelemetry (OTLP) collector: host:port, or a URL. Empty leaves
 	// tracing to the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
 	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and to envoyproxy/ratelimit's
 	// TRACING_ENABLED; without any of them nothing is traced.
-	TraceEndpoint string `yaml:"trace_endpoint"`
+	TraceEndpoint string
 	// TraceProtocol is the OTLP transport: "grpc" or "http" (protobuf over
 	// HTTP). Empty means OTEL_EXPORTER_OTLP_PROTOCOL, else
 	// TRACING_EXPORTER_PROTOCOL, else "http".
-	TraceProtocol string `yaml:"trace_protocol"`
+	TraceProtocol string
 	// TraceInsecure sends spans without TLS.
-	TraceInsecure bool `yaml:"trace_insecure"`
+	TraceInsecure bool
 	// TraceSampleRate is the share of decisions traced, from 0 to 1, when
 	// the caller's trace does not decide (a sampled parent is followed);
 	// 0 means TRACING_SAMPLING_RATE, else 1.
-	TraceSampleRate float64 `yaml:"trace_sample_rate"`
+	TraceSampleRate float64
 	// TraceServiceName names the service in the spans' resource; empty
 	// means OTEL_SERVICE_NAME, else TRACING_SERVICE_NAME, else "funnel".
-	TraceServiceName string `yaml:"trace_service_name"`
+	TraceServiceName string
 	// KeyPrefix is prepended to every key the Redis store writes.
-	KeyPrefix string `yaml:"key_prefix"`
+	KeyPrefix string
 	// RequirePass is the password of the "default" user; empty means no
 	// authentication unless UsersFile names users. The same credentials
 	// guard every listener: RESP clients give them with AUTH (or HELLO ...
 	// AUTH), HTTP clients in an Authorization header (Bearer <password>
 	// for the default user, Basic for any user), gRPC clients in the
 	// "authorization" metadata of each call, as over HTTP.
-	RequirePass string `yaml:"requirepass"`
+	RequirePass string
 	// UsersFile names a file of users, one "name password" per line ('#'
 	// starts a comment), who authenticate as RequirePass says.
-	UsersFile string `yaml:"users_file"`
+	UsersFile string
 	// MetricsOpen serves /metrics without credentials. /healthz and
 	// /readyz are always served without them, as is gRPC's health service.
-	MetricsOpen bool `yaml:"metrics_open"`
+	MetricsOpen bool
 	// NoConsole turns off the console at /ui/ on the HTTP listener (see
 	// package internal/console), which is on by default, behind the same
 	// credentials as the rest of the HTTP API.
-	NoConsole bool `yaml:"no_console"`
+	NoConsole bool
 	// TLSCert is a PEM file of the server's certificate, followed by its
 	// intermediates; with TLSKey, every listener (RESP, HTTP, gRPC) speaks
 	// TLS only. The files are reloaded when they change.
-	TLSCert string `yaml:"tls_cert"`
+	TLSCert string
 	// TLSKey is the PEM file of TLSCert's private key.
-	TLSKey string `yaml:"tls_key"`
+	TLSKey string
 	// TLSCA, when set, is a PEM bundle of CAs: every listener then requires
 	// clients to present a certificate that one of them signed (mutual
 	// TLS). It needs TLSCert and TLSKey.
-	TLSCA string `yaml:"tls_ca"`
+	TLSCA string
 	// MaxClients bounds the RESP server's connected clients; 0 means a
 	// half of the descriptors the process may open, at most 10000 (see
 	// ConnLimits).
-	MaxClients int `yaml:"max_clients"`
+	MaxClients int
 	// IdleTimeout disconnects idle RESP clients; 0 means never.
-	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	IdleTimeout time.Duration
 	// MaxConns bounds the connections of all listeners together (RESP,
 	// HTTP, gRPC); 0 means the descriptors the process may open
 	// (RLIMIT_NOFILE) less a tenth, at least 64, kept for the store, the
 	// snapshots and the files.
-	MaxConns int `yaml:"max_conns"`
+	MaxConns int
 	// HTTPMaxConns bounds the HTTP listener's connections; 0 means a
 	// quarter of the descriptors the process may open, at most 10000.
-	HTTPMaxConns int `yaml:"http_max_conns"`
+	HTTPMaxConns int
 	// GRPCMaxConns bounds the gRPC listener's connections; 0 means a
 	// quarter of the descriptors the process may open, at most 10000.
-	GRPCMaxConns int `yaml:"grpc_max_conns"`
+	GRPCMaxConns int
 	// HandshakeTimeout bounds the handshake of a new connection: TLS on
 	// RESP; TLS and the HTTP/2 preface and settings on gRPC; TLS and each
 	// request's headers on HTTP; 0 means 5 seconds.
-	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	HandshakeTimeout time.Duration
 	// AuthTimeout disconnects a RESP client that has not authenticated
 	// that long after it connected, when credentials are required; 0
 	// means 10 seconds.
-	AuthTimeout time.Duration `yaml:"auth_timeout"`
+	AuthTimeout time.Duration
 	// GRPCIdleTimeout closes a gRPC connection that has had no call under
 	// way for that long (HTTP/2 GOAWAY); 0 means 2 minutes, as HTTP's idle
 	// connections.
-	GRPCIdleTimeout time.Duration `yaml:"grpc_idle_timeout"`
+	GRPCIdleTimeout time.Duration
 	// EventLoops is how the RESP server serves connections: 0 picks epoll
 	// event loops (one per two CPUs) on Linux when the store never blocks
 	// (the memory store) and a goroutine per connection otherwise; a
 	// positive number asks for that many event loops; a negative number
 	// means a goroutine per connection.
-	EventLoops int `yaml:"event_loops"`
+	EventLoops int
 	// ShutdownTimeout bounds a graceful shutdown; 0 means 10 seconds.
-	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error.
-	LogLevel string `yaml:"log_level"`
+	LogLevel string
 	// Rules names a rules file, or a directory of them, in envoyproxy/
 	// ratelimit's format (see package rules), for Envoy's rate-limit
 	// service; they are reloaded when they change. Empty means no rules:
 	// every descriptor is allowed.
-	Rules string `yaml:"rules"`
+	Rules string
 	// RulesMergeDomains lets several rules files define one domain (envoy's
 	// MERGE_DOMAIN_CONFIG).
-	RulesMergeDomains bool `yaml:"rules_merge_domains"`
+	RulesMergeDomains bool
 	// RulesXDS is the management server's address (host:port): the rules
 	// are those it sends, instead of a file's (CONFIG_GRPC_XDS_SERVER_URL
 	// with CONFIG_TYPE=GRPC_XDS_SOTW). Empty means no xDS.
-	RulesXDS string `yaml:"rules_xds"`
+	RulesXDS string
 	// RulesXDSNodeID is the node id the server picks a snapshot by; empty
 	// means "default" (CONFIG_GRPC_XDS_NODE_ID).
-	RulesXDSNodeID string `yaml:"rules_xds_node_id"`
+	RulesXDSNodeID string
 	// RulesXDSNodeMetadata is the node's metadata, "key=value,key=value"
 	// (CONFIG_GRPC_XDS_NODE_METADATA).
-	RulesXDSNodeMetadata string `yaml:"rules_xds_node_metadata"`
+	RulesXDSNodeMetadata string
 	// RulesXDSHeaders are gRPC metadata sent on the stream,
 	// "name:value,name:value" (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
-	RulesXDSHeaders string `yaml:"rules_xds_headers"`
+	RulesXDSHeaders string
 	// RulesXDSTLS reaches the server over TLS, verified against the
 	// system's CAs unless RulesXDSCA names others
 	// (CONFIG_GRPC_XDS_SERVER_USE_TLS). RulesXDSCA, RulesXDSCert and
 	// RulesXDSServerName imply it.
-	RulesXDSTLS bool `yaml:"rules_xds_tls"`
+	RulesXDSTLS bool
 	// RulesXDSCA is a PEM bundle of the CAs that verify the server
 	// (CONFIG_GRPC_XDS_SERVER_TLS_CACERT).
-	RulesXDSCA string `yaml:"rules_xds_ca"`
+	RulesXDSCA string
 	// RulesXDSCert is the PEM file of the certificate the client presents
 	// to a server that asks for one (CONFIG_GRPC_XDS_CLIENT_TLS_CERT); it
 	// is reloaded when it changes.
-	RulesXDSCert string `yaml:"rules_xds_cert"`
+	RulesXDSCert string
 	// RulesXDSKey is the PEM file of RulesXDSCert's private key
 	// (CONFIG_GRPC_XDS_CLIENT_TLS_KEY).
-	RulesXDSKey string `yaml:"rules_xds_key"`
+	RulesXDSKey string
 	// RulesXDSServerName is the name the server's certificate must hold,
 	// when it is not the address's host (CONFIG_GRPC_XDS_SERVER_TLS_SAN).
-	RulesXDSServerName string `yaml:"rules_xds_server_name"`
+	RulesXDSServerName string
 	// RulesXDSBackoff is the first delay before reconnecting to the
 	// server; 0 means 10s (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL). Each
 	// failure doubles it, up to RulesXDSBackoffMax, less a random half.
-	RulesXDSBackoff time.Duration `yaml:"rules_xds_backoff"`
+	RulesXDSBackoff time.Duration
 	// RulesXDSBackoffMax bounds the delays; 0 means a minute
 	// (XDS_CLIENT_BACKOFF_MAX_INTERVAL).
-	RulesXDSBackoffMax time.Duration `yaml:"rules_xds_backoff_max"`
+	RulesXDSBackoffMax time.Duration
 	// RulesXDSMaxMsgSize bounds a response of the server, in bytes; 0
 	// means gRPC's 4 MiB (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES).
-	RulesXDSMaxMsgSize int `yaml:"rules_xds_max_msg_size"`
+	RulesXDSMaxMsgSize int
 	// ShadowMode makes Envoy's rate-limit service answer OK where it would
 	// answer OVER_LIMIT (envoy's SHADOW_MODE); descriptor statuses still
 	// tell.
-	ShadowMode bool `yaml:"shadow_mode"`
+	ShadowMode bool
 	// QuotaMode puts every descriptor of Envoy's rate-limit service in
 	// quota mode (envoy's QUOTA_MODE): a request is refused only when all
 	// of its descriptors are over their limits.
-	QuotaMode bool `yaml:"quota_mode"`
+	QuotaMode bool
 	// RLSDynamicMetadata makes the rate-limit service answer with dynamic
 	// metadata, the rules' metadata among it (envoy's
 	// RESPONSE_DYNAMIC_METADATA).
-	RLSDynamicMetadata bool `yaml:"rls_dynamic_metadata"`
+	RLSDynamicMetadata bool
 	// RLSHeaders adds rate-limit headers to the rate-limit service's
 	// answers, as envoy's LIMIT_RESPONSE_HEADERS_ENABLED: those named by
 	// RLSHeaderLimit, RLSHeaderRemaining and RLSHeaderReset, or the ones
 	// RLSHeadersFormat names.
-	RLSHeaders bool `yaml:"rls_headers"`
+	RLSHeaders bool
 	// RLSHeaderLimit names the header of the limit (envoy's
 	// LIMIT_LIMIT_HEADER); RateLimit-Limit by default.
-	RLSHeaderLimit string `yaml:"rls_header_limit"`
+	RLSHeaderLimit string
 	// RLSHeaderRemaining names the header of the requests left (envoy's
 	// LIMIT_REMAINING_HEADER); RateLimit-Remaining by default.
-	RLSHeaderRemaining string `yaml:"rls_header_remaining"`
+	RLSHeaderRemaining string
 	// RLSHeaderReset names the header of the seconds to the reset (envoy's
 	// LIMIT_RESET_HEADER); RateLimit-Reset by default.
-	RLSHeaderReset string `yaml:"rls_header_reset"`
+	RLSHeaderReset string
 	// RLSHeadersFormat is "envoy" (the three headers named above) or
 	// "ietf" (the RateLimit-Policy and RateLimit fields of the IETF
 	// draft); "" means envoy.
-	RLSHeadersFormat string `yaml:"rls_headers_format"`
+	RLSHeadersFormat string
 	// NearLimitRatio is the share of a limit past which admitted hits
 	// count as near the limit in the rate-limit service's statistics
 	// (envoy's NEAR_LIMIT_RATIO); 0 means 0.8.
-	NearLimitRatio float64 `yaml:"near_limit_ratio"`
+	NearLimitRatio float64
 }
 
 // Default returns the configuration of a plain `funnel serve`.
@@ -267,35 +278,6 @@ func Default() Config {
 
 // ErrInvalid is wrapped by every validation and parsing error.
 var ErrInvalid = errors.New("config: invalid")
-
-// Parse reads a YAML configuration from r over base (usually Default()):
-// fields the file sets replace base's. Decoding is strict: an unknown field,
-// a duplicate field or a value of the wrong type is an error that names the
-// file (name), the line and the field.
-func Parse(r io.Reader, name string, base Config) (Config, error) {
-	data, err := io.ReadAll(io.LimitReader(r, 1<<20+1))
-	if err != nil {
-		return base, fmt.Errorf("config: reading %s: %w", name, err)
-	}
-	if len(data) > 1<<20 {
-		return base, fmt.Errorf("%w: %s: larger than 1 MiB", ErrInvalid, name)
-	}
-	cfg := base
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return base, fmt.Errorf("%w: %s: %s", ErrInvalid, name, strings.TrimPrefix(err.Error(), "yaml: "))
-		}
-		msgs := make([]string, len(te.Errors))
-		for i, m := range te.Errors {
-			msgs[i] = name + ": " + strings.ReplaceAll(m, " in type config.Config", "")
-		}
-		return base, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
-	}
-	return cfg, nil
-}
 
 // Load reads the configuration file at path over base.
 func Load(path string, base Config) (Config, error) {

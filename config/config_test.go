@@ -47,6 +47,26 @@ func TestParseTLS(t *testing.T) {
 	}
 }
 
+// A boolean may be written as YAML 1.1 wrote it.
+func TestParseYAML11Booleans(t *testing.T) {
+	got, err := Parse(strings.NewReader("fail_open: yes\nmetrics_open: on\nno_console: No\n"), "funnel.yaml", Default())
+	want := Default()
+	want.FailOpen, want.MetricsOpen = true, true
+	if err != nil || got != want {
+		t.Fatalf("%+v, %v", got, err)
+	}
+}
+
+// A key given no value sets its setting's zero value.
+func TestParseNull(t *testing.T) {
+	got, err := Parse(strings.NewReader("http:\nsnapshot_interval: ~\nnear_limit_ratio:\n"), "funnel.yaml", Default())
+	want := Default()
+	want.HTTP, want.SnapshotInterval, want.NearLimitRatio = "", 0, 0
+	if err != nil || got != want {
+		t.Fatalf("%+v, %v", got, err)
+	}
+}
+
 func TestParseEmpty(t *testing.T) {
 	got, err := Parse(strings.NewReader(""), "empty.yaml", Default())
 	if err != nil || got != Default() {
@@ -57,10 +77,15 @@ func TestParseEmpty(t *testing.T) {
 func TestParseErrorsNameFileLineField(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"resp: x\nbogus: 1\n", `funnel.yaml: line 2: field bogus not found`},
-		{"max_keys: many\n", `funnel.yaml: line 1: cannot unmarshal !!str ` + "`many`"},
+		{"max_keys: many\n", `funnel.yaml: line 1: max_keys: "many" is not an integer`},
 		{"resp: a\nresp: b\n", `funnel.yaml: line 2: mapping key "resp" already defined at line 1`},
-		{"idle_timeout: soon\n", `funnel.yaml: line 1: cannot unmarshal !!str ` + "`soon`"},
-		{"- a\n- b\n", `funnel.yaml: line 1: cannot unmarshal !!seq`},
+		{"idle_timeout: soon\n", `funnel.yaml: line 1: idle_timeout: "soon" is not a duration`},
+		{"fail_open: maybe\n", `funnel.yaml: line 1: fail_open: "maybe" is not true or false`},
+		{"- a\n- b\n", `funnel.yaml: line 1: want a mapping of keys to values`},
+		{"resp: [a, b]\n", `funnel.yaml: line 1: resp: want a value, not a list`},
+		// A key is the flag's name with '_' for '-'; --config is no key.
+		{"fail-open: true\n", `funnel.yaml: line 1: field fail-open not found`},
+		{"config: other.yaml\n", `funnel.yaml: line 1: field config not found`},
 	} {
 		_, err := Parse(strings.NewReader(c.in), "funnel.yaml", Default())
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {

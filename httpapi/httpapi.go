@@ -26,19 +26,22 @@
 // Retry-After on a 429. Errors are problem details (RFC 9457,
 // application/problem+json).
 //
-// When the store cannot decide, the answer says so. By default (FailError)
-// it is a 503 problem. A store configured to fail open or closed (such as
-// the Redis store), or Options.Fail set to FailOpen or FailClosed, gives
-// instead a fallback: a decision with "fallback": true. A fail-open
-// fallback is 200 with "allowed": true. A fail-closed fallback is not a
-// refusal by the limit, and is not answered 429: it is 503 Service
-// Unavailable with Retry-After: 1, and the same JSON decision, with
-// "allowed": false, "fallback": true and "retry_after_ms": 1000, so that a
-// client that reads decisions reads this one too, and a client that reads
-// only the status retries later. The RateLimit field, which would describe
-// the key's state, is left out of fallbacks. This holds for every answer
-// that carries a decision: throttles with one or several limits, acquires
-// and peeks.
+// A key longer than funnel.MaxKeyLen (1024 bytes) is stored under its hash
+// (funnel.BoundKey), as on every edge: the same long key is the same store
+// key over RESP, HTTP and gRPC.
+//
+// When the store cannot decide (funnel.Unavailable), the answer is a
+// fallback, Options.Fail's or the store's own (a Redis store configured to
+// fail open or closed): a decision with "fallback": true. A fail-open
+// fallback is 200 with "allowed": true. A fail-closed fallback, the
+// default, is not a refusal by the limit, and is not answered 429: it is
+// 503 Service Unavailable with Retry-After: 1, and the same JSON decision,
+// with "allowed": false, "fallback": true and "retry_after_ms": 1000, so
+// that a client that reads decisions reads this one too, and a client that
+// reads only the status retries later. The RateLimit field, which would
+// describe the key's state, is left out of fallbacks. This holds for every
+// answer that carries a decision: throttles with one or several limits,
+// acquires and peeks.
 //
 // Every request gets a status chosen for it, never an empty 200: a body
 // that does not arrive within the http.Server's ReadTimeout is 408 Request
@@ -70,30 +73,12 @@ import (
 	"github.com/funnelrl/funnel/internal/lograte"
 )
 
-// FailMode is what a decision endpoint answers when the store cannot be
-// reached.
-type FailMode uint8
-
-// Fail modes.
-const (
-	// FailError answers 503 Service Unavailable with a problem (the store's
-	// error is logged, not sent). It is the default: the caller chooses.
-	FailError FailMode = iota
-	// FailOpen answers allowed, with fallback true (200).
-	FailOpen
-	// FailClosed answers refused, with fallback true: 503 with
-	// Retry-After: 1, not the 429 of a refusal by the limit.
-	FailClosed
-)
-
 // Defaults of Options.
 const (
 	// DefaultMaxBody is the default bound on a request body, in bytes.
 	DefaultMaxBody = 64 << 10
 	// DefaultMaxLimits is the default bound on the limits of one throttle.
 	DefaultMaxLimits = 16
-	// DefaultMaxKeyLen is the default bound on a key, in bytes.
-	DefaultMaxKeyLen = 1024
 	// DefaultReadyTimeout is the default bound on the readiness check.
 	DefaultReadyTimeout = 2 * time.Second
 )
@@ -111,20 +96,19 @@ type Options struct {
 	// nil leaves /metrics out (404).
 	Metrics http.Handler
 	// Observe is called with each limit's decision or error, for metrics
-	// (metrics.Metrics.Observer fits). A FailOpen or FailClosed answer is
-	// observed as a Fallback result.
+	// (metrics.Metrics.Observer fits). A fallback is observed as a
+	// Fallback result.
 	Observe func(funnel.Result, error)
-	// Fail is the answer of decision endpoints when the store cannot be
-	// reached; the zero value is FailError.
-	Fail FailMode
+	// Fail is the answer of decision endpoints when the store cannot
+	// decide; the zero value is funnel.FailClosed (503, see the package
+	// doc).
+	Fail funnel.FailMode
 	// MaxBody bounds a request body, in bytes (413 beyond); zero means
 	// DefaultMaxBody.
 	MaxBody int64
 	// MaxLimits bounds the limits of one throttle request; zero means
 	// DefaultMaxLimits.
 	MaxLimits int
-	// MaxKeyLen bounds a key, in bytes; zero means DefaultMaxKeyLen.
-	MaxKeyLen int
 	// Logger receives errors that are not sent (a store that is down, a
 	// bug); nil means slog.Default().
 	Logger *slog.Logger
@@ -148,9 +132,6 @@ func New(lim *funnel.Limiter, opts Options) *Server {
 	}
 	if opts.MaxLimits <= 0 {
 		opts.MaxLimits = DefaultMaxLimits
-	}
-	if opts.MaxKeyLen <= 0 {
-		opts.MaxKeyLen = DefaultMaxKeyLen
 	}
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
@@ -260,32 +241,24 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 	return http.StatusInternalServerError, "", false
 }
 
-// statusClientClosedRequest is the status written for a request whose
-// client went away before it was decided (nginx's 499). Nobody may read
-// it, but access logs and proxies do, and an empty answer would go out as
-// 200.
-const statusClientClosedRequest = 499
-
 // fail answers err as a problem, and logs what is not sent. Every error is
 // answered, even when the client has gone: a handler that returns without
 // writing would answer 200, a decision that was not made.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, detail, down := statusOf(err)
-	title := ""
-	switch ctxErr := r.Context().Err(); {
-	case down && errors.Is(ctxErr, context.Canceled):
-		// The client has gone while the store was asked: not the store's
-		// failure, nothing to log.
-		status, title, detail = statusClientClosedRequest, "Client Closed Request", "the client closed the request before it was decided"
-	case down && ctxErr != nil:
-		// The request's own deadline passed: not the store's failure.
-		detail = "the request's deadline passed before it was decided"
+	switch {
+	case down && r.Context().Err() != nil:
+		// The client has gone (499), or the request's own deadline passed
+		// (503), while the store was asked: not the store's failure,
+		// nothing to log.
+		httplimit.Unserved(r.Context(), w, "before it was decided")
+		return
 	case down:
 		s.warnDown(r, err)
 	case status == http.StatusInternalServerError:
 		s.log.Error("httpapi", "path", r.URL.Path, "err", err)
 	}
-	httplimit.Problem{Status: status, Title: title, Detail: detail}.Write(w)
+	httplimit.Problem{Status: status, Detail: detail}.Write(w)
 }
 
 // warnDown logs that the store is unavailable, at most once a second, so
@@ -367,16 +340,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(body)
 }
 
-// checkKey validates a key.
-func (s *Server) checkKey(key string) error {
-	switch {
-	case key == "":
+// checkKey validates a key. A key of any length is taken: one longer than
+// funnel.MaxKeyLen is stored under its hash (see storeKey).
+func checkKey(key string) error {
+	if key == "" {
 		return inputf("the key is missing")
-	case len(key) > s.opts.MaxKeyLen:
-		return inputf("the key is longer than %d bytes", s.opts.MaxKeyLen)
 	}
 	return nil
 }
+
+// storeKey is the store key of a request's key: funnel.StoreKey, as on
+// every edge.
+func storeKey(key string) string { return funnel.StoreKey("", key) }
+
+// maxLeaseID bounds a lease id, in bytes.
+const maxLeaseID = 1024
 
 // checkName validates a policy name, defaulting it.
 func checkName(name, def string) (string, error) {
@@ -404,61 +382,28 @@ func (s *Server) observe(r funnel.Result, err error) {
 	}
 }
 
-// fallback handles the error of a decision: for a store that is down under
-// FailOpen or FailClosed it returns the configured answer and true;
-// otherwise it answers the error and returns false.
-func (s *Server) fallback(w http.ResponseWriter, r *http.Request, err error) (funnel.Result, bool) {
-	// A client that has gone is not a store that is down: it is neither
-	// answered nor counted as a fallback.
-	if storeDown(err) && r.Context().Err() == nil {
-		switch s.opts.Fail {
-		case FailOpen:
-			s.warnDown(r, err)
-			return funnel.Result{Allowed: true, Fallback: true}, true
-		case FailClosed:
-			s.warnDown(r, err)
-			return funnel.Result{Fallback: true}, true
-		}
+// fellBack handles the error of a decision: for a store that cannot decide
+// (funnel.Unavailable) it reports true, and the caller answers Options.Fail's
+// fallback; otherwise it answers the error and reports false. A client that
+// has gone is not a store that is down: it is neither answered a fallback
+// nor counted as one.
+func (s *Server) fellBack(w http.ResponseWriter, r *http.Request, err error) bool {
+	if funnel.Unavailable(r.Context(), err) {
+		s.warnDown(r, err)
+		return true
 	}
 	s.observe(funnel.Result{}, err)
 	s.fail(w, r, err)
-	return funnel.Result{}, false
+	return false
 }
 
-// fallbackRetry is how long a client refused by a fail-closed fallback is
-// told to wait (Retry-After: 1, retry_after_ms 1000): the store may answer
-// again by then.
-const fallbackRetry = time.Second
-
-// decided answers a decision: the header fields, and 200 if allowed, 429 if
-// refused, or, if refused by a fail-closed fallback only, 503 with
-// Retry-After (see closedFallback).
-func decided(w http.ResponseWriter, allowed, fallback bool, policies []httplimit.Policy, body any) {
+// decided answers a decision whose overall outcome is res: the header
+// fields of policies, and the status of httplimit.FallbackStatus (200 if
+// allowed, 429 if refused, 503 with Retry-After if refused by a fail-closed
+// fallback only).
+func decided(w http.ResponseWriter, res funnel.Result, policies []httplimit.Policy, body any) {
 	httplimit.SetHeaders(w.Header(), policies...)
-	status := http.StatusOK
-	switch {
-	case allowed:
-	case fallback:
-		status = closedFallback(w.Header())
-	default:
-		status = http.StatusTooManyRequests
-	}
-	writeJSON(w, status, body)
-}
-
-// closedFallback sets the Retry-After of a fail-closed fallback on h and
-// returns its status, 503: the store did not decide, so the answer must
-// not look like a refusal by the limit (429), and the client may retry
-// soon.
-func closedFallback(h http.Header) int {
-	h.Set(httplimit.HeaderRetryAfter, strconv.FormatInt(httplimit.Seconds(fallbackRetry), 10))
-	return http.StatusServiceUnavailable
-}
-
-// storeDown reports whether err is the store's failure.
-func storeDown(err error) bool {
-	_, _, down := statusOf(err)
-	return down
+	writeJSON(w, httplimit.FallbackStatus(w.Header(), res), body)
 }
 
 // throttle serves POST /v1/throttle.
@@ -478,7 +423,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 	}
 	name, err := checkName(req.Name, httplimit.DefaultName)
 	if err == nil {
-		err = s.checkKey(req.Key)
+		err = checkKey(req.Key)
 	}
 	var limit funnel.Limit
 	if err == nil {
@@ -491,15 +436,15 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.lim.AllowN(r.Context(), req.Key, limit, quantity(req.Quantity))
+	res, err := s.lim.AllowN(r.Context(), storeKey(req.Key), limit, quantity(req.Quantity))
 	if err != nil {
-		var ok bool
-		if res, ok = s.fallback(w, r, err); !ok {
+		if !s.fellBack(w, r, err) {
 			return
 		}
+		res = s.opts.Fail.Fallback(limit)
 	}
 	s.observe(res, nil)
-	decided(w, res.Allowed, res.Fallback, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
+	decided(w, res, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
 }
 
 // throttleAll serves POST /v1/throttle with several limits.
@@ -513,7 +458,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 	for i, e := range entries {
 		name, err := checkName(e.Name, "limit"+strconv.Itoa(i))
 		if err == nil {
-			err = s.checkKey(e.Key)
+			err = checkKey(e.Key)
 		}
 		var limit funnel.Limit
 		if err == nil {
@@ -526,20 +471,20 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 			s.fail(w, r, inputf("limits[%d]: %w", i, err))
 			return
 		}
-		reqs[i] = funnel.Request{Key: e.Key, Limit: limit, N: quantity(e.Quantity)}
+		reqs[i] = funnel.Request{Key: storeKey(e.Key), Limit: limit, N: quantity(e.Quantity)}
 		policies[i] = httplimit.Policy{Name: name, Limit: limit}
 	}
 	m, err := s.lim.AllowAll(r.Context(), reqs)
 	if err != nil {
-		fb, ok := s.fallback(w, r, err)
-		if !ok {
+		if !s.fellBack(w, r, err) {
 			return
 		}
-		m = funnel.MultiResult{Allowed: fb.Allowed, Refused: -1, Results: make([]funnel.Result, len(reqs))}
+		open := s.opts.Fail == funnel.FailOpen
+		m = funnel.MultiResult{Allowed: open, Refused: -1, Results: make([]funnel.Result, len(reqs))}
 		for i := range m.Results {
-			m.Results[i] = fb
+			m.Results[i] = s.opts.Fail.Fallback(reqs[i].Limit)
 		}
-		if !fb.Allowed {
+		if !open {
 			m.Refused = 0
 		}
 	}
@@ -555,7 +500,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 		switch {
 		case res.Allowed:
 		case res.Fallback:
-			retry = max(retry, fallbackRetry)
+			retry = max(retry, funnel.FallbackRetry)
 		default:
 			fallbackOnly = false
 		}
@@ -563,7 +508,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 	if !m.Allowed {
 		reply.RetryAfterMs = ms(retry)
 	}
-	decided(w, m.Allowed, fallbackOnly, policies, reply)
+	decided(w, funnel.Result{Allowed: m.Allowed, Fallback: fallbackOnly}, policies, reply)
 }
 
 // acquire serves POST /v1/acquire.
@@ -575,7 +520,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	name, err := checkName(req.Name, httplimit.DefaultName)
 	if err == nil {
-		err = s.checkKey(req.Key)
+		err = checkKey(req.Key)
 	}
 	if err == nil && req.Limit != nil && req.Limit.Algorithm == "" {
 		req.Limit.Algorithm = funnel.Concurrency.String()
@@ -587,8 +532,8 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if err == nil && limit.Algorithm != funnel.Concurrency {
 		err = inputf("leases are for concurrency limits")
 	}
-	if err == nil && len(req.Lease) > s.opts.MaxKeyLen {
-		err = inputf("the lease id is longer than %d bytes", s.opts.MaxKeyLen)
+	if err == nil && len(req.Lease) > maxLeaseID {
+		err = inputf("the lease id is longer than %d bytes", maxLeaseID)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -597,20 +542,20 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	var lease funnel.Lease
 	var res funnel.Result
 	if req.Lease != "" {
-		lease, res, err = s.lim.AcquireID(r.Context(), req.Key, limit, req.Lease)
+		lease, res, err = s.lim.AcquireID(r.Context(), storeKey(req.Key), limit, req.Lease)
 	} else {
-		lease, res, err = s.lim.Acquire(r.Context(), req.Key, limit)
+		lease, res, err = s.lim.Acquire(r.Context(), storeKey(req.Key), limit)
 	}
 	if err != nil {
-		var ok bool
-		if res, ok = s.fallback(w, r, err); !ok {
+		if !s.fellBack(w, r, err) {
 			return
 		}
+		res = s.opts.Fail.Fallback(limit)
 	}
 	s.observe(res, nil)
 	d := decision(res)
 	d.Lease = lease.ID
-	decided(w, res.Allowed, res.Fallback, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, d)
+	decided(w, res, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, d)
 }
 
 // release serves POST /v1/release.
@@ -620,7 +565,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	err := s.checkKey(req.Key)
+	err := checkKey(req.Key)
 	if err == nil && req.Lease == "" {
 		err = inputf("the lease is missing")
 	}
@@ -633,7 +578,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ok bool
-	lease := funnel.Lease{Key: req.Key, ID: req.Lease}
+	lease := funnel.Lease{Key: storeKey(req.Key), ID: req.Lease}
 	if req.Latency != "" {
 		ok, err = s.lim.ReleaseAfter(r.Context(), lease, latency)
 	} else {
@@ -653,7 +598,7 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	err := s.checkKey(req.Key)
+	err := checkKey(req.Key)
 	var limit funnel.Limit
 	if err == nil {
 		limit, err = req.Limit.Funnel()
@@ -662,7 +607,7 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		err = inputf("release the lease instead: POST /v1/release")
 	}
 	if err == nil {
-		err = s.lim.Refund(r.Context(), req.Key, limit, quantity(req.Quantity))
+		err = s.lim.Refund(r.Context(), storeKey(req.Key), limit, quantity(req.Quantity))
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -677,7 +622,7 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	name, err := checkName(q.Get("name"), httplimit.DefaultName)
 	if err == nil {
-		err = s.checkKey(key)
+		err = checkKey(key)
 	}
 	var l *Limit
 	if err == nil {
@@ -694,27 +639,34 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.lim.Peek(r.Context(), key, limit)
-	if err != nil {
+	res, err := s.lim.Peek(r.Context(), storeKey(key), limit)
+	switch {
+	case err == nil:
+	case funnel.Unavailable(r.Context(), err): // as fellBack, but a peek is not observed
+		s.warnDown(r, err)
+		res = s.opts.Fail.Fallback(limit)
+	default:
 		s.fail(w, r, err)
 		return
 	}
-	httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: name, Limit: limit, Result: res})
+	// A peek that finds the key refused is answered 200: it asked, it did
+	// not try; only a fail-closed fallback is not.
 	status := http.StatusOK
 	if res.Fallback && !res.Allowed {
-		status = closedFallback(w.Header())
+		status = httplimit.FallbackStatus(w.Header(), res)
 	}
+	httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: name, Limit: limit, Result: res})
 	writeJSON(w, status, decision(res))
 }
 
 // reset serves DELETE /v1/keys/{key}.
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if err := s.checkKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	existed, err := s.lim.Reset(r.Context(), key)
+	existed, err := s.lim.Reset(r.Context(), storeKey(key))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -745,11 +697,11 @@ func (s *Server) bans(w http.ResponseWriter, r *http.Request) {
 // unban serves DELETE /v1/bans/{key}.
 func (s *Server) unban(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if err := s.checkKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	ok, err := s.lim.Unban(r.Context(), key)
+	ok, err := s.lim.Unban(r.Context(), storeKey(key))
 	if err != nil {
 		s.fail(w, r, err)
 		return

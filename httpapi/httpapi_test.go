@@ -398,16 +398,30 @@ func TestStoreDown(t *testing.T) {
 	multi := `{"limits":[{"key":"a","limit":{"count":10,"period":"1s"}},{"key":"b","limit":{"algorithm":"fixed_window","count":10,"period":"1s"}}]}`
 	acquire := `{"key":"k","limit":{"count":2,"period":"30s"}}`
 
-	// FailError, the default: 503, and the store's error is not sent.
+	// Calls that carry no decision: 503, and the store's error is not
+	// sent, whatever the fail mode.
+	for _, fail := range []funnel.FailMode{funnel.FailClosed, funnel.FailOpen} {
+		a := serveAPI(t, funnel.New(downStore()), newClock(), httpapi.Options{Fail: fail})
+		for _, c := range []struct{ method, path, body string }{
+			{"POST", "/v1/release", `{"key":"k","lease":"x"}`}, {"POST", "/v1/refund", single},
+			{"DELETE", "/v1/keys/k", ""}, {"GET", "/v1/bans", ""}, {"DELETE", "/v1/bans/k", ""},
+		} {
+			r := a.do(t, c.method, c.path, c.body)
+			if r.status != 503 || r.problem == nil || r.problem.Detail != "the store is unavailable" || strings.Contains(r.body, "10.1.2.3") {
+				t.Errorf("%v: %s %s: %d %s", fail, c.method, c.path, r.status, r.body)
+			}
+		}
+	}
+	// The default, funnel.FailClosed: decisions are fail-closed fallbacks,
+	// 503 with the decision (it was a 503 problem before one fail mode
+	// served every edge), the store's error not sent.
 	a := serveAPI(t, funnel.New(downStore()), newClock(), httpapi.Options{})
 	for _, c := range []struct{ method, path, body string }{
 		{"POST", "/v1/throttle", single}, {"POST", "/v1/throttle", multi}, {"POST", "/v1/acquire", acquire},
-		{"POST", "/v1/release", `{"key":"k","lease":"x"}`}, {"POST", "/v1/refund", single},
-		{"GET", "/v1/keys/k?count=1&period=1s", ""}, {"DELETE", "/v1/keys/k", ""},
-		{"GET", "/v1/bans", ""}, {"DELETE", "/v1/bans/k", ""},
+		{"GET", "/v1/keys/k?count=1&period=1s", ""},
 	} {
 		r := a.do(t, c.method, c.path, c.body)
-		if r.status != 503 || r.problem == nil || r.problem.Detail != "the store is unavailable" || strings.Contains(r.body, "10.1.2.3") {
+		if r.status != 503 || r.problem != nil || !strings.Contains(r.body, `"fallback":true`) || r.header.Get("Retry-After") != "1" || strings.Contains(r.body, "10.1.2.3") {
 			t.Errorf("%s %s: %d %s", c.method, c.path, r.status, r.body)
 		}
 	}
@@ -419,9 +433,9 @@ func TestStoreDown(t *testing.T) {
 		defer mu.Unlock()
 		seen = append(seen, fmt.Sprintf("%v/%v/%v", r.Allowed, r.Fallback, err != nil))
 	}
-	a = serveAPI(t, funnel.New(downStore()), newClock(), httpapi.Options{Fail: httpapi.FailOpen, Observe: observe})
+	a = serveAPI(t, funnel.New(downStore()), newClock(), httpapi.Options{Fail: funnel.FailOpen, Observe: observe})
 	r := a.post(t, "/v1/throttle", single)
-	if r.status != 200 || strings.TrimSpace(r.body) != `{"allowed":true,"limit":0,"remaining":0,"retry_after_ms":0,"reset_after_ms":0,"delay_ms":0,"banned":false,"fallback":true}` {
+	if r.status != 200 || strings.TrimSpace(r.body) != `{"allowed":true,"limit":10,"remaining":0,"retry_after_ms":0,"reset_after_ms":0,"delay_ms":0,"banned":false,"fallback":true}` {
 		t.Errorf("fail open: %d %s", r.status, r.body)
 	}
 	if r.header.Get("RateLimit-Policy") != `"default";q=10;w=1` || r.header.Get("RateLimit") != "" {
@@ -433,9 +447,9 @@ func TestStoreDown(t *testing.T) {
 	}
 
 	// FailClosed: not a refusal by the limit (429) but 503, retry soon.
-	a = serveAPI(t, funnel.New(downStore()), newClock(), httpapi.Options{Fail: httpapi.FailClosed, Observe: observe})
+	a = serveAPI(t, funnel.New(downStore()), newClock(), httpapi.Options{Fail: funnel.FailClosed, Observe: observe})
 	r = a.post(t, "/v1/throttle", single)
-	if r.status != 503 || strings.TrimSpace(r.body) != `{"allowed":false,"limit":0,"remaining":0,"retry_after_ms":1000,"reset_after_ms":0,"delay_ms":0,"banned":false,"fallback":true}` ||
+	if r.status != 503 || strings.TrimSpace(r.body) != `{"allowed":false,"limit":10,"remaining":0,"retry_after_ms":1000,"reset_after_ms":0,"delay_ms":0,"banned":false,"fallback":true}` ||
 		r.header.Get("Retry-After") != "1" || r.header.Get("Content-Type") != "application/json" || r.header.Get("RateLimit") != "" {
 		t.Errorf("fail closed: %d %s %v", r.status, r.body, r.header)
 	}
@@ -574,7 +588,7 @@ func TestClientGoneIsNotAFallback(t *testing.T) {
 	observe := func(r funnel.Result, err error) {
 		seen = append(seen, fmt.Sprintf("%v/%v/%v", r.Allowed, r.Fallback, err != nil))
 	}
-	h := httpapi.New(funnel.New(st), httpapi.Options{Fail: httpapi.FailOpen, Observe: observe, Logger: quiet()})
+	h := httpapi.New(funnel.New(st), httpapi.Options{Fail: funnel.FailOpen, Observe: observe, Logger: quiet()})
 	single := `{"key":"k","limit":{"count":10,"period":"1s"}}`
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()

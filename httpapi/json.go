@@ -211,7 +211,7 @@ func decision(r funnel.Result) Decision {
 	case r.Allowed:
 		d.RetryAfterMs = 0
 	case r.Fallback:
-		d.RetryAfterMs = ms(fallbackRetry)
+		d.RetryAfterMs = ms(funnel.FallbackRetry)
 	}
 	return d
 }

@@ -108,11 +108,11 @@ func ExampleFromContext() {
 	// user:42 true
 }
 
-// When the store cannot be reached, FailClosed refuses with 503 (the
-// default, FailOpen, serves the request unlimited).
-func ExampleFailClosed() {
+// When the store cannot be reached, the default, funnel.FailClosed, refuses
+// with 503 (Fail(funnel.FailOpen) serves the request unlimited).
+func ExampleFail() {
 	lim := funnel.New(downStore())
-	mw, _ := middleware.New(lim, funnel.PerSecond(10), middleware.ClientIP(), middleware.FailClosed(), middleware.Logger(quiet()))
+	mw, _ := middleware.New(lim, funnel.PerSecond(10), middleware.ClientIP(), middleware.Fail(funnel.FailClosed), middleware.Logger(quiet()))
 	srv := httptest.NewServer(mw(http.NotFoundHandler()))
 	defer srv.Close()
 

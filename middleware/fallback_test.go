@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -38,10 +39,10 @@ func TestFallbackClosedIs503(t *testing.T) {
 		opt   middleware.Option
 		open  bool
 	}{
-		{"store fails closed", fallback(false), middleware.FailOpen(), false},
-		{"store fails open", fallback(true), middleware.FailClosed(), true},
-		{"FailClosed", downStore(), middleware.FailClosed(), false},
-		{"FailOpen", downStore(), middleware.FailOpen(), true},
+		{"store fails closed", fallback(false), middleware.Fail(funnel.FailOpen), false},
+		{"store fails open", fallback(true), middleware.Fail(funnel.FailClosed), true},
+		{"FailClosed", downStore(), middleware.Fail(funnel.FailClosed), false},
+		{"FailOpen", downStore(), middleware.Fail(funnel.FailOpen), true},
 	}
 	for _, c := range cases {
 		for _, limit := range limits {
@@ -79,6 +80,26 @@ func TestFallbackClosedIs503(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestBugIsNotAFallback: an error that is not a store that cannot decide
+// (funnel.Unavailable), such as a store's internal error, is answered 500
+// and not served, whatever the fail mode: only an outage falls back (it
+// was served under fail open before one classifier served every edge).
+func TestBugIsNotAFallback(t *testing.T) {
+	bug := errors.New("redisstore: internal error: the script answered status 7")
+	st := &fakeStore{
+		throttle: func(context.Context, string) (funnel.Result, error) { return funnel.Result{}, bug },
+		do:       func(context.Context, []funnel.Op, []funnel.Result) error { return bug },
+	}
+	for _, mode := range []funnel.FailMode{funnel.FailClosed, funnel.FailOpen} {
+		var ran atomic.Int32
+		app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
+		srv := serve(t, newMW(t, funnel.New(st), funnel.PerMinute(1), middleware.ClientIP(), middleware.Fail(mode)), app)
+		if r := get(t, srv); r.status != http.StatusInternalServerError || ran.Load() != 0 {
+			t.Errorf("%v: %d, handler ran %d times; want 500, never", mode, r.status, ran.Load())
 		}
 	}
 }

@@ -121,8 +121,8 @@ var failModes = []struct {
 	name string
 	opt  middleware.Option
 }{
-	{"fail open", middleware.FailOpen()},
-	{"fail closed", middleware.FailClosed()},
+	{"fail open", middleware.Fail(funnel.FailOpen)},
+	{"fail closed", middleware.Fail(funnel.FailClosed)},
 	{"on store error", middleware.OnStoreError(func(w http.ResponseWriter, r *http.Request, next http.Handler, _ error) {
 		next.ServeHTTP(w, r)
 	})},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -227,4 +228,24 @@ func containsAddr(s string, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// A key of up to funnel.MaxKeyLen bytes is stored as it is, after the
+// prefix, as on every edge (the middleware hashed keys over 256 bytes
+// before); a longer one is stored under funnel.StoreKey's hash.
+func TestKeyBoundIsOneForEveryEdge(t *testing.T) {
+	lim := memLimiter(t, newClock())
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.Header("X-Api-Key"), middleware.Prefix("k:")), okHandler())
+	for _, key := range []string{strings.Repeat("m", funnel.MaxKeyLen), strings.Repeat("l", funnel.MaxKeyLen+1)} {
+		if r := get(t, srv, "X-Api-Key", key); r.status != 200 {
+			t.Fatal(r.status)
+		}
+		want := "k:" + key
+		if len(key) > funnel.MaxKeyLen {
+			want = funnel.StoreKey("k:", key)
+		}
+		if _, ok, err := lim.TTL(context.Background(), want); err != nil || !ok {
+			t.Errorf("a key of %d bytes is not stored as %.20q…: %v %v", len(key), want, ok, err)
+		}
+	}
 }

@@ -13,16 +13,21 @@
 // a concurrency limit holds a lease while the handler runs and releases it
 // after, reporting how long the handler took: with a Burst, the requests
 // beyond Count wait their delay first (OpenResty limit.conn), and the
-// latencies reported move the delay. When the store cannot decide, requests go through (FailOpen, the
-// default), are refused with 503 (FailClosed), or go to a handler of yours
-// (OnStoreError).
+// latencies reported move the delay.
 //
-// A fail-closed answer, the middleware's (FailClosed) or the store's own (a
-// Result with Fallback set and Allowed false, as a Redis store configured
-// to fail closed gives), is not a refusal by the limit and is not answered
-// 429: it is 503 Service Unavailable with Retry-After: 1 and a problem of
-// type temporary-reduced-capacity, so that a client retries later but not
-// at once. A fail-open answer passes the request to the wrapped handler.
+// A key longer than funnel.MaxKeyLen (1024 bytes) is stored under its hash,
+// after the Prefix (funnel.StoreKey), as on every edge.
+//
+// When the store cannot decide (funnel.Unavailable), requests are refused
+// with 503 (funnel.FailClosed, the default of every edge), go through
+// (Fail(funnel.FailOpen)), or go to a handler of yours (OnStoreError).
+//
+// A fail-closed answer, the middleware's or the store's own (a Result with
+// Fallback set and Allowed false, as a Redis store configured to fail
+// closed gives), is not a refusal by the limit and is not answered 429: it
+// is 503 Service Unavailable with Retry-After: 1 and a problem of type
+// temporary-reduced-capacity, so that a client retries later but not at
+// once. A fail-open answer passes the request to the wrapped handler.
 // Neither carries the RateLimit field, which would describe the key's
 // state: the store said nothing about the key.
 //
@@ -33,8 +38,9 @@
 // Request (nginx's code) as a problem: nobody reads it, but access logs and
 // proxies see that it was not answered OK. A request whose context's
 // deadline passes before then is answered 503. Neither is a store that
-// cannot decide: FailOpen, FailClosed and OnStoreError do not apply to
-// them.
+// cannot decide: Fail and OnStoreError do not apply to them. Nor do they
+// apply to an error that is a bug (a store's internal error, a limit that
+// cannot be applied), answered 500 and logged.
 package middleware
 
 import (
@@ -42,7 +48,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -63,7 +68,8 @@ type config struct {
 	skipNoKey bool
 	headers   bool
 	onLimited func(http.ResponseWriter, *http.Request, funnel.Result)
-	onError   func(http.ResponseWriter, *http.Request, http.Handler, error) // nil: fail open
+	fail      funnel.FailMode
+	onError   func(http.ResponseWriter, *http.Request, http.Handler, error) // nil: fail
 	observe   func(funnel.Result, error)
 	log       *slog.Logger
 	// A store that is down, or a limit that cannot be applied, is logged at
@@ -77,7 +83,8 @@ type config struct {
 func Name(name string) Option { return func(c *config) { c.name = name } }
 
 // Prefix is prepended to every key, to keep this limit's keys apart from
-// others' in a shared store ("login:" + the client's address).
+// others' in a shared store ("login:" + the client's address): the store
+// key is funnel.StoreKey(prefix, key).
 func Prefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
 // Quantity sets the units a request costs, such as its size; the default
@@ -107,34 +114,36 @@ func OnLimited(f func(w http.ResponseWriter, r *http.Request, res funnel.Result)
 	return func(c *config) { c.onLimited = f }
 }
 
-// FailOpen lets requests through, unlimited, when the store cannot decide.
-// It is the default: a limiter that is down should not take the service
-// down with it.
-func FailOpen() Option { return func(c *config) { c.onError = nil } }
-
-// FailClosed answers 503 Service Unavailable, with Retry-After: 1, when the
-// store cannot decide.
-func FailClosed() Option { return func(c *config) { c.onError = failClosed } }
+// Fail sets what answers a request when the store cannot decide
+// (funnel.Unavailable): funnel.FailClosed, the default, answers 503 Service
+// Unavailable with Retry-After: 1; funnel.FailOpen lets the request
+// through, unlimited. Either is observed as a Fallback result. It replaces
+// OnStoreError.
+func Fail(m funnel.FailMode) Option {
+	return func(c *config) { c.fail, c.onError = m, nil }
+}
 
 // OnStoreError handles the requests the store could not decide for: f
 // answers the request itself, or passes it to next. err is the store's
 // error (wrapping funnel.ErrUnavailable for a store that is down). A
 // request whose own context ended while the store was asked (its client
 // went away, or its deadline passed) is not the store's failure and does
-// not reach f: it is answered 499 or 503 (see the package doc).
+// not reach f: it is answered 499 or 503 (see the package doc). It
+// replaces Fail.
 //
-// FailOpen, FailClosed and OnStoreError apply to errors. A store that
-// answers on its own when it cannot decide (a Result with Fallback set, as
-// a Redis store configured to fail open or closed does) is obeyed: its
-// open answer serves the request, its closed one is answered as
-// FailClosed answers, 503 with Retry-After: 1.
+// Fail and OnStoreError apply to errors. A store that answers on its own
+// when it cannot decide (a Result with Fallback set, as a Redis store
+// configured to fail open or closed does) is obeyed: its open answer serves
+// the request, its closed one is answered as funnel.FailClosed is, 503 with
+// Retry-After: 1.
 func OnStoreError(f func(w http.ResponseWriter, r *http.Request, next http.Handler, err error)) Option {
 	return func(c *config) { c.onError = f }
 }
 
 // Observe calls f after each decision, with its result or its error: a
-// hook for metrics (metrics.Metrics.Observer fits) or logs. A request let
-// through by FailOpen is observed as an Allowed, Fallback result.
+// hook for metrics (metrics.Metrics.Observer fits) or logs. A request that
+// Fail answers is observed as a Fallback result; one that OnStoreError
+// answers, as an error.
 func Observe(f func(funnel.Result, error)) Option { return func(c *config) { c.observe = f } }
 
 // Logger sets where errors are logged; the default is slog.Default().
@@ -201,7 +210,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httplimit.Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
 		return
 	}
-	k = c.prefix + httplimit.BoundKey(k)
+	k = funnel.StoreKey(c.prefix, k)
 	ctx := r.Context()
 
 	var (
@@ -220,8 +229,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res, err = h.lim.AllowN(ctx, k, h.limit, n)
 	}
 	if err != nil {
-		h.fail(w, r, k, err)
-		return
+		if !h.fail(w, r, k, err) {
+			return
+		}
+		res = c.fail.Fallback(h.limit)
 	}
 	if res.Fallback {
 		// The store answered on its own (fail open or closed): honour it.
@@ -230,7 +241,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if res.Allowed {
 			h.next.ServeHTTP(w, r)
 		} else {
-			failClosed(w, r, h.next, nil)
+			failClosed(w)
 		}
 		return
 	}
@@ -254,7 +265,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			unserved(ctx, w, "while it waited its turn")
+			httplimit.Unserved(ctx, w, "while it waited its turn")
 			return
 		}
 	default:
@@ -265,7 +276,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					c.log.Warn("rate limit: a request that left its queue kept its units", "key", k, "err", err, "held_back", held)
 				})
 			}
-			unserved(ctx, w, "while it waited its turn")
+			httplimit.Unserved(ctx, w, "while it waited its turn")
 			return
 		}
 	}
@@ -290,43 +301,44 @@ func (h *handler) release(ctx context.Context, lease funnel.Lease, started time.
 	}
 }
 
-// fail answers a request whose decision failed with err. Every error is
-// answered, even when the client has gone: a handler that returns without
-// writing would answer 200, a decision that was not made.
-func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
+// fail handles a request whose decision failed with err. For a store that
+// cannot decide (funnel.Unavailable) under Fail it reports true: the caller
+// answers the fail mode's fallback. Otherwise it answers the request and
+// reports false. Every error is answered, even when the client has gone: a
+// handler that returns without writing would answer 200, a decision that
+// was not made.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err error) bool {
 	c := h.c
-	if setupError(err) {
-		h.observe(funnel.Result{}, err)
-		c.wrong.Do(func(held int64) {
-			c.log.Error("rate limit: the limit cannot be applied (logged once a second at most)", "key", key, "err", err, "held_back", held)
+	ctx := r.Context()
+	switch {
+	case funnel.Unavailable(ctx, err):
+		c.warned.Do(func(held int64) {
+			c.log.Warn("rate limit: the store cannot decide (logged once a second at most)", "err", err, "held_back", held)
 		})
-		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
-		return
-	}
-	if ctx := r.Context(); ctx.Err() != nil {
+		if c.onError == nil {
+			return true
+		}
+		h.observe(funnel.Result{}, err)
+		if c.headers {
+			httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: c.name, Limit: h.limit, Result: funnel.Result{Fallback: true}})
+		}
+		c.onError(w, r, h.next, err)
+	case ctx.Err() != nil:
 		// The request ended while the store was asked, whatever error the
 		// store made of it: not the store's failure, nothing to log, no
 		// fallback.
 		h.observe(funnel.Result{}, err)
-		unserved(ctx, w, "before it was decided")
-		return
-	}
-	c.warned.Do(func(held int64) {
-		c.log.Warn("rate limit: the store cannot decide (logged once a second at most)", "err", err, "held_back", held)
-	})
-	if c.onError == nil { // FailOpen
-		h.observe(funnel.Result{Allowed: true, Fallback: true}, nil)
-	} else {
+		httplimit.Unserved(ctx, w, "before it was decided")
+	default:
+		// A limit that cannot be applied, or a bug: not the client's doing,
+		// nor a store that is down.
 		h.observe(funnel.Result{}, err)
+		c.wrong.Do(func(held int64) {
+			c.log.Error("rate limit: the limit cannot be applied, or the store failed (logged once a second at most)", "key", key, "err", err, "held_back", held)
+		})
+		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
 	}
-	if c.headers {
-		httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: c.name, Limit: h.limit, Result: funnel.Result{Fallback: true}})
-	}
-	if c.onError == nil {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	c.onError(w, r, h.next, err)
+	return false
 }
 
 // setHeaders sets the header fields of res (Retry-After always, the
@@ -363,54 +375,15 @@ func (c *config) tooMany(w http.ResponseWriter, _ *http.Request, res funnel.Resu
 	p.Write(w)
 }
 
-// statusClientClosedRequest is the status written for a request whose
-// client went away before it was served (nginx's 499). Nobody may read it,
-// but access logs and proxies do, and an empty answer would go out as 200.
-const statusClientClosedRequest = 499
-
-// unserved answers a request whose context ended before it reached the
-// next handler (while is "before it was decided" or "while it waited its
-// turn"): 499 Client Closed Request when the client went away, 503 when the
-// request's deadline passed.
-func unserved(ctx context.Context, w http.ResponseWriter, while string) {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		httplimit.Problem{
-			Status: statusClientClosedRequest,
-			Title:  "Client Closed Request",
-			Detail: "the client closed the request " + while,
-		}.Write(w)
-		return
-	}
-	httplimit.Problem{
-		Status: http.StatusServiceUnavailable,
-		Detail: "the request's deadline passed " + while,
-	}.Write(w)
-}
-
-// fallbackRetry is how long a client refused by a fail-closed fallback is
-// told to wait (Retry-After: 1): the store may answer again by then.
-const fallbackRetry = time.Second
-
-// failClosed refuses the request with 503 and Retry-After: 1: the store did
-// not decide, so the answer must not look like a refusal by the limit
-// (429), and the client may retry soon. The error is logged, not sent.
-func failClosed(w http.ResponseWriter, _ *http.Request, _ http.Handler, _ error) {
-	w.Header().Set(httplimit.HeaderRetryAfter, strconv.FormatInt(httplimit.Seconds(fallbackRetry), 10))
+// failClosed refuses a request with a fail-closed fallback: 503 and
+// Retry-After: 1 (httplimit.FallbackStatus), since the store did not
+// decide, so the answer must not look like a refusal by the limit (429),
+// and the client may retry soon. The store's error is logged, not sent.
+func failClosed(w http.ResponseWriter) {
 	httplimit.Problem{
 		Type:   httplimit.TypeTemporaryReducedCapacity,
 		Title:  "Temporary Reduced Capacity",
-		Status: http.StatusServiceUnavailable,
+		Status: httplimit.FallbackStatus(w.Header(), funnel.Result{Fallback: true}),
 		Detail: "the rate limiter is unavailable",
 	}.Write(w)
-}
-
-// setupError reports whether err is a mistake in the middleware's own
-// limit, quantity or keys (a bug to fix, answered 500), rather than a store
-// that cannot decide. The client's request chose none of them.
-func setupError(err error) bool {
-	switch funnel.ClassOf(err) {
-	case funnel.ClassInvalid, funnel.ClassWrongType, funnel.ClassCrossSlot:
-		return true
-	}
-	return false
 }

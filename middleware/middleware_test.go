@@ -294,8 +294,8 @@ func TestStoreDown(t *testing.T) {
 		seen = append(seen, fmt.Sprintf("allowed=%v fallback=%v err=%v", r.Allowed, r.Fallback, err != nil))
 	})
 
-	// Fail open, the default: served, with the policy but no state.
-	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), observe), okHandler())
+	// Fail open: served, with the policy but no state.
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), observe, middleware.Fail(funnel.FailOpen)), okHandler())
 	r := get(t, srv)
 	if r.status != 200 || r.body != "ok\n" {
 		t.Fatalf("fail open: %d %q", r.status, r.body)
@@ -304,14 +304,17 @@ func TestStoreDown(t *testing.T) {
 		t.Errorf("fail open headers: %v", r.header)
 	}
 
-	// Fail closed: 503, and the store's error is not sent.
-	srv = serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), observe, middleware.FailClosed()), okHandler())
-	r = get(t, srv)
-	if r.status != 503 || r.problem.Status != 503 || r.problem.Type != httplimit.TypeTemporaryReducedCapacity {
-		t.Fatalf("fail closed: %d %+v", r.status, r.problem)
-	}
-	if r.problem.Detail != "the rate limiter is unavailable" {
-		t.Errorf("fail closed detail %q", r.problem.Detail)
+	// Fail closed, the default of every edge (the middleware failed open
+	// by default before): 503, and the store's error is not sent.
+	for _, opts := range [][]middleware.Option{{observe}, {observe, middleware.Fail(funnel.FailClosed)}} {
+		srv = serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), opts...), okHandler())
+		r = get(t, srv)
+		if r.status != 503 || r.problem.Status != 503 || r.problem.Type != httplimit.TypeTemporaryReducedCapacity || r.header.Get("Retry-After") != "1" {
+			t.Fatalf("fail closed: %d %+v", r.status, r.problem)
+		}
+		if r.problem.Detail != "the rate limiter is unavailable" {
+			t.Errorf("fail closed detail %q", r.problem.Detail)
+		}
 	}
 
 	// Custom.
@@ -330,7 +333,7 @@ func TestStoreDown(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"allowed=true fallback=true err=false", "allowed=false fallback=false err=true", "allowed=false fallback=false err=true"}
+	want := []string{"allowed=true fallback=true err=false", "allowed=false fallback=true err=false", "allowed=false fallback=true err=false", "allowed=false fallback=false err=true"}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("observed %q\nwant %q", seen, want)
 	}
@@ -342,7 +345,7 @@ func TestStoreFallback(t *testing.T) {
 	st := &fakeStore{throttle: func(context.Context, string) (funnel.Result, error) {
 		return funnel.Result{Allowed: !closed.Load(), Fallback: true, Limit: 1}, nil
 	}}
-	srv := serve(t, newMW(t, funnel.New(st), funnel.PerMinute(1), middleware.ClientIP(), middleware.FailClosed()), okHandler())
+	srv := serve(t, newMW(t, funnel.New(st), funnel.PerMinute(1), middleware.ClientIP(), middleware.Fail(funnel.FailClosed)), okHandler())
 	if r := get(t, srv); r.status != 200 || r.header.Get("RateLimit") != "" {
 		t.Fatalf("store fail open: %d %v", r.status, r.header)
 	}

@@ -13,8 +13,8 @@ import (
 // the same URL. (Not run: it needs a Redis.)
 func ExampleOpen() {
 	store, err := redisstore.Open("redis://localhost:6379/0", redisstore.Options{
-		Prefix:   "ratelimit:",
-		FailOpen: false, // refuse requests while Redis is unreachable
+		Prefix: "ratelimit:",
+		Fail:   funnel.FailClosed, // refuse requests while Redis is unreachable (the default)
 	})
 	if err != nil {
 		log.Fatal(err)

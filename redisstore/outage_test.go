@@ -147,7 +147,7 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 	logs := &logCounter{}
 	baseline := runtime.NumGoroutine()
 	closed, closeClosed := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs)})
-	open, closeOpen := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs), FailOpen: true})
+	open, closeOpen := oc.open(t, srv.Addr, redisstore.Options{Logger: slog.New(logs), Fail: funnel.FailOpen})
 	for _, s := range []*redisstore.Store{closed, open} {
 		// With Redis up a decision is made; on a loaded machine one may
 		// fall back within the default 100 ms, so it is asked again.

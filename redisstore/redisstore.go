@@ -165,9 +165,10 @@ type Options struct {
 	// client honours context deadlines: clients built by Open do; set
 	// ContextTimeoutEnabled on a go-redis client passed to New.
 	Timeout time.Duration
-	// FailOpen makes decisions admit requests when Redis cannot be reached
-	// (fail-open). By default it refuses them (fail-closed).
-	FailOpen bool
+	// Fail is what a decision answers when Redis cannot be reached in
+	// time: funnel.FailClosed (the zero value, the default) refuses it,
+	// funnel.FailOpen admits it; either with Result.Fallback set.
+	Fail funnel.FailMode
 	// Logger receives a warning when Redis cannot be reached, at most once a
 	// second (slog.Default() if nil).
 	Logger *slog.Logger
@@ -187,7 +188,8 @@ type Store struct {
 	closer   io.Closer // the client, when the store built it
 	prefix   string
 	timeout  time.Duration
-	failOpen bool
+	failOpen bool // Options.Fail is funnel.FailOpen
+	fail     funnel.FailMode
 	log      *slog.Logger
 	now      func() int64
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
@@ -213,7 +215,8 @@ func newStore(r runner, opts Options) *Store {
 		batches:  batcher{groups: map[uint16]*group{}},
 		prefix:   opts.Prefix,
 		timeout:  opts.Timeout,
-		failOpen: opts.FailOpen,
+		failOpen: opts.Fail == funnel.FailOpen,
+		fail:     opts.Fail,
 		log:      opts.Logger,
 		now:      opts.Now,
 		slack:    "0",
@@ -455,10 +458,7 @@ const logInterval = time.Second
 // ago: it is then only counted, and the count goes with the next record.
 func (s *Store) logFailure(err error) {
 	s.logs.Do(func(suppressed int64) {
-		policy := "fail-closed"
-		if s.failOpen {
-			policy = "fail-open"
-		}
+		policy := "fail-" + s.fail.String()
 		s.log.Warn("redisstore: Redis unavailable, answering with the fallback policy",
 			"policy", policy, "err", err, "suppressed", suppressed)
 	})

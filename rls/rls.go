@@ -33,7 +33,12 @@
 // little time has passed between them (the README's "Several descriptors
 // on Redis Cluster" says what each algorithm gives back).
 //
-// When the store cannot decide, a fail-closed fallback is the status
+// A descriptor's key longer than funnel.MaxKeyLen (1024 bytes) is stored
+// under its hash, after Options.Prefix (funnel.StoreKey), as on every edge.
+//
+// When the store cannot decide (funnel.Unavailable), the answer is a
+// fallback, Options.Fail's or the store's own (a Redis store configured to
+// fail open or closed). A fail-closed fallback, the default, is the status
 // Unavailable (Envoy then applies its own failure_mode_deny), never
 // OVER_LIMIT. A fail-open fallback is OK, and says that it is one: the
 // response's dynamic_metadata holds "fallback": true (which Envoy puts in
@@ -171,8 +176,12 @@ type Options struct {
 	// RequestHeaders, when set, asks Envoy to add these headers to the
 	// request it forwards upstream (request_headers_to_add).
 	RequestHeaders *Headers
-	// KeyPrefix is prepended to every store key.
-	KeyPrefix string
+	// Prefix is prepended to every store key: the store key of a
+	// descriptor's key is funnel.StoreKey(Prefix, key).
+	Prefix string
+	// Fail is the answer when the store cannot decide; the zero value is
+	// funnel.FailClosed (the status Unavailable, see the package doc).
+	Fail funnel.FailMode
 	// Now is the clock used for the reset of rules that refuse every
 	// request (requests_per_unit 0), which never reach the store; nil
 	// means time.Now.
@@ -567,14 +576,14 @@ func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bo
 			continue
 		}
 		if it.negative {
-			if err := s.lim.Refund(ctx, s.opts.KeyPrefix+httplimit.BoundKey(it.key), it.rule.Limit, it.hits); err != nil {
+			if err := s.lim.Refund(ctx, funnel.StoreKey(s.opts.Prefix, it.key), it.rule.Limit, it.hits); err != nil {
 				s.observe(it.metric, funnel.Result{}, err)
 				return nil, q, false, err
 			}
 			it.res = funnel.Result{Allowed: true}
 			continue
 		}
-		key := s.opts.KeyPrefix + httplimit.BoundKey(it.key)
+		key := funnel.StoreKey(s.opts.Prefix, it.key)
 		ops, byKey = addOp(ops, byKey, len(items), it, key, !shadow && !it.quota, !shadow && it.quota)
 		if it.quota && !shadow {
 			quotaOps++
@@ -776,7 +785,10 @@ func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) er
 		}
 		res, err := s.lim.AllowN(ctx, r.Key, r.Limit, r.N)
 		if err != nil {
-			return err
+			if !s.fellBack(ctx, err) {
+				return err
+			}
+			res = s.opts.Fail.Fallback(r.Limit)
 		}
 		if res.Fallback && !res.Allowed {
 			return errFallback
@@ -797,7 +809,13 @@ func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) er
 	for attempt := 0; len(reqs) > 0; attempt++ {
 		m, err := s.allowAll(ctx, reqs)
 		if err != nil {
-			return err
+			if !s.fellBack(ctx, err) {
+				return err
+			}
+			m = funnel.MultiResult{Allowed: s.opts.Fail == funnel.FailOpen, Refused: -1, Results: make([]funnel.Result, len(reqs))}
+			for j := range reqs {
+				m.Results[j] = s.opts.Fail.Fallback(reqs[j].Limit)
+			}
 		}
 		for j, r := range m.Results {
 			if r.Fallback && !r.Allowed {
@@ -819,6 +837,17 @@ func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) er
 		reqs, idx = reqs[:k], idx[:k]
 	}
 	return nil
+}
+
+// fellBack reports whether err, the error of a charge, is a store that
+// cannot decide (funnel.Unavailable), which Options.Fail answers; the
+// failure is logged at most once a second.
+func (s *Server) fellBack(ctx context.Context, err error) bool {
+	if !funnel.Unavailable(ctx, err) {
+		return false
+	}
+	s.warnDown.Do(func(held int64) { s.log.Warn("rls: store unavailable", "err", err, "held_back", held) })
+	return true
 }
 
 // refused reports whether the results of ops refuse the request: an

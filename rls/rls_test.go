@@ -27,7 +27,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rls"
@@ -587,21 +586,26 @@ func TestStoreFailures(t *testing.T) {
 			return nil
 		}
 	}
+	unreachable := func([]funnel.Op, []funnel.Result) error {
+		return fmt.Errorf("%w: dial tcp 10.0.0.7:6379: connection refused", funnel.ErrUnavailable)
+	}
 	for _, c := range []struct {
 		name string
 		do   func([]funnel.Op, []funnel.Result) error
+		fail funnel.FailMode
 		want codes.Code
 	}{
-		{"unreachable", func([]funnel.Op, []funnel.Result) error {
-			return fmt.Errorf("%w: dial tcp 10.0.0.7:6379: connection refused", funnel.ErrUnavailable)
-		}, codes.Unavailable},
-		{"fail-closed", fallback(false), codes.Unavailable},
-		{"fail-open", fallback(true), codes.OK},
-		{"cross slot", func([]funnel.Op, []funnel.Result) error { return funnel.ErrCrossSlot }, codes.FailedPrecondition},
-		{"other", func([]funnel.Op, []funnel.Result) error { return errors.New("secret detail") }, codes.Internal},
+		{"unreachable", unreachable, funnel.FailClosed, codes.Unavailable},
+		// Options.Fail answers a store's error as a store's own fallback
+		// is answered (an error was Unavailable whatever the mode before).
+		{"unreachable, fail-open", unreachable, funnel.FailOpen, codes.OK},
+		{"fail-closed", fallback(false), funnel.FailOpen, codes.Unavailable},
+		{"fail-open", fallback(true), funnel.FailClosed, codes.OK},
+		{"cross slot", func([]funnel.Op, []funnel.Result) error { return funnel.ErrCrossSlot }, funnel.FailOpen, codes.FailedPrecondition},
+		{"other", func([]funnel.Op, []funnel.Result) error { return errors.New("secret detail") }, funnel.FailOpen, codes.Internal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := start(t, &fakeStore{do: c.do}, loadRules(t, "../rules/testdata/envoy"), rls.Options{})
+			e := start(t, &fakeStore{do: c.do}, loadRules(t, "../rules/testdata/envoy"), rls.Options{Fail: c.fail})
 			var header metadata.MD
 			r, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 				Domain: "mongo_cps", Descriptors: []*ratelimit.RateLimitDescriptor{desc("database", "users")}}, grpc.Header(&header))
@@ -611,7 +615,7 @@ func TestStoreFailures(t *testing.T) {
 			// A fail-open answer says that it is one, in its headers and
 			// its dynamic metadata, and tells no reset; a decision does
 			// neither.
-			open := c.name == "fail-open"
+			open := c.want == codes.OK
 			if got := header.Get(rls.FallbackHeader); open != (len(got) == 1 && got[0] == "open") {
 				t.Errorf("headers %v", header)
 			}
@@ -729,14 +733,25 @@ func TestClientInputBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := start(t, store, rls.Static(r), rls.Options{KeyPrefix: "p:"})
+	e := start(t, store, rls.Static(r), rls.Options{Prefix: "p:"})
 
-	e.ask(t, "d", desc("user", strings.Repeat("x", 1<<20)))
+	long := strings.Repeat("x", 1<<20)
+	e.ask(t, "d", desc("user", long))
 	mu.Lock()
 	key := seen[0].Key
 	mu.Unlock()
-	if len(key) > len("p:")+httplimit.MaxKeyLen || !strings.HasPrefix(key, "p:sha256:") {
+	if key != "p:"+funnel.BoundKey("d_user_"+long+"_") || !strings.HasPrefix(key, "p:sha256:") {
 		t.Fatalf("a 1 MiB value made a key of %d bytes: %.40q", len(key), key)
+	}
+	// A key of up to funnel.MaxKeyLen bytes is the store key as it is, as
+	// on every edge (rls hashed keys over 256 bytes before).
+	mid := strings.Repeat("y", funnel.MaxKeyLen-len("d_user__"))
+	e.ask(t, "d", desc("user", mid))
+	mu.Lock()
+	key = seen[0].Key
+	mu.Unlock()
+	if key != "p:d_user_"+mid+"_" {
+		t.Fatalf("a key of %d bytes was stored as %.40q", funnel.MaxKeyLen, key)
 	}
 	e.ask(t, "d", desc("user", "short"))
 	mu.Lock()

@@ -210,3 +210,30 @@ func TestServeFlagsCoverConfig(t *testing.T) {
 		}
 	}
 }
+
+// Every flag is an environment variable too (FUNNEL_ and the file's key in
+// upper case): over the file, under the command line.
+func TestServeConfigEnv(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "funnel.yaml")
+	if err := os.WriteFile(file, []byte("max_keys: 100\nlog_level: warn\nidle_timeout: 1m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FUNNEL_MAX_KEYS", "200")
+	t.Setenv("FUNNEL_LOG_LEVEL", "error")
+	t.Setenv("FUNNEL_FAIL_OPEN", "true")
+	t.Setenv("FUNNEL_CONFIG", file)
+	got, err := serveConfig([]string{"--log-level", "debug"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Default()
+	want.MaxKeys, want.LogLevel, want.FailOpen, want.IdleTimeout = 200, "debug", true, time.Minute
+	if got != want {
+		t.Errorf("config\n got %+v\nwant %+v", got, want)
+	}
+
+	t.Setenv("FUNNEL_MAX_KEYS", "many")
+	if _, err := serveConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "FUNNEL_MAX_KEYS") {
+		t.Errorf("a bad environment variable: %v", err)
+	}
+}

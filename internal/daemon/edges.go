@@ -91,6 +91,7 @@ func (d *Daemon) openGRPC() error {
 	}
 	opts := rls.Options{
 		Logger:     d.log,
+		Fail:       d.cfg.Fail(),
 		ShadowMode: d.cfg.ShadowMode,
 		// envoy's QUOTA_MODE and RESPONSE_DYNAMIC_METADATA
 		QuotaMode:       d.cfg.QuotaMode,
@@ -163,14 +164,10 @@ func (d *Daemon) openHTTP() error {
 	if ln, err = d.limit("http", ln, d.conns.HTTP); err != nil {
 		return err
 	}
-	fail := httpapi.FailError
-	if d.cfg.FailOpen {
-		fail = httpapi.FailOpen
-	}
 	api := httpapi.New(d.console.limiter(d.lim, d.store, "http"), httpapi.Options{
 		Metrics: d.metrics.Handler(),
 		Observe: d.metrics.Observer("http"),
-		Fail:    fail,
+		Fail:    d.cfg.Fail(),
 		Logger:  d.log,
 	})
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})

@@ -36,6 +36,7 @@ func (d *Daemon) openRESP() error {
 		HandshakeTimeout: d.conns.Handshake,
 		EventLoops:       d.cfg.EventLoops,
 		Logger:           d.log,
+		Fail:             d.cfg.Fail(),
 		FailClosed:       respFailClosed(d.cfg.RESPFailClosed),
 		Persistence:      d.snap.persistence(),
 	})

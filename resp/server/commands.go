@@ -262,7 +262,7 @@ func cmdThrottle(c *conn, args [][]byte) {
 	}
 	// The key aliases the read buffer: stores copy a key they keep, and the
 	// op lets it go after the call.
-	op.Kind, op.Key, op.N = funnel.OpTake, str(args[1]), q
+	op.Kind, op.Key, op.N = funnel.OpTake, storeKey(args[1]), q
 	err = c.s.lim.Do(context.Background(), c.op[:], c.res[:])
 	op.Key = ""
 	if err != nil {
@@ -270,8 +270,10 @@ func cmdThrottle(c *conn, args [][]byte) {
 			c.wr.WriteError(e.Error()) // gcra's own errors, in redis-cell's texts
 			return
 		}
-		c.replyError(err)
-		return
+		if !c.fellBack(err) {
+			return
+		}
+		c.res[0] = c.s.cfg.Fail.Fallback(op.Limit.Limit)
 	}
 	res := c.res[0]
 	p := op.Limit.GCRA
@@ -353,8 +355,11 @@ const wrongTypeError = "WRONGTYPE Operation against a key holding the wrong kind
 // (funnel.ClassOf), in this one place: the client's mistakes (an invalid
 // limit or quantity, a key of another type, keys of several hash slots)
 // with their text, which is safe to send and never logged (any client
-// could flood the log with them); a store that cannot decide, or anything
-// else, with a generic error, its detail logged at most once a second.
+// could flood the log with them); a store that cannot decide
+// (funnel.Unavailable) with ErrFailClosed, the one reply to "the store is
+// down", which a client can tell apart from a refusal and may retry; and
+// anything else (a bug) with "ERR internal error". The detail of the last
+// two is logged at most once a second, never sent.
 func (c *conn) replyError(err error) {
 	switch funnel.ClassOf(err) {
 	case funnel.ClassInvalid:
@@ -367,9 +372,39 @@ func (c *conn) replyError(err error) {
 		c.wr.WriteError(funnel.ErrCrossSlot.Error())
 		return
 	}
+	if funnel.Unavailable(context.Background(), err) {
+		c.s.storeDown.Do(func(held int64) { c.s.log.Warn("resp: store unavailable", "err", err, "held_back", held) })
+		c.wr.WriteError(ErrFailClosed)
+		return
+	}
 	c.s.storeDown.Do(func(held int64) { c.s.log.Error("resp: store failed", "err", err, "held_back", held) })
-	c.wr.WriteError("ERR store unavailable")
+	c.wr.WriteError(errInternal)
 }
+
+// errInternal is the reply to an error that is a bug, whose detail is
+// logged, never sent.
+const errInternal = "ERR internal error"
+
+// fellBack handles the error of a decision: for a store that cannot decide
+// (funnel.Unavailable) it reports true, and the caller answers
+// Config.Fail's fallback as the store's own is answered (see decided);
+// otherwise it answers the error (replyError) and reports false.
+func (c *conn) fellBack(err error) bool {
+	if !funnel.Unavailable(context.Background(), err) {
+		c.replyError(err)
+		return false
+	}
+	c.s.storeDown.Do(func(held int64) { c.s.log.Warn("resp: store unavailable", "err", err, "held_back", held) })
+	return true
+}
+
+// storeKey is the store key of a key argument: funnel.StoreKey with no
+// prefix, which is funnel.BoundKey (a key longer than funnel.MaxKeyLen is
+// stored under its hash), as on every edge. A short key aliases the read
+// buffer, as str does: it must not be kept past the current command
+// (stores copy a key they keep). It is inlined: a short key costs a
+// comparison.
+func storeKey(b []byte) string { return funnel.BoundKey(str(b)) }
 
 func cmdPing(c *conn, args [][]byte) {
 	switch len(args) {
@@ -756,7 +791,7 @@ func cmdExists(c *conn, args [][]byte) {
 func (c *conn) countKeys(keys [][]byte, f func(context.Context, string) (bool, error)) {
 	var n int64
 	for _, k := range keys {
-		ok, err := f(context.Background(), str(k))
+		ok, err := f(context.Background(), storeKey(k))
 		if err != nil {
 			c.replyError(err)
 			return
@@ -776,7 +811,7 @@ func cmdTTL(c *conn, args [][]byte) { c.ttl(args[1], time.Second) }
 // (rounded as Redis rounds: to the nearest second for TTL, down to the
 // millisecond for PTTL), or -2 when the key holds no state.
 func (c *conn) ttl(key []byte, unit time.Duration) {
-	d, ok, err := c.s.lim.TTL(context.Background(), str(key))
+	d, ok, err := c.s.lim.TTL(context.Background(), storeKey(key))
 	if err != nil {
 		c.replyError(err)
 		return

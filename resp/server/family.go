@@ -199,12 +199,22 @@ func (c *conn) count(allowed bool) {
 }
 
 // decided counts the decision r and reports whether it is a fail-closed
-// fallback that was answered with the error reply (Config.FailClosed), in
-// which case the caller writes nothing more. Under FailClosedRefuse, a
-// fail-closed r is changed into the refusal to write: a retry after of one
-// second, nothing remaining (the reply's reset after is fallbackReset).
+// fallback that was answered with the error reply (see fallback), in which
+// case the caller writes nothing more.
 func (c *conn) decided(r *funnel.Result) bool {
 	c.count(r.Allowed)
+	return c.fallback(r)
+}
+
+// fallback is the one handling of a fallback r (a result with Fallback
+// set; any other r is left as it is): it counts it, fail-open or
+// fail-closed, and reports whether it answered it with the error reply
+// ErrFailClosed (Config.FailClosed's FailClosedError), in which case the
+// caller writes nothing more. Under FailClosedRefuse, a fail-closed r is
+// changed into the refusal to write: a retry after of
+// funnel.FallbackRetry, nothing remaining (the reply's reset after is
+// fallbackReset).
+func (c *conn) fallback(r *funnel.Result) bool {
 	if !r.Fallback {
 		return false
 	}
@@ -217,7 +227,7 @@ func (c *conn) decided(r *funnel.Result) bool {
 		c.wr.WriteError(ErrFailClosed)
 		return true
 	}
-	r.RetryAfter, r.Remaining, r.ResetAfter = failClosedRetry, 0, 0
+	r.RetryAfter, r.Remaining, r.ResetAfter = funnel.FallbackRetry, 0, 0
 	return false
 }
 
@@ -227,10 +237,12 @@ func cmdFunnelAllow(c *conn, args [][]byte) {
 		c.wr.WriteError(err.Error())
 		return
 	}
-	r, err := c.s.lim.AllowN(context.Background(), string(args[1]), f.limit, f.n)
+	r, err := c.s.lim.AllowN(context.Background(), storeKey(args[1]), f.limit, f.n)
 	if err != nil {
-		c.replyError(err)
-		return
+		if !c.fellBack(err) {
+			return
+		}
+		r = c.s.cfg.Fail.Fallback(f.limit)
 	}
 	if c.decided(&r) {
 		return
@@ -263,7 +275,7 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 			c.wr.WriteError(err.Error())
 			return
 		}
-		reqs = append(reqs, funnel.Request{Key: string(rest[1]), Limit: f.limit, N: f.n})
+		reqs = append(reqs, funnel.Request{Key: funnel.StoreKey("", string(rest[1])), Limit: f.limit, N: f.n})
 		rest = rest[2+used:]
 	}
 	if int64(len(reqs)) != n {
@@ -272,26 +284,25 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 	}
 	m, err := c.s.lim.AllowAll(context.Background(), reqs)
 	if err != nil {
-		c.replyError(err)
-		return
+		if !c.fellBack(err) {
+			return
+		}
+		open := c.s.cfg.Fail == funnel.FailOpen
+		m = funnel.MultiResult{Allowed: open, Refused: -1, Results: make([]funnel.Result, len(reqs))}
+		for i := range reqs {
+			m.Results[i] = c.s.cfg.Fail.Fallback(reqs[i].Limit)
+		}
+		if !open {
+			m.Refused = 0
+		}
 	}
 	c.count(m.Allowed)
 	for i := range m.Results {
 		r := &m.Results[i]
-		if !r.Fallback {
-			continue
-		}
-		if r.Allowed {
-			c.s.failOpen.Add(1)
-			continue
-		}
-		c.s.failClosed.Add(1)
-		if c.s.cfg.FailClosed == FailClosedError {
-			c.wr.WriteError(ErrFailClosed)
+		if c.fallback(r) {
 			return
 		}
-		r.RetryAfter, r.Remaining, r.ResetAfter = failClosedRetry, 0, 0
-		m.RetryAfter = max(m.RetryAfter, failClosedRetry)
+		m.RetryAfter = max(m.RetryAfter, r.RetryAfter)
 	}
 	retry := retryMillis(m.Allowed, m.RetryAfter)
 	c.wr.WriteArray(4)
@@ -369,13 +380,15 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 		r     funnel.Result
 	)
 	if a.id != nil {
-		lease, r, err = c.s.lim.AcquireID(ctx, string(args[1]), a.limit, string(a.id))
+		lease, r, err = c.s.lim.AcquireID(ctx, funnel.StoreKey("", string(args[1])), a.limit, string(a.id))
 	} else {
-		lease, r, err = c.s.lim.Acquire(ctx, string(args[1]), a.limit)
+		lease, r, err = c.s.lim.Acquire(ctx, funnel.StoreKey("", string(args[1])), a.limit)
 	}
 	if err != nil {
-		c.replyError(err)
-		return
+		if !c.fellBack(err) {
+			return
+		}
+		r = c.s.cfg.Fail.Fallback(a.limit)
 	}
 	if c.decided(&r) {
 		return
@@ -396,7 +409,7 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 }
 
 func cmdFunnelRelease(c *conn, args [][]byte) {
-	lease := funnel.Lease{Key: string(args[1]), ID: string(args[2])}
+	lease := funnel.Lease{Key: funnel.StoreKey("", string(args[1])), ID: string(args[2])}
 	var (
 		held bool
 		err  error
@@ -432,7 +445,7 @@ func cmdFunnelRefund(c *conn, args [][]byte) {
 		c.wr.WriteError(err.Error())
 		return
 	}
-	if err := c.s.lim.Refund(context.Background(), string(args[1]), f.limit, f.n); err != nil {
+	if err := c.s.lim.Refund(context.Background(), storeKey(args[1]), f.limit, f.n); err != nil {
 		c.replyError(err)
 		return
 	}
@@ -454,7 +467,7 @@ func cmdFunnelBans(c *conn, _ [][]byte) {
 }
 
 func cmdFunnelUnban(c *conn, args [][]byte) {
-	was, err := c.s.lim.Unban(context.Background(), string(args[1]))
+	was, err := c.s.lim.Unban(context.Background(), storeKey(args[1]))
 	if err != nil {
 		c.replyError(err)
 		return

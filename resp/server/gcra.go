@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
@@ -227,7 +228,7 @@ func cmdGCRA(c *conn, args [][]byte) {
 		return
 	}
 	// The key aliases the read buffer: stores copy a key they keep.
-	res, err := gs.GCRA(context.Background(), str(args[1]), p)
+	res, err := gs.GCRA(context.Background(), storeKey(args[1]), p)
 	if err != nil {
 		for _, e := range gcraErrors {
 			if errors.Is(err, e) {
@@ -235,8 +236,10 @@ func cmdGCRA(c *conn, args [][]byte) {
 				return
 			}
 		}
-		c.replyError(err)
-		return
+		if !c.fellBack(err) {
+			return
+		}
+		res = c.s.cfg.Fail.GCRAFallback(p)
 	}
 	r := res.Reply
 	if res.Fallback {
@@ -246,7 +249,7 @@ func cmdGCRA(c *conn, args [][]byte) {
 		}
 		if r.Limited {
 			// FailClosedRefuse: limited, nothing remaining, retry in 1 s.
-			r.Remaining, r.RetryAfter, r.ResetAfter = 0, int64(failClosedRetry.Seconds()), 0
+			r.Remaining, r.RetryAfter, r.ResetAfter = 0, int64(fr.RetryAfter/time.Second), 0
 		}
 	} else {
 		c.count(!r.Limited)

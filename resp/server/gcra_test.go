@@ -291,7 +291,7 @@ func TestGCRAFallbacks(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t)
 			tc.cfg.Logger = quietLogger()
-			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 5 * time.Second, FailOpen: tc.failOpen})
+			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 5 * time.Second, Fail: failMode(tc.failOpen)})
 			ts.clock.Set(storetest.GCRAEpoch)
 			c := ts.dial(t)
 			if got := c.do("GCRA", "k", "5", "10", "60"); got != ints(0, 6, 5, -1, 6) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/resp/server"
@@ -166,7 +167,7 @@ func TestServerFallbacks(t *testing.T) {
 			tc.cfg.Logger = slog.New(logs)
 			// A stopped Redis refuses connections at once: the timeout only
 			// keeps a loaded machine's first decision from falling back.
-			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 5 * time.Second, FailOpen: tc.failOpen})
+			ts := startRedisServerOpts(t, srv, tc.cfg, redisstore.Options{Timeout: 5 * time.Second, Fail: failMode(tc.failOpen)})
 			c := ts.dial(t)
 			if got := c.do("CL.THROTTLE", "k", "15", "30", "60"); got != ints(0, 16, 15, -1, 2) {
 				t.Fatalf("with Redis up: %q", got)
@@ -195,4 +196,12 @@ func TestServerFallbacks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failMode is funnel.FailOpen when open, else funnel.FailClosed.
+func failMode(open bool) funnel.FailMode {
+	if open {
+		return funnel.FailOpen
+	}
+	return funnel.FailClosed
 }

@@ -99,11 +99,15 @@ type Config struct {
 	MaxOutputBuffer int
 	// Logger receives connection-level events; nil means slog.Default().
 	Logger *slog.Logger
-	// FailClosed chooses the reply to a decision that the store could not
-	// make and answered fail-closed (a Result with Fallback set and not
-	// Allowed, as the Redis store gives when Redis cannot be reached in
-	// time). The zero value, FailClosedError, is the one that cannot be
-	// mistaken for a decision.
+	// Fail is the answer to a decision that the store could not make
+	// (funnel.Unavailable) and answered with an error; the zero value is
+	// funnel.FailClosed. A store's own fallback (a Result with Fallback
+	// set, as the Redis store gives when Redis cannot be reached in time)
+	// is answered as it is.
+	Fail funnel.FailMode
+	// FailClosed chooses the reply to a fail-closed fallback, Fail's or
+	// the store's own. The zero value, FailClosedError, is the one that
+	// cannot be mistaken for a decision.
 	FailClosed FailClosedReply
 	// Persistence, when not nil, returns the lines ("name:value") of
 	// INFO's Persistence section, as a program that saves the store fills
@@ -141,7 +145,9 @@ const (
 )
 
 // ErrFailClosed is the text of the error reply to a fail-closed fallback
-// under FailClosedError.
+// under FailClosedError, and of every other command that the store could
+// not answer (funnel.Unavailable): the one reply to "the store is down".
+// (redis-cell runs inside Redis and has no reply of its own for it.)
 const ErrFailClosed = "TRYAGAIN store unavailable: the request was not decided"
 
 // fallbackReset is the reset after (the last integer of CL.THROTTLE's reply,
@@ -153,10 +159,6 @@ const ErrFailClosed = "TRYAGAIN store unavailable: the request was not decided"
 // whole limit remaining; FailClosedRefuse is [1, limit, 0, 1, -1], limited
 // with a retry after of 1 s.
 const fallbackReset = -1
-
-// failClosedRetry is the retry after of a fail-closed fallback answered as
-// a refusal.
-const failClosedRetry = time.Second
 
 // NonBlockingStore is a store that may say that its calls never wait on the
 // network, a disk or a lock held for long, as an in-memory store's do. With
