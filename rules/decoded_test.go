@@ -192,3 +192,43 @@ func problems(err error) []string {
 	walk(err)
 	return out
 }
+
+// A decoded configuration's metadata is what a protobuf Struct holds;
+// other numbers are taken as float64, other values refused, and text must
+// be valid UTF-8, as in a file.
+func TestBuildMetadata(t *testing.T) {
+	build := func(md map[string]any) (*Set, error) {
+		return Build([]DomainConfig{{Name: "xds:m", Domain: "m", Descriptors: []DescriptorConfig{{
+			Key: "k", Metadata: md, RateLimit: &RateLimitConfig{Unit: "SECOND", RequestsPerUnit: 1},
+		}}}}, Options{})
+	}
+	r, err := build(map[string]any{"n": 3, "u": uint8(4), "f": float32(0.5), "l": []any{nil, true, "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"n": 3.0, "u": 4.0, "f": 0.5, "l": []any{nil, true, "x"}}
+	if got := r.All()[0].Metadata; !reflect.DeepEqual(got, want) {
+		t.Errorf("metadata %#v, want %#v", got, want)
+	}
+	if r, err := build(map[string]any{}); err != nil || r.All()[0].Metadata != nil {
+		t.Errorf("empty metadata: %v, %v", r, err)
+	}
+	for _, c := range []struct {
+		md   map[string]any
+		want string
+	}{
+		{map[string]any{"a": map[string]any{"b": struct{}{}}}, "rules: xds:m: descriptors[0].metadata.a.b: unsupported metadata value struct {}"},
+		{map[string]any{"a": []any{"\xff"}}, "rules: xds:m: descriptors[0].metadata.a[0]: text is not valid UTF-8"},
+	} {
+		if _, err := build(c.md); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.md, err, c.want)
+		}
+	}
+	deep := map[string]any{}
+	for range 40 {
+		deep = map[string]any{"a": deep}
+	}
+	if _, err := build(deep); err == nil || !strings.Contains(err.Error(), "metadata nested deeper than 32 levels") {
+		t.Errorf("deep metadata: %v", err)
+	}
+}

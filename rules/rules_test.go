@@ -575,3 +575,39 @@ func TestMaxErrors(t *testing.T) {
 		}
 	}
 }
+
+// A value that cannot be read is reported once, not again as the missing
+// value it leaves; and the problems of a file whose domain is missing or
+// unreadable are all reported, not only the domain's.
+func TestRuleErrorsReportedOnce(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"domain: d\ndescriptors:\n  - key: [a]\n", []string{"rules.yaml:3:10: descriptors[0].key: want a string, not a list"}},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: [s], requests_per_unit: 1}\n",
+			[]string{"rules.yaml:4:24: descriptors[0].rate_limit.unit: want a string, not a list"}},
+		{"domain: [d]\ndescriptors:\n  - key: a\n    rate_limit: {period: soon, requests_per_unit: 1}\n", []string{
+			"rules.yaml:1:9: domain: want a string, not a list",
+			`rules.yaml:4:26: descriptors[0].rate_limit.period: want a duration such as 90s or 1h30m, not str "soon"`}},
+		{"descriptors:\n  - key: a\n    bogus: 1\n", []string{
+			"rules.yaml:1:1: domain: a domain is required",
+			"rules.yaml:3:5: descriptors[0].bogus: unknown field"}},
+	} {
+		_, err := parse(t, c.in)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%q) = %v", c.in, err)
+			continue
+		}
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != len(c.want) {
+			t.Errorf("Parse(%q) = %d problems, want %d:\n%v", c.in, len(lines), len(c.want), err)
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("Parse(%q): problem %d is %q, want %q", c.in, i, lines[i], w)
+			}
+		}
+	}
+}
