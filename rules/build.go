@@ -212,7 +212,11 @@ func (b *builder) descriptor(parent *node, d *fileDescriptor, path, domain, pare
 		prev = parent.keyOnly[n.key]
 	}
 	if prev != nil {
-		b.fail(d.Value.At.or(d.Key.At), path, "descriptor %s is already defined at line %d", full[len(domain)+1:], prev.line)
+		where := "" // a configuration not read from a file has no lines
+		if prev.line > 0 {
+			where = fmt.Sprintf(" at line %d", prev.line)
+		}
+		b.fail(d.Value.At.or(d.Key.At), path, "descriptor %s is already defined%s", full[len(domain)+1:], where)
 		return
 	}
 	if d.RateLimit.Set {
