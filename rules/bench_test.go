@@ -53,3 +53,19 @@ func BenchmarkParseLarge(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMatch matches a two-entry descriptor of envoy's examples, the
+// work of every request the rate-limit service decides.
+func BenchmarkMatch(b *testing.B) {
+	r, err := Load("testdata/envoy", Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	es := []Entry{{"message_type", "marketing"}, {"to_number", "2061111111"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := r.Match("messaging", es); !ok {
+			b.Fatal("no match")
+		}
+	}
+}
