@@ -39,13 +39,22 @@ func (b *builder) finish() (*Set, error) {
 		return b.rules, nil
 	}
 	limit := b.opts.MaxErrors
-	if limit == 0 {
+	switch {
+	case limit == 0:
 		limit = defaultMaxErrors
+	case limit < 0 || limit > maxKept:
+		limit = maxKept
 	}
 	errs := b.errs
-	if limit > 0 && len(errs) > limit {
-		more := &Error{File: errs[limit].(*Error).File, Msg: "too many errors"}
-		errs = append(errs[:limit:limit], more)
+	if len(errs) > limit {
+		errs = errs[:limit:limit]
+	}
+	if b.problems > len(errs) {
+		file := b.name // of the first problem left out
+		if len(b.errs) > len(errs) {
+			file = b.errs[len(errs)].(*Error).File
+		}
+		errs = append(errs, &Error{File: file, Msg: "too many errors"})
 	}
 	return nil, errors.Join(errs...)
 }

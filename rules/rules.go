@@ -422,8 +422,8 @@ type Options struct {
 	// domain defined twice is an error.
 	MergeDomains bool
 	// MaxErrors bounds the problems reported for one load (the first
-	// ones, then one that says there were more): 0 means 20, a negative
-	// number no bound.
+	// ones, each file's in the order they are written, then one that says
+	// there were more): 0 means 20, a negative number 10,000.
 	MaxErrors int
 }
 

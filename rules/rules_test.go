@@ -2,6 +2,7 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -573,6 +574,17 @@ func TestMaxErrors(t *testing.T) {
 		if more := strings.Contains(err.Error(), "too many errors"); got != c.want || more != c.more {
 			t.Errorf("MaxErrors %d: %d problems, too many %v; want %d, %v", c.max, got, more, c.want, c.more)
 		}
+	}
+	// No bound is 10,000 problems, then one that says there were more.
+	var b strings.Builder
+	b.WriteString("domain: d\n")
+	for i := range 10005 {
+		fmt.Fprintf(&b, "x%d: 1\n", i)
+	}
+	_, err := Parse(strings.NewReader(b.String()), "r.yaml", Options{MaxErrors: -1})
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 10001 || lines[10000] != "rules: r.yaml: too many errors" || !strings.HasPrefix(lines[9999], "rules: r.yaml:10001:1: x9999: unknown field") {
+		t.Errorf("%d problems, the last two %q", len(lines), lines[len(lines)-2:])
 	}
 }
 
