@@ -186,13 +186,13 @@ func (l *Limit) checkInto(c *Checked) error {
 		return bad(errors.New("concurrency limits do not ban"))
 	}
 	if l.Algorithm != LeakyBucket && l.Delay != 0 {
-		return bad(errors.New("only leaky_bucket takes a delay"))
+		return bad(fieldErr("delay", "only leaky_bucket takes a delay"))
 	}
 	if l.Algorithm != Concurrency && l.UnitDelay != 0 {
-		return bad(errors.New("only concurrency takes a unit delay"))
+		return bad(fieldErr("unit_delay", "only concurrency takes a unit delay"))
 	}
 	if l.Algorithm != FixedWindow && (l.Calendar != NoCalendar || l.Location != nil) {
-		return bad(errors.New("only fixed_window takes a calendar"))
+		return bad(fieldErr("calendar", "only fixed_window takes a calendar"))
 	}
 	var err error
 	switch l.Algorithm {
@@ -223,6 +223,9 @@ func (l *Limit) checkInto(c *Checked) error {
 			err = c.Window.CheckLog()
 		}
 	case Concurrency:
+		if err := checkUnitDelay(l.UnitDelay); err != nil {
+			return bad(err)
+		}
 		var p algo.ConcParams
 		p, err = algo.NewConcParams(l.Count, l.Period, l.Burst, l.UnitDelay)
 		c.Window = p.WindowParams

@@ -1,8 +1,8 @@
 package funnel
 
 import (
+	"errors"
 	"fmt"
-
 	"strings"
 	"sync"
 	"time"
@@ -53,8 +53,9 @@ type Spec struct {
 // LoadLocation): the field at fault and why. It wraps ErrInvalidLimit.
 type SpecError struct {
 	// Field is the field at fault in snake case ("algorithm", "burst",
-	// "delay", "nodelay", "unit_delay", "calendar", "time_zone"), or empty when the limit
-	// as a whole is invalid (Limit.Validate's reasons).
+	// "delay", "nodelay", "unit_delay", "calendar", "time_zone"), or empty
+	// when the limit as a whole is invalid (Limit.Validate's reasons that
+	// concern no one field).
 	Field string
 	// Reason says why, without the field.
 	Reason error
@@ -77,10 +78,41 @@ func specErr(field, format string, args ...any) error {
 	return &SpecError{Field: field, Reason: fmt.Errorf(format, args...)}
 }
 
-// Limit returns the limit that s gives, validated. The error is a
-// *SpecError that names the field at fault.
+// fieldError is an error of Limit.Validate that one option of the limit
+// causes: Spec.Limit reports it as a SpecError of that field.
+type fieldError struct {
+	field  string
+	reason error
+}
+
+func (e *fieldError) Error() string { return e.reason.Error() }
+func (e *fieldError) Unwrap() error { return e.reason }
+
+// fieldErr returns a fieldError of field.
+func fieldErr(field, format string, args ...any) error {
+	return &fieldError{field: field, reason: fmt.Errorf(format, args...)}
+}
+
+// checkUnitDelay checks a concurrency limit's unit delay.
+func checkUnitDelay(d time.Duration) error {
+	switch {
+	case d < 0:
+		return fieldErr("unit_delay", "must not be negative, got %v", d)
+	case d > algo.MaxUnitDelay:
+		return fieldErr("unit_delay", "%v is above the largest, %v", d, algo.MaxUnitDelay)
+	}
+	return nil
+}
+
+// Limit returns the limit that s gives, validated. It reads the names
+// (algorithm, calendar, time zone), gives the burst its default, and
+// refuses what only the text can say wrong: a burst or a delay given to an
+// algorithm that takes none (even 0), both delay and nodelay, a time zone
+// without a calendar; the rest is Limit.Validate's. The error is a
+// *SpecError that names the field at fault, or none when the limit as a
+// whole is invalid.
 func (s Spec) Limit() (Limit, error) {
-	var l Limit
+	l := Limit{Count: s.Count, Period: s.Period, Ban: s.Ban, UnitDelay: s.UnitDelay}
 	if s.Algorithm != "" {
 		a, err := ParseAlgorithm(s.Algorithm)
 		if err != nil {
@@ -88,64 +120,81 @@ func (s Spec) Limit() (Limit, error) {
 		}
 		l.Algorithm = a
 	}
-	l.Count, l.Period, l.Ban = s.Count, s.Period, s.Ban
-	bucket := l.Algorithm == GCRA || l.Algorithm == LeakyBucket
-	switch {
-	case s.Burst != nil && !bucket && l.Algorithm != Concurrency:
-		return Limit{}, specErr("burst", "only gcra, leaky_bucket and concurrency take a burst")
-	case s.Burst != nil:
-		l.Burst = *s.Burst
-	case bucket:
-		l.Burst = max(s.Count-1, 0)
+	var err error
+	if l.Burst, err = s.burst(l.Algorithm); err != nil {
+		return Limit{}, err
 	}
-	if (s.Delay != nil || s.NoDelay) && l.Algorithm != LeakyBucket {
+	if l.Delay, err = s.delay(l.Algorithm); err != nil {
+		return Limit{}, err
+	}
+	if l.Calendar, l.Location, err = s.calendar(); err != nil {
+		return Limit{}, err
+	}
+	if err := l.Validate(); err != nil {
+		if fe := (*fieldError)(nil); errors.As(err, &fe) {
+			return Limit{}, &SpecError{Field: fe.field, Reason: fe.reason}
+		}
+		return Limit{}, &SpecError{Reason: err}
+	}
+	return l, nil
+}
+
+// burst returns the burst of a limit of algorithm a: the one given, or by
+// default Count-1 for a bucket and 0 for the others.
+func (s Spec) burst(a Algorithm) (int64, error) {
+	bucket := a == GCRA || a == LeakyBucket
+	switch {
+	case s.Burst != nil && !bucket && a != Concurrency:
+		return 0, specErr("burst", "only gcra, leaky_bucket and concurrency take a burst")
+	case s.Burst != nil:
+		return *s.Burst, nil
+	case bucket:
+		return max(s.Count-1, 0), nil
+	}
+	return 0, nil
+}
+
+// delay returns the delay of a limit of algorithm a: the one given,
+// NoDelay, or 0.
+func (s Spec) delay(a Algorithm) (int64, error) {
+	switch {
+	case (s.Delay != nil || s.NoDelay) && a != LeakyBucket:
 		field := "delay"
 		if s.Delay == nil {
 			field = "nodelay"
 		}
-		return Limit{}, specErr(field, "only leaky_bucket takes a delay")
-	}
-	switch {
-	case s.UnitDelay != 0 && l.Algorithm != Concurrency:
-		return Limit{}, specErr("unit_delay", "only concurrency takes a unit delay")
-	case s.UnitDelay < 0:
-		return Limit{}, specErr("unit_delay", "must not be negative, got %v", s.UnitDelay)
-	case s.UnitDelay > algo.MaxUnitDelay:
-		return Limit{}, specErr("unit_delay", "%v is above the largest, %v", s.UnitDelay, algo.MaxUnitDelay)
-	}
-	l.UnitDelay = s.UnitDelay
-	switch {
+		return 0, specErr(field, "only leaky_bucket takes a delay")
 	case s.Delay != nil && s.NoDelay:
-		return Limit{}, specErr("delay", "delay and nodelay exclude each other")
+		return 0, specErr("delay", "delay and nodelay exclude each other")
 	case s.NoDelay:
-		l.Delay = NoDelay
+		return NoDelay, nil
 	case s.Delay != nil:
-		l.Delay = *s.Delay
+		return *s.Delay, nil
 	}
+	return 0, nil
+}
+
+// calendar returns the calendar and the time zone that s names.
+func (s Spec) calendar() (Calendar, *time.Location, error) {
+	var (
+		c   Calendar
+		loc *time.Location
+		err error
+	)
 	if s.Calendar != "" {
-		c, err := ParseCalendar(s.Calendar)
-		if err != nil {
-			return Limit{}, err
+		if c, err = ParseCalendar(s.Calendar); err != nil {
+			return NoCalendar, nil, err
 		}
-		if l.Algorithm != FixedWindow {
-			return Limit{}, specErr("calendar", "only fixed_window takes a calendar")
-		}
-		l.Calendar = c
 	}
 	if s.TimeZone != "" {
 		if s.Calendar == "" {
-			return Limit{}, specErr("time_zone", "a time zone goes with a calendar")
+			return NoCalendar, nil, specErr("time_zone", "a time zone goes with a calendar")
 		}
-		loc, err := LoadLocation(s.TimeZone)
-		if err != nil {
-			return Limit{}, err
+		if loc, err = LoadLocation(s.TimeZone); err != nil {
+			return NoCalendar, nil, err
 		}
-		l.Location = loc
 	}
-	if err := l.Validate(); err != nil {
-		return Limit{}, &SpecError{Reason: err}
-	}
-	return l, nil
+	return c, loc, nil
 }
 
 // ParseCalendar returns the calendar named s: "day", "week" or "month".

@@ -95,3 +95,25 @@ func TestLoadLocationCached(t *testing.T) {
 		t.Errorf("a cached zone allocates %v times", n)
 	}
 }
+
+// Limit.Validate says which unit delay is out of range, as Spec.Limit
+// does: the check lives in one place, and Spec.Limit names its field.
+func TestValidateUnitDelay(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Nanosecond, "must not be negative, got -1ns"},
+		{25 * time.Hour, "25h0m0s is above the largest, 24h0m0s"},
+	} {
+		l := funnel.Limit{Algorithm: funnel.Concurrency, Count: 1, Period: time.Second, UnitDelay: c.d}
+		err := l.Validate()
+		if !errors.Is(err, funnel.ErrInvalidLimit) || !strings.HasSuffix(err.Error(), ": "+c.want) {
+			t.Errorf("unit delay %v: %v, want %q", c.d, err, c.want)
+		}
+		_, err = funnel.Spec{Algorithm: "concurrency", Count: 1, Period: time.Second, UnitDelay: c.d}.Limit()
+		if want := "funnel: invalid limit: unit_delay: " + c.want; err == nil || err.Error() != want {
+			t.Errorf("Spec with unit delay %v: %v, want %q", c.d, err, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/leasestore"
 	"github.com/funnelrl/funnel/redisstore"
@@ -96,29 +97,18 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	waitUntil(t, "decisions", func() bool { return allowed.Load() > 100 })
+	eventually.True(t, "decisions", func() bool { return allowed.Load() > 100 })
 	srv.Stop()
-	waitUntil(t, "fallbacks", func() bool { return fallbacks.Load() > 100 })
+	eventually.True(t, "fallbacks", func() bool { return fallbacks.Load() > 100 })
 	srv.MustStart()
 	resumed := allowed.Load()
-	waitUntil(t, "decisions after the restart", func() bool { return allowed.Load() > resumed+100 })
+	eventually.True(t, "decisions after the restart", func() bool { return allowed.Load() > resumed+100 })
 	close(stop)
 	wg.Wait()
 	if errs.Load() > 0 {
 		t.Fatalf("%d errors: a store that cannot decide answers the fallback", errs.Load())
 	}
 	t.Logf("%d admitted, %d fallbacks; %+v", allowed.Load(), fallbacks.Load(), ls.Stats())
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // A Redis that restarts empty while nodes hold leases: the units leased

@@ -1,11 +1,6 @@
 package rules
 
-import (
-	"fmt"
-	"strconv"
-
-	"go.yaml.in/yaml/v3"
-)
+import "fmt"
 
 // DomainConfig is the rules of one domain already decoded from another
 // form than a file, such as the RateLimitConfig resources that a control
@@ -21,17 +16,21 @@ type DomainConfig struct {
 }
 
 // DescriptorConfig is one descriptor of a DomainConfig: the fields of the
-// same names in a rules file. QuotaMode and Metadata are written as a
-// file's quota_mode and metadata are, and checked as theirs are: a field
-// the rules do not take is refused as a file's unknown field is.
+// same names in a rules file. QuotaMode and Metadata are taken as a file's
+// quota_mode and metadata are, and checked as theirs are.
 type DescriptorConfig struct {
-	Key, Value     string
-	RateLimit      *RateLimitConfig // nil: none
-	Descriptors    []DescriptorConfig
-	ShadowMode     bool
+	Key, Value  string
+	RateLimit   *RateLimitConfig // nil: none
+	Descriptors []DescriptorConfig
+	ShadowMode  bool
+	// DetailedMetric is the descriptor's detailed_metric.
 	DetailedMetric bool
 	QuotaMode      bool
-	Metadata       map[string]any // nil: none
+	// Metadata holds what a protobuf Struct holds: nil, bool, float64,
+	// string, []any and map[string]any; other numbers are taken as
+	// float64 and other values refused. nil or empty is none. Build
+	// copies it.
+	Metadata map[string]any
 }
 
 // RateLimitConfig is the rate_limit of a DescriptorConfig. Unit is a unit's
@@ -54,100 +53,44 @@ func Build(configs []DomainConfig, opts Options) (*Set, error) {
 	for _, c := range configs {
 		b.name = c.Name
 		b.rules.files = append(b.rules.files, c.Name)
-		b.domain(c.Name, mappingNode(
-			"domain", strNode(c.Domain),
-			"descriptors", descriptorsNode(c.Descriptors, 0),
-		))
+		d := fileDomain{
+			Domain:      given(c.Domain, c.Domain != ""),
+			Descriptors: given(b.fromConfigs(c.Descriptors, "descriptors"), true),
+		}
+		b.domain(c.Name, &d, pos{})
 	}
 	return b.finish()
 }
 
-// descriptorsNode writes descriptors as the list of a rules file; a list
-// nested deeper than the builder reads is cut there, where the builder
-// reports it.
-func descriptorsNode(ds []DescriptorConfig, depth int) *yaml.Node {
-	n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-	if depth > maxDepth+1 {
-		return n
-	}
-	for _, d := range ds {
-		var kv []any
-		kv = append(kv, "key", strNode(d.Key))
-		if d.Value != "" {
-			kv = append(kv, "value", strNode(d.Value))
+// fromConfigs converts descriptors into the form a file is decoded into,
+// checking their metadata as a file's is.
+func (b *builder) fromConfigs(ds []DescriptorConfig, path string) descriptorList {
+	out := make(descriptorList, len(ds))
+	for i, c := range ds {
+		d := &out[i]
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.Key, d.Value = given(c.Key, c.Key != ""), given(c.Value, c.Value != "")
+		d.ShadowMode, d.DetailedMetric, d.QuotaMode = given(c.ShadowMode, c.ShadowMode), given(c.DetailedMetric, c.DetailedMetric), given(c.QuotaMode, c.QuotaMode)
+		if len(c.Descriptors) > 0 {
+			d.Descriptors = given(b.fromConfigs(c.Descriptors, join(p, "descriptors")), true)
 		}
-		if d.RateLimit != nil {
-			kv = append(kv, "rate_limit", rateLimitNode(d.RateLimit))
+		if c.Metadata != nil {
+			m, ok := b.metaDecoded(c.Metadata, join(p, "metadata"))
+			d.Metadata = field[metadata]{V: m, Set: ok, Bad: !ok}
 		}
-		if len(d.Descriptors) > 0 {
-			kv = append(kv, "descriptors", descriptorsNode(d.Descriptors, depth+1))
+		if r := c.RateLimit; r != nil {
+			rl := fileRateLimit{
+				Unit:            given(r.Unit, r.Unit != ""),
+				RequestsPerUnit: given(r.RequestsPerUnit, !r.Unlimited || r.RequestsPerUnit != 0),
+				Unlimited:       given(r.Unlimited, r.Unlimited),
+				Name:            given(r.Name, r.Name != ""),
+			}
+			for _, name := range r.Replaces {
+				rl.Replaces.V = append(rl.Replaces.V, given(fileReplace{Name: given(name, name != "")}, true))
+			}
+			rl.Replaces.Set = len(r.Replaces) > 0
+			d.RateLimit = given(rl, true)
 		}
-		if d.ShadowMode {
-			kv = append(kv, "shadow_mode", boolNode(true))
-		}
-		if d.DetailedMetric {
-			kv = append(kv, "detailed_metric", boolNode(true))
-		}
-		if d.QuotaMode {
-			kv = append(kv, "quota_mode", boolNode(true))
-		}
-		if d.Metadata != nil {
-			kv = append(kv, "metadata", valueNode(d.Metadata))
-		}
-		n.Content = append(n.Content, mappingNode(kv...))
 	}
-	return n
-}
-
-// rateLimitNode writes a rate_limit block.
-func rateLimitNode(r *RateLimitConfig) *yaml.Node {
-	var kv []any
-	if r.Unit != "" {
-		kv = append(kv, "unit", strNode(r.Unit))
-	}
-	if !r.Unlimited || r.RequestsPerUnit != 0 {
-		kv = append(kv, "requests_per_unit", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatUint(uint64(r.RequestsPerUnit), 10)})
-	}
-	if r.Unlimited {
-		kv = append(kv, "unlimited", boolNode(true))
-	}
-	if r.Name != "" {
-		kv = append(kv, "name", strNode(r.Name))
-	}
-	if len(r.Replaces) > 0 {
-		list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		for _, name := range r.Replaces {
-			list.Content = append(list.Content, mappingNode("name", strNode(name)))
-		}
-		kv = append(kv, "replaces", list)
-	}
-	return mappingNode(kv...)
-}
-
-// mappingNode makes a mapping of key, value pairs: a string, then a node.
-func mappingNode(kv ...any) *yaml.Node {
-	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	for i := 0; i+1 < len(kv); i += 2 {
-		n.Content = append(n.Content, strNode(kv[i].(string)), kv[i+1].(*yaml.Node))
-	}
-	return n
-}
-
-// valueNode writes a decoded value (maps, lists, strings, numbers, bools,
-// nil: what a protobuf Struct holds) as YAML would decode to it.
-func valueNode(v any) *yaml.Node {
-	var n yaml.Node
-	if err := n.Encode(v); err != nil {
-		// Only values of other kinds fail, which a Struct never holds.
-		return strNode(fmt.Sprint(v))
-	}
-	return &n
-}
-
-func strNode(s string) *yaml.Node {
-	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
-}
-
-func boolNode(v bool) *yaml.Node {
-	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v)}
+	return out
 }

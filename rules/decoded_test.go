@@ -2,7 +2,10 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -102,10 +105,15 @@ func TestBuildErrors(t *testing.T) {
 			[]string{"rules: a: descriptors[0].key: a descriptor needs a key"}},
 		{[]DomainConfig{{Name: "a", Domain: "d", Descriptors: []DescriptorConfig{{Key: "k", RateLimit: &RateLimitConfig{Unlimited: true, Unit: "SECOND"}}}}},
 			[]string{"rules: a: descriptors[0].rate_limit.unit: an unlimited rule takes no unit"}},
+		{[]DomainConfig{{Name: "a", Domain: "d", Descriptors: []DescriptorConfig{{Key: "k", Value: "v"}, {Key: "k", Value: "v"}}}},
+			[]string{"rules: a: descriptors[1]: descriptor k_v is already defined\n"}},
 		{[]DomainConfig{{Name: "a", Domain: "d"}, {Name: "b", Domain: "d"}},
 			[]string{`rules: b: domain: domain "d" is already defined in a`}},
 	} {
 		_, err := Build(c.cfgs, Options{})
+		if err != nil {
+			err = fmt.Errorf("%w\n", err) // so that a want can end with the problem
+		}
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v", c.cfgs, err)
 			continue
@@ -191,4 +199,170 @@ func problems(err error) []string {
 	}
 	walk(err)
 	return out
+}
+
+// A decoded configuration's metadata is what a protobuf Struct holds;
+// other numbers are taken as float64, other values refused, and text must
+// be valid UTF-8, as in a file.
+func TestBuildMetadata(t *testing.T) {
+	build := func(md map[string]any) (*Set, error) {
+		return Build([]DomainConfig{{Name: "xds:m", Domain: "m", Descriptors: []DescriptorConfig{{
+			Key: "k", Metadata: md, RateLimit: &RateLimitConfig{Unit: "SECOND", RequestsPerUnit: 1},
+		}}}}, Options{})
+	}
+	r, err := build(map[string]any{"n": 3, "u": uint8(4), "f": float32(0.5), "l": []any{nil, true, "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"n": 3.0, "u": 4.0, "f": 0.5, "l": []any{nil, true, "x"}}
+	if got := r.All()[0].Metadata; !reflect.DeepEqual(got, want) {
+		t.Errorf("metadata %#v, want %#v", got, want)
+	}
+	if r, err := build(map[string]any{}); err != nil || r.All()[0].Metadata != nil {
+		t.Errorf("empty metadata: %v, %v", r, err)
+	}
+	for _, c := range []struct {
+		md   map[string]any
+		want string
+	}{
+		{map[string]any{"a": map[string]any{"b": struct{}{}}}, "rules: xds:m: descriptors[0].metadata.a.b: unsupported metadata value struct {}"},
+		{map[string]any{"a": []any{"\xff"}}, "rules: xds:m: descriptors[0].metadata.a[0]: text is not valid UTF-8"},
+	} {
+		if _, err := build(c.md); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.md, err, c.want)
+		}
+	}
+	deep := map[string]any{}
+	for range 40 {
+		deep = map[string]any{"a": deep}
+	}
+	if _, err := build(deep); err == nil || !strings.Contains(err.Error(), "metadata nested deeper than 32 levels") {
+		t.Errorf("deep metadata: %v", err)
+	}
+}
+
+// fuzzConfig reads a domain's descriptors from data, a few bytes each, and
+// writes them as a rules file would, so that Build and Parse can be
+// compared on the same rules.
+type fuzzConfig struct {
+	data []byte
+	yaml strings.Builder
+}
+
+func (f *fuzzConfig) next(n int) int {
+	if len(f.data) == 0 {
+		return 0
+	}
+	b := f.data[0]
+	f.data = f.data[1:]
+	return int(b) % n
+}
+
+func (f *fuzzConfig) descriptors(depth int, indent string) []DescriptorConfig {
+	var out []DescriptorConfig
+	for range f.next(4) {
+		if len(f.data) == 0 {
+			break
+		}
+		var d DescriptorConfig
+		d.Key = []string{"a", "b", "", "c"}[f.next(4)]
+		d.Value = []string{"", "x", "y*", "*", "x*y*z"}[f.next(5)]
+		flags := f.next(256)
+		d.ShadowMode, d.DetailedMetric, d.QuotaMode = flags&1 != 0, flags&2 != 0, flags&4 != 0
+		fmt.Fprintf(&f.yaml, "%s- key: %q\n", indent, d.Key)
+		in := indent + "  "
+		if d.Value != "" {
+			fmt.Fprintf(&f.yaml, "%svalue: %q\n", in, d.Value)
+		}
+		for _, b := range []struct {
+			name string
+			on   bool
+		}{{"shadow_mode", d.ShadowMode}, {"detailed_metric", d.DetailedMetric}, {"quota_mode", d.QuotaMode}} {
+			if b.on {
+				fmt.Fprintf(&f.yaml, "%s%s: true\n", in, b.name)
+			}
+		}
+		if flags&8 != 0 {
+			d.Metadata = map[string]any{"n": float64(flags), "s": d.Value, "l": []any{true, nil}}
+			fmt.Fprintf(&f.yaml, "%smetadata: {n: %d, s: %q, l: [true, null]}\n", in, flags, d.Value)
+		}
+		if flags&16 != 0 {
+			r := &RateLimitConfig{
+				Unit:            []string{"", "SECOND", "minute", "HOUR", "day", "fortnight", "UNKNOWN"}[f.next(7)],
+				RequestsPerUnit: uint32(f.next(3) * 5),
+				Unlimited:       flags&32 != 0,
+				Name:            []string{"", "n1", "n2"}[f.next(3)],
+			}
+			fmt.Fprintf(&f.yaml, "%srate_limit:\n", in)
+			if r.Unit != "" {
+				fmt.Fprintf(&f.yaml, "%s  unit: %q\n", in, r.Unit)
+			}
+			if !r.Unlimited || r.RequestsPerUnit != 0 {
+				fmt.Fprintf(&f.yaml, "%s  requests_per_unit: %d\n", in, r.RequestsPerUnit)
+			}
+			if r.Unlimited {
+				fmt.Fprintf(&f.yaml, "%s  unlimited: true\n", in)
+			}
+			if r.Name != "" {
+				fmt.Fprintf(&f.yaml, "%s  name: %q\n", in, r.Name)
+			}
+			if flags&64 != 0 {
+				r.Replaces = []string{[]string{"", "n1", "n2"}[f.next(3)]}
+				fmt.Fprintf(&f.yaml, "%s  replaces: [{name: %q}]\n", in, r.Replaces[0])
+			}
+			d.RateLimit = r
+		}
+		if flags&128 != 0 && depth < 4 {
+			fmt.Fprintf(&f.yaml, "%sdescriptors:\n", in)
+			if d.Descriptors = f.descriptors(depth+1, in+"  "); len(d.Descriptors) == 0 {
+				f.yaml.WriteString(in + "  []\n")
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// A configuration built from descriptors makes the rules, or the problems
+// (fields and reasons), that the file which says the same makes.
+func FuzzBuildAsParse(f *testing.F) {
+	f.Add([]byte{3, 0, 1, 16 | 8, 1, 2, 1, 1, 1, 2, 144, 2, 0, 1, 3, 1, 3, 0})
+	f.Add([]byte{2, 2, 0, 16, 5, 1, 0, 0, 1, 48, 0, 0, 2})
+	f.Add([]byte{3, 1, 3, 16 | 64 | 128, 4, 2, 1, 1, 2, 0, 2, 1, 0, 16 | 32, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fc := &fuzzConfig{data: data}
+		fc.yaml.WriteString("domain: d\ndescriptors:\n")
+		ds := fc.descriptors(0, "  ")
+		if len(ds) == 0 {
+			fc.yaml.WriteString("  []\n")
+		}
+		parsed, perr := Parse(strings.NewReader(fc.yaml.String()), "f.yaml", Options{MaxErrors: -1})
+		built, berr := Build([]DomainConfig{{Name: "xds:f", Domain: "d", Descriptors: ds}}, Options{MaxErrors: -1})
+		if (perr == nil) != (berr == nil) {
+			t.Fatalf("%s\nparsed: %v\nbuilt: %v", fc.yaml.String(), perr, berr)
+		}
+		if perr != nil {
+			pe, be := problems(perr), problems(berr)
+			for i, e := range pe { // a configuration has no lines to name
+				pe[i] = regexp.MustCompile(` at line \d+$`).ReplaceAllString(e, "")
+			}
+			slices.Sort(pe)
+			slices.Sort(be)
+			if !slices.Equal(pe, be) {
+				t.Fatalf("%s\nparsed:\n%s\nbuilt:\n%s", fc.yaml.String(), strings.Join(pe, "\n"), strings.Join(be, "\n"))
+			}
+			return
+		}
+		p, b := parsed.All(), built.All()
+		if len(p) != len(b) {
+			t.Fatalf("%s\n%d rules built, %d parsed", fc.yaml.String(), len(b), len(p))
+		}
+		for i := range p {
+			pr, br := *p[i], *b[i]
+			pr.File, pr.Line, br.File, br.Line = "", 0, "", 0
+			if !reflect.DeepEqual(pr, br) {
+				t.Fatalf("%s\nrule %d:\nbuilt  %+v\nparsed %+v", fc.yaml.String(), i, br, pr)
+			}
+		}
+	})
 }

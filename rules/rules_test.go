@@ -2,6 +2,7 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -572,6 +573,53 @@ func TestMaxErrors(t *testing.T) {
 		got := strings.Count(err.Error(), "unknown field")
 		if more := strings.Contains(err.Error(), "too many errors"); got != c.want || more != c.more {
 			t.Errorf("MaxErrors %d: %d problems, too many %v; want %d, %v", c.max, got, more, c.want, c.more)
+		}
+	}
+	// No bound is 10,000 problems, then one that says there were more.
+	var b strings.Builder
+	b.WriteString("domain: d\n")
+	for i := range 10005 {
+		fmt.Fprintf(&b, "x%d: 1\n", i)
+	}
+	_, err := Parse(strings.NewReader(b.String()), "r.yaml", Options{MaxErrors: -1})
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 10001 || lines[10000] != "rules: r.yaml: too many errors" || !strings.HasPrefix(lines[9999], "rules: r.yaml:10001:1: x9999: unknown field") {
+		t.Errorf("%d problems, the last two %q", len(lines), lines[len(lines)-2:])
+	}
+}
+
+// A value that cannot be read is reported once, not again as the missing
+// value it leaves; and the problems of a file whose domain is missing or
+// unreadable are all reported, not only the domain's.
+func TestRuleErrorsReportedOnce(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"domain: d\ndescriptors:\n  - key: [a]\n", []string{"rules.yaml:3:10: descriptors[0].key: want a string, not a list"}},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: [s], requests_per_unit: 1}\n",
+			[]string{"rules.yaml:4:24: descriptors[0].rate_limit.unit: want a string, not a list"}},
+		{"domain: [d]\ndescriptors:\n  - key: a\n    rate_limit: {period: soon, requests_per_unit: 1}\n", []string{
+			"rules.yaml:1:9: domain: want a string, not a list",
+			`rules.yaml:4:26: descriptors[0].rate_limit.period: want a duration such as 90s or 1h30m, not str "soon"`}},
+		{"descriptors:\n  - key: a\n    bogus: 1\n", []string{
+			"rules.yaml:1:1: domain: a domain is required",
+			"rules.yaml:3:5: descriptors[0].bogus: unknown field"}},
+	} {
+		_, err := parse(t, c.in)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%q) = %v", c.in, err)
+			continue
+		}
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != len(c.want) {
+			t.Errorf("Parse(%q) = %d problems, want %d:\n%v", c.in, len(lines), len(c.want), err)
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("Parse(%q): problem %d is %q, want %q", c.in, i, lines[i], w)
+			}
 		}
 	}
 }

@@ -54,10 +54,12 @@ func TestRulesCheck(t *testing.T) {
 		{args: []string{"rules", "check", bad}, code: 1, stderr: []string{
 			bad + `:4:24: descriptors[0].rate_limit.unit: invalid rate limit unit "fortnight" (want second, minute, hour, day, week, month or year)`,
 			bad + `:5:5: descriptors[1].key: a descriptor needs a key`,
+			bad + `:6:18: descriptors[1].shadow_mode: want true or false, not str "yes"`,
 		}},
 		{args: []string{"rules", "check", good, bad, upstreamConfigs + "bad_yaml.yaml"}, code: 1, stdout: good + ": ok", stderr: []string{
 			bad + `:4:24: descriptors[0].rate_limit.unit: invalid rate limit unit`,
 			bad + `:5:5: descriptors[1].key: a descriptor needs a key`,
+			bad + `:6:18: descriptors[1].shadow_mode: want true or false`,
 			upstreamConfigs + "bad_yaml.yaml:2:1: found unexpected end of stream",
 		}},
 		{args: []string{"rules", "check", upstreamConfigs + "misspelled_key2.yaml"}, code: 1, stderr: []string{
