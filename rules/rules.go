@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,6 +77,11 @@ type Rule struct {
 	// FullKey is the rule's place in the tree as envoy names it in its
 	// statistics: "domain.key_value.subkey". It is unique in a Set.
 	FullKey string
+	// Path is the rule's place in the tree as entries: the key and value
+	// of each descriptor from the domain's first level down to the rule's
+	// own (Value empty for a descriptor that matches any value of its
+	// key). It must not be modified.
+	Path []Entry
 	// Name is rate_limit.name, used by replaces.
 	Name string
 	// Replaces lists the names of the rules this one replaces.
@@ -212,6 +218,7 @@ type node struct {
 	valueToMetric  bool
 	detailedMetric bool
 	line           int
+	path           []Entry // from the domain's first level down to this one
 
 	exact     map[Entry]*node // children with a value, wildcards by their literal value too
 	keyOnly   map[string]*node
@@ -892,6 +899,7 @@ func (b *builder) descriptor(parent *node, n *yaml.Node, path, domain, parentKey
 	if strings.Contains(d.value, "*") {
 		d.wildcard, d.parts = true, strings.Split(d.value, "*")
 	}
+	d.path = append(slices.Clip(parent.path), Entry{d.key, d.value})
 	d.shareThreshold = b.boolean(f["share_threshold"], join(path, "share_threshold"))
 	d.valueToMetric = b.boolean(f["value_to_metric"], join(path, "value_to_metric"))
 	d.detailedMetric = b.boolean(f["detailed_metric"], join(path, "detailed_metric"))
@@ -923,6 +931,7 @@ func (b *builder) descriptor(parent *node, n *yaml.Node, path, domain, parentKey
 			d.rule.ShadowMode, d.rule.QuotaMode, d.rule.Metadata = shadow, quota, metadata
 			d.rule.DetailedMetric = d.detailedMetric
 			d.rule.File, d.rule.Line = b.name, n.Line
+			d.rule.Path = d.path
 			b.rules.rules = append(b.rules.rules, d.rule)
 		}
 	}
