@@ -86,6 +86,25 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#live")),
 		poll(`document.getElementById("clock").textContent !== "—"`),
 	)
+	// The rules as a tree, rendered by the server: domain, descriptors,
+	// nested descriptors, each rule's rate, algorithm and mode.
+	tree, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
+		const d = document.querySelector('#rules-tree > li.domain[data-domain="messaging"]');
+		const mt = d.querySelector(':scope > ul > li[data-descriptor="message_type=marketing"]');
+		const rule = (li) => [li.querySelector(':scope > code.entry').textContent, li.querySelector(':scope > .rule .rate').textContent,
+			li.querySelector(':scope > .rule .tag.algorithm').textContent, [...li.querySelectorAll(':scope > .rule .tag.mode')].map(e => e.textContent).join()].join(" | ");
+		return [mt.querySelector(':scope > code.entry').textContent, String(mt.querySelector(':scope > .rule') === null),
+			rule(mt.querySelector(':scope > ul > li[data-descriptor="to_number"]')),
+			rule(mt.querySelector(':scope > ul > li[data-descriptor="from_number"]')),
+			rule(d.querySelector(':scope > ul > li[data-descriptor="auth=login"]'))];
+	})()`))
+	wantTree := []string{"message_type = marketing", "true",
+		"to_number (any value) | 5 per 24h0m0s | fixed_window | ",
+		"from_number (any value) | 10 per 1m0s, burst 2 | gcra | quota mode",
+		"auth = login | 3 per 1s | sliding_window | shadow mode"}
+	if err != nil || strings.Join(tree, "\n") != strings.Join(wantTree, "\n") {
+		t.Fatalf("rules tree = %q, %v; want %q", tree, err, wantTree)
+	}
 	before, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#total-decisions")))
 	if err != nil || before != "0" {
 		t.Fatalf("decisions before the traffic = %q, %v", before, err)

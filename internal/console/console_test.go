@@ -18,6 +18,7 @@ import (
 	"github.com/funnelrl/funnel/internal/testlog"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
+	"github.com/funnelrl/funnel/rules"
 )
 
 // stack is what the daemon mounts: the HTTP API behind the credentials,
@@ -31,6 +32,24 @@ type stack struct {
 
 const password = "s3cret-pass"
 
+// stackRules are the rules of the stack's console: nested descriptors,
+// each algorithm's name, shadow and quota mode.
+const stackRules = `domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+      - key: from_number
+        quota_mode: true
+        rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 10, burst: 2}
+  - key: auth
+    value: login
+    shadow_mode: true
+    rate_limit: {algorithm: sliding_window, unit: second, requests_per_unit: 3}
+`
+
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	store := memstore.New(memstore.Options{})
@@ -42,7 +61,12 @@ func newStack(t *testing.T) *stack {
 	log, buf := testlog.New(nil)
 	api := httpapi.New(lim, httpapi.Options{Observe: m.Observer("http"), Metrics: m.Handler()})
 	guard := creds.Middleware(auth.HTTPOptions{Exempt: auth.HealthPaths})
+	set, err := rules.Parse(strings.NewReader(stackRules), "rules.yaml", rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := console.New(console.Options{Limiter: funnel.New(store), Store: store, Credentials: creds, Top: top,
+		Rules:    func() *rules.Set { return set },
 		Gatherer: m.Registry(), StoreName: "memory", Keys: store.Len, Logger: log,
 		StoreStats: func() map[string]float64 { return map[string]float64{"evicted": float64(store.Stats().Evicted)} }})
 	t.Cleanup(c.Close)
