@@ -84,6 +84,9 @@ type Options struct {
 	// Top is the sketch of refused keys the edges record into (see
 	// Watch); nil shows none.
 	Top *Top
+	// Decisions are the rules' decisions by edge, which the edges that
+	// decide under rules count into; nil shows none.
+	Decisions *Decisions
 	// Gatherer is the metrics registry the live view samples every second
 	// (metrics.Metrics.Registry()); nil shows no rates.
 	Gatherer prometheus.Gatherer
@@ -179,7 +182,7 @@ func New(opts Options) *Server {
 		s.now = time.Now
 	}
 	s.pages = template.Must(template.New("").Funcs(template.FuncMap{"ms": ms}).ParseFS(assets, "assets/*.html"))
-	s.live = newSampler(opts.Gatherer, opts.Top, s.now)
+	s.live = newSampler(opts.Gatherer, opts.Top, opts.Decisions, s.now)
 	s.live.start(time.Second)
 	static, _ := fs.Sub(assets, "assets")
 	s.mux = http.NewServeMux()

@@ -42,11 +42,12 @@ type histogram struct {
 // sampler reads the metrics registry every second and keeps each
 // decisions counter's rate over the last LivePoints seconds.
 type sampler struct {
-	g    prometheus.Gatherer
-	top  *Top // advanced at every sample
-	now  func() time.Time
-	quit chan struct{}
-	done chan struct{}
+	g     prometheus.Gatherer
+	top   *Top       // advanced at every sample
+	rules *Decisions // the rules' decisions by edge
+	now   func() time.Time
+	quit  chan struct{}
+	done  chan struct{}
 
 	mu      sync.Mutex
 	series  map[seriesKey]*series
@@ -58,13 +59,13 @@ type sampler struct {
 	clients map[string]float64
 }
 
-func newSampler(g prometheus.Gatherer, top *Top, now func() time.Time) *sampler {
-	return &sampler{g: g, top: top, now: now, series: map[seriesKey]*series{}, gauges: map[string]float64{}, clients: map[string]float64{}}
+func newSampler(g prometheus.Gatherer, top *Top, rules *Decisions, now func() time.Time) *sampler {
+	return &sampler{g: g, top: top, rules: rules, now: now, series: map[seriesKey]*series{}, gauges: map[string]float64{}, clients: map[string]float64{}}
 }
 
 // start samples every step until stop.
 func (s *sampler) start(step time.Duration) {
-	if s.g == nil && s.top == nil {
+	if s.g == nil && s.top == nil && s.rules == nil {
 		return
 	}
 	s.quit, s.done = make(chan struct{}), make(chan struct{})
@@ -90,16 +91,6 @@ func (s *sampler) stop() {
 		<-s.done
 		s.quit = nil
 	}
-}
-
-// edgeOf names the edge of a decisions_total rule label: the HTTP API
-// counts its decisions under "http", the rate-limit service under its
-// rules' names.
-func edgeOf(rule string) string {
-	if rule == "http" {
-		return "http"
-	}
-	return "grpc"
 }
 
 func label(m *dto.Metric, name string) string {
@@ -137,12 +128,12 @@ func kept(name string) bool {
 // sample reads the registry once and adds one point to every series.
 func (s *sampler) sample() {
 	s.top.Advance()
-	if s.g == nil {
-		return
-	}
-	mfs, err := s.g.Gather()
-	if err != nil && len(mfs) == 0 {
-		return
+	var mfs []*dto.MetricFamily
+	if s.g != nil {
+		var err error
+		if mfs, err = s.g.Gather(); err != nil && len(mfs) == 0 {
+			return
+		}
 	}
 	counts := map[seriesKey]float64{}
 	gauges := map[string]float64{}
@@ -153,8 +144,11 @@ func (s *sampler) sample() {
 		for _, m := range mf.GetMetric() {
 			switch {
 			case name == "funnel_decisions_total":
-				rule := label(m, "rule")
-				counts[seriesKey{edgeOf(rule), rule, label(m, "outcome")}] += value(m)
+				// The HTTP API's, counted under the rule "http"; the
+				// rules' come from Decisions, by edge.
+				if rule := label(m, "rule"); rule == "http" {
+					counts[seriesKey{"http", rule, label(m, "outcome")}] += value(m)
+				}
 			case name == "funnel_resp_decisions_total":
 				counts[seriesKey{"resp", "resp", label(m, "outcome")}] += value(m)
 			case name == "funnel_connected_clients":
@@ -183,6 +177,7 @@ func (s *sampler) sample() {
 			}
 		}
 	}
+	s.rules.each(func(k seriesKey, n uint64) { counts[k] += float64(n) })
 	for edge, n := range s.top.Delayed() {
 		// The edge's delayed decisions, counted among its allowed too.
 		counts[seriesKey{edge, edge, "delayed"}] += float64(n)

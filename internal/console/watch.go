@@ -29,13 +29,23 @@ func Watch(s funnel.Store, top *Top, edge string) funnel.Store {
 	return &Watched{inner: s, top: top, edge: edge, delayed: top.delayCounter(edge)}
 }
 
+// WatchRefusals is Watch for an edge whose decisions are counted by rule
+// (Decisions), delayed ones included: it records refusals in top and
+// counts nothing else.
+func WatchRefusals(s funnel.Store, top *Top, edge string) funnel.Store {
+	if top == nil {
+		return s
+	}
+	return &Watched{inner: s, top: top, edge: edge}
+}
+
 // Watched is a funnel.Store that records the refusals of the store it
 // wraps in a Top. Build one with Watch.
 type Watched struct {
 	inner   funnel.Store
 	top     *Top
 	edge    string
-	delayed *atomic.Uint64 // admitted with a delay (never by TakeFunnel)
+	delayed *atomic.Uint64 // admitted with a delay; nil: not counted here
 }
 
 var (
@@ -72,7 +82,7 @@ func (w *Watched) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 		case ops[i].Kind != funnel.OpTake || r.Fallback:
 		case !r.Allowed:
 			w.top.Record(w.edge, ruleOf(&ops[i].Limit), ops[i].Key)
-		case r.Delay > 0:
+		case r.Delay > 0 && w.delayed != nil:
 			w.delayed.Add(1)
 		}
 	}
@@ -143,7 +153,7 @@ func (w *Watched) Observe(_ context.Context, key string, c funnel.Checked, r fun
 		if wt := w.top.weight(uint64(r.ResetAfter) ^ uint64(r.RetryAfter)<<1); wt > 0 {
 			w.top.record(w.edge, ruleOf(&c), key, wt)
 		}
-	case r.Delay > 0:
+	case r.Delay > 0 && w.delayed != nil:
 		w.delayed.Add(1)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel/internal/console"
+	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
 
@@ -150,4 +152,31 @@ func TestDaemonConsoleRules(t *testing.T) {
 		!strings.HasPrefix(top.Entries[0].Key, "api_user_bob") {
 		t.Fatalf("top = %s", body)
 	}
+	// The same rule over the HTTP listener's /json: its refusals under
+	// the edge http, and every decision by edge, rule and outcome in the
+	// live view.
+	for range 3 {
+		httpDo(t, "POST", base+"/json", "", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"carol"}]}]}`)
+	}
+	_, body = httpDo(t, "GET", base+"/ui/api/top?edge=http", "", "")
+	if err := json.Unmarshal([]byte(body), &top); err != nil || len(top.Entries) != 1 || top.Entries[0].Count != 1 ||
+		!strings.HasPrefix(top.Entries[0].Key, "api_user_carol") {
+		t.Fatalf("top of http = %s", body)
+	}
+	want := map[string]float64{"grpc api.user allowed": 2, "grpc api.user refused": 2, "http api.user allowed": 2, "http api.user refused": 1}
+	var got map[string]float64
+	eventually.True(t, "the rule's decisions by edge in the live view", func() bool {
+		var live console.LiveReply
+		_, body := httpDo(t, "GET", base+"/ui/api/live?points=60", "", "")
+		if err := json.Unmarshal([]byte(body), &live); err != nil {
+			t.Fatal(err)
+		}
+		got = map[string]float64{}
+		for _, s := range live.Series {
+			if s.Rule == "api.user" {
+				got[s.Edge+" "+s.Rule+" "+s.Outcome] = s.Total
+			}
+		}
+		return maps.Equal(got, want)
+	})
 }
