@@ -33,6 +33,7 @@ var decorators = []struct {
 		return tracing.WrapStore(metrics.InstrumentStore(s, metrics.New(metrics.Options{})), noop.NewTracerProvider())
 	}, false},
 	{"console", func(s funnel.Store) funnel.Store { return console.Watch(s, console.NewTop(nil), "resp") }, true},
+	{"console timing", func(s funnel.Store) funnel.Store { return console.Time(s, new(console.Latency)) }, false},
 	{"console(tracing)", func(s funnel.Store) funnel.Store {
 		return console.Watch(tracing.WrapStore(s, noop.NewTracerProvider()), console.NewTop(nil), "resp")
 	}, false},

@@ -87,6 +87,10 @@ type Options struct {
 	// Decisions are the rules' decisions by edge, which the edges that
 	// decide under rules count into; nil shows none.
 	Decisions *Decisions
+	// Latency is the store's decision latency (see Time), whose p50 and
+	// p99 the live view shows; nil shows the metrics' store latency
+	// histogram's buckets instead, if it has one.
+	Latency *Latency
 	// Gatherer is the metrics registry the live view samples every second
 	// (metrics.Metrics.Registry()); nil shows no rates.
 	Gatherer prometheus.Gatherer

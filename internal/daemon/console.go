@@ -46,6 +46,14 @@ func (d *Daemon) openConsole() {
 				"expired": float64(st.Expired), "bytes": float64(st.Bytes)}
 		}
 	}
+	var lat *console.Latency
+	if d.cfg.Store != "memory" {
+		// A network store's decisions are timed for the console's p50
+		// and p99: two clock reads beside a round trip.
+		lat = new(console.Latency)
+		d.store = console.Time(d.store, lat)
+		d.lim = funnel.New(d.store)
+	}
 	decisions := new(console.Decisions)
 	d.console = &consoleParts{top: top, rules: decisions, srv: console.New(console.Options{
 		Limiter:     d.lim,
@@ -53,6 +61,7 @@ func (d *Daemon) openConsole() {
 		Credentials: d.sec.creds,
 		Top:         top,
 		Decisions:   decisions,
+		Latency:     lat,
 		Gatherer:    d.metrics.Registry(),
 		Rules:       d.rules,
 		StoreName:   name,

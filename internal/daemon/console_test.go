@@ -93,8 +93,18 @@ func TestDaemonConsole(t *testing.T) {
 			if code, page := get("/ui/", ""); code != 200 || !strings.Contains(page, `id="login"`) || strings.Contains(page, "pw") && strings.Contains(page, `value="pw"`) {
 				t.Errorf("/ui/ = %d %s", code, page)
 			}
-			if code, body := get("/ui/api/live", "Bearer pw"); code != 200 || strings.Contains(body, srv.Addr) {
+			code, body = get("/ui/api/live", "Bearer pw")
+			if code != 200 || strings.Contains(body, srv.Addr) {
 				t.Errorf("live = %d %s", code, body)
+			}
+			// A Redis store's decisions are timed: p50 and p99 within
+			// 0.8 %; the memory store's are not.
+			var live console.LiveReply
+			if err := json.Unmarshal([]byte(body), &live); err != nil {
+				t.Fatal(err)
+			}
+			if timed := live.StoreLatencyCalls > 0 && live.StoreP50MS != nil && *live.StoreP50MS > 0 && *live.StoreP99MS >= *live.StoreP50MS; timed != (tc.store != "memory") {
+				t.Errorf("store latency: %d calls, p50 %v, p99 %v", live.StoreLatencyCalls, live.StoreP50MS, live.StoreP99MS)
 			}
 		})
 	}
