@@ -327,6 +327,9 @@ func (l *Limiter) do1(ctx context.Context, kind OpKind, key string, c *Checked, 
 	op := &b.ops[0]
 	op.Kind, op.Key, op.Limit, op.N, op.Lease, op.Latency = kind, key, *c, n, lease, latency
 	err := l.store.Do(ctx, b.ops[:], b.res[:])
+	if l.obs != nil && err == nil {
+		l.observeOps(ctx, b.ops[:], b.res[:])
+	}
 	r := b.res[0]
 	// Keep no key, lease or time zone alive.
 	op.Key, op.Lease, op.Limit.Location = "", "", nil
@@ -399,6 +402,9 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 			err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
 		}
 		return MultiResult{}, err
+	}
+	if l.obs != nil {
+		l.observeOps(ctx, ops, m.Results)
 	}
 	m.Allowed = true
 	for i, r := range m.Results {

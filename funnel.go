@@ -290,7 +290,9 @@ type Store interface {
 //
 // A store that wraps another and observes its decisions (metrics, traces,
 // leases) must not pass its inner store's TakeFunnel through: the Limiter
-// would then decide around the wrapper.
+// would then decide around the wrapper. A wrapper that only observes the
+// results can offer ObservingStore instead: the Limiter then decides
+// through the inner store's TakeFunnel and tells the wrapper's Observer.
 type FunnelTaker interface {
 	TakeFunnel(ctx context.Context, key string, p gcra.Params, n int64) (Result, error)
 }
@@ -298,14 +300,23 @@ type FunnelTaker interface {
 // Limiter applies limits to keys through a Store. It is safe for concurrent
 // use; the zero Limiter is not usable, build one with New.
 type Limiter struct {
-	store Store
+	store Store       // decides
+	given Store       // as given to New: store, or an ObservingStore over it
 	fast  FunnelTaker // store's, when it has one
+	obs   Observer    // told of the decisions that are not plain admissions
 }
 
-// New returns a Limiter over store.
+// New returns a Limiter over store. Over an ObservingStore it decides on
+// the store that it wraps and tells its Observer (see ObservingStore).
 func New(store Store) *Limiter {
+	if os, ok := store.(ObservingStore); ok {
+		inner, o := os.Observed()
+		l := New(inner).WithObserver(o)
+		l.given = store
+		return l
+	}
 	fast, _ := store.(FunnelTaker)
-	return &Limiter{store: store, fast: fast}
+	return &Limiter{store: store, given: store, fast: fast}
 }
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
@@ -321,13 +332,20 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 //
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (r Result, err error) {
 	if l.fast != nil && n >= 0 && limit.plainFunnel() {
 		p, err := limit.gcraParams()
 		if err != nil {
 			return Result{}, err
 		}
-		return l.fast.TakeFunnel(ctx, key, p, n)
+		if l.obs == nil {
+			return l.fast.TakeFunnel(ctx, key, p, n)
+		}
+		r, err = l.fast.TakeFunnel(ctx, key, p, n)
+		if (!r.Allowed || r.Fallback) && err == nil { // a funnel has no Delay
+			l.observeFunnel(ctx, key, &limit, &p, &r)
+		}
+		return r, err
 	}
 	if err := checkN(n); err != nil {
 		if err := limit.Validate(); err != nil {
@@ -347,9 +365,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 // |n| units are given back and the answer is a decision, never past a full
 // bucket (redis-cell's refund idiom, CL.THROTTLE key b c p -1). Other limits
 // take no negative n.
-func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (Result, error) {
+func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (r Result, err error) {
 	if l.fast != nil && c.plainFunnel() {
-		return l.fast.TakeFunnel(ctx, key, c.GCRA, n)
+		if l.obs == nil {
+			return l.fast.TakeFunnel(ctx, key, c.GCRA, n)
+		}
+		r, err = l.fast.TakeFunnel(ctx, key, c.GCRA, n)
+		if (!r.Allowed || r.Fallback) && err == nil { // a funnel has no Delay
+			l.observeFunnel(ctx, key, &c.Limit, &c.GCRA, &r)
+		}
+		return r, err
 	}
 	return l.take(ctx, key, nil, c, n)
 }
@@ -364,8 +389,14 @@ func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
 	if len(ops) == 1 && len(res) > 0 && l.fast != nil && ops[0].Kind == OpTake && ops[0].Limit.plainFunnel() {
 		op := &ops[0]
 		res[0], err = l.fast.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N)
+		if l.obs != nil && (!res[0].Allowed || res[0].Fallback) && err == nil {
+			l.observeOps(ctx, ops[:1], res)
+		}
 	} else {
 		err = l.store.Do(ctx, ops, res)
+		if l.obs != nil && err == nil {
+			l.observeOps(ctx, ops, res)
+		}
 	}
 	if err != nil && errors.Is(err, gcra.ErrOverflow) && !errors.Is(err, ErrInvalidQuantity) {
 		err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
@@ -394,6 +425,9 @@ func (l *Limiter) take(ctx context.Context, key string, limit *Limit, c *Checked
 	default:
 		op.Kind, op.Key, op.N, op.Lease, op.Latency = OpTake, key, n, "", 0
 		err = l.store.Do(ctx, b.ops[:], b.res[:])
+		if l.obs != nil && err == nil {
+			l.observeOps(ctx, b.ops[:], b.res[:])
+		}
 	}
 	r := b.res[0]
 	op.Key, op.Limit.Location = "", nil // keep no key or time zone alive
@@ -425,5 +459,6 @@ func (l *Limiter) TTL(ctx context.Context, key string) (time.Duration, bool, err
 	return l.store.TTL(ctx, key)
 }
 
-// Store returns the store the limiter applies its limits through.
-func (l *Limiter) Store() Store { return l.store }
+// Store returns the store the limiter applies its limits through, as
+// given to New.
+func (l *Limiter) Store() Store { return l.given }

@@ -4,7 +4,8 @@ package funnel
 // store may say about itself, which a store that wraps another (metrics,
 // traces) passes through with the helpers below, so that wrapping a store
 // changes nothing that its users see. FunnelTaker is the exception: a
-// wrapper that observes decisions must not pass it through.
+// wrapper that observes decisions must not pass it through (one that
+// observes only their results offers ObservingStore instead).
 
 // NonBlocker is implemented by a Store that may say that its calls never
 // wait on the network, a disk or a lock held for long, as the memory

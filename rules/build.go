@@ -205,6 +205,7 @@ func (b *builder) descriptor(parent *node, d *fileDescriptor, path, domain, pare
 	if strings.Contains(n.value, "*") {
 		n.wildcard, n.parts = true, strings.Split(n.value, "*")
 	}
+	n.path = append(slices.Clip(parent.path), Entry{n.key, n.value})
 	if n.shareThreshold && !n.wildcard {
 		b.fail(d.ShareThreshold.At, join(path, "share_threshold"), "only a wildcard value (with a '*') can share its limit")
 	}
@@ -234,6 +235,7 @@ func (b *builder) descriptor(parent *node, d *fileDescriptor, path, domain, pare
 			n.rule.ShadowMode, n.rule.QuotaMode, n.rule.Metadata = d.ShadowMode.V, d.QuotaMode.V, d.Metadata.V
 			n.rule.DetailedMetric = n.detailedMetric
 			n.rule.File, n.rule.Line = b.name, int(d.at.line)
+			n.rule.Path = n.path
 			b.rules.rules = append(b.rules.rules, n.rule)
 		}
 	}

@@ -73,6 +73,11 @@ type Rule struct {
 	// FullKey is the rule's place in the tree as envoy names it in its
 	// statistics: "domain.key_value.subkey". It is unique in a Set.
 	FullKey string
+	// Path is the rule's place in the tree as entries: the key and value
+	// of each descriptor from the domain's first level down to the rule's
+	// own (Value empty for a descriptor that matches any value of its
+	// key). It must not be modified.
+	Path []Entry
 	// Name is rate_limit.name, used by replaces.
 	Name string
 	// Replaces lists the names of the rules this one replaces.
@@ -209,6 +214,7 @@ type node struct {
 	valueToMetric  bool
 	detailedMetric bool
 	line           int
+	path           []Entry // from the domain's first level down to this one
 
 	exact     map[Entry]*node // children with a value, wildcards by their literal value too
 	keyOnly   map[string]*node

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -620,6 +621,40 @@ func TestRuleErrorsReportedOnce(t *testing.T) {
 			if !strings.Contains(lines[i], w) {
 				t.Errorf("Parse(%q): problem %d is %q, want %q", c.in, i, lines[i], w)
 			}
+		}
+	}
+}
+
+// A rule's Path is its descriptor's entries from the domain's first level
+// down, one slice per rule (siblings do not share a backing array).
+func TestRulePath(t *testing.T) {
+	set, err := parse(t, `
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+      - key: from_number
+        rate_limit: {unit: day, requests_per_unit: 7}
+  - key: to_number
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]Entry{
+		"messaging.message_type_marketing.to_number":   {{"message_type", "marketing"}, {"to_number", ""}},
+		"messaging.message_type_marketing.from_number": {{"message_type", "marketing"}, {"from_number", ""}},
+		"messaging.to_number":                          {{"to_number", ""}},
+	}
+	if len(set.All()) != len(want) {
+		t.Fatalf("%d rules", len(set.All()))
+	}
+	for _, r := range set.All() {
+		if !slices.Equal(r.Path, want[r.FullKey]) {
+			t.Errorf("%s: Path = %v, want %v", r.FullKey, r.Path, want[r.FullKey])
 		}
 	}
 }

@@ -293,9 +293,14 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, user, what string, 
 
 // RuleReply is one rule of RulesReply.
 type RuleReply struct {
-	FullKey   string `json:"full_key"`
-	Name      string `json:"name,omitempty"`
+	FullKey string `json:"full_key"`
+	Name    string `json:"name,omitempty"`
+	// Limit describes the limit with its algorithm ("gcra 10 per 1m0s,
+	// burst 9"), or says "unlimited" or "refuses every request"; Algorithm
+	// and Rate are its two parts (Algorithm empty for the last two).
 	Limit     string `json:"limit"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Rate      string `json:"rate"`
 	Unlimited bool   `json:"unlimited,omitempty"`
 	Deny      bool   `json:"deny,omitempty"`
 	Shadow    bool   `json:"shadow_mode,omitempty"`
@@ -305,8 +310,47 @@ type RuleReply struct {
 
 // DomainReply is one domain of RulesReply.
 type DomainReply struct {
-	Domain string      `json:"domain"`
-	Rules  []RuleReply `json:"rules"`
+	Domain string `json:"domain"`
+	// Rules are the domain's rules by their full keys.
+	Rules []RuleReply `json:"rules"`
+	// Tree is the domain's descriptors as the rules nest them, in the
+	// order of the files.
+	Tree []*RuleNode `json:"tree"`
+}
+
+// RuleNode is one descriptor of a domain's tree: its key and value, its
+// rule when it has one, and the descriptors nested in it.
+type RuleNode struct {
+	Key string `json:"key"`
+	// Value is the descriptor's value; empty, it matches any value of
+	// Key.
+	Value       string      `json:"value,omitempty"`
+	Rule        *RuleReply  `json:"rule,omitempty"`
+	Descriptors []*RuleNode `json:"descriptors,omitempty"`
+}
+
+// insert places r in the tree nodes at path, and returns the tree.
+func insert(nodes []*RuleNode, path []rules.Entry, r *RuleReply) []*RuleNode {
+	if len(path) == 0 {
+		return nodes
+	}
+	var n *RuleNode
+	for _, c := range nodes {
+		if c.Key == path[0].Key && c.Value == path[0].Value {
+			n = c
+			break
+		}
+	}
+	if n == nil {
+		n = &RuleNode{Key: path[0].Key, Value: path[0].Value}
+		nodes = append(nodes, n)
+	}
+	if len(path) == 1 {
+		n.Rule = r
+	} else {
+		n.Descriptors = insert(n.Descriptors, path[1:], r)
+	}
+	return nodes
 }
 
 // RulesReply is the answer of GET /ui/api/rules.
@@ -358,17 +402,20 @@ func (s *Server) rulesReply() RulesReply {
 				Shadow: ru.ShadowMode, Quota: ru.QuotaMode}
 			switch {
 			case ru.Unlimited:
-				rr.Limit = "unlimited"
+				rr.Limit, rr.Rate = "unlimited", "unlimited"
 			case ru.Deny():
-				rr.Limit = "refuses every request"
+				rr.Limit, rr.Rate = "refuses every request", "refuses every request"
 			default:
 				rr.Limit = ruleString(ru.Limit) // with its algorithm, gcra too
+				rr.Algorithm = ru.Limit.Algorithm.String()
+				rr.Rate = strings.TrimPrefix(rr.Limit, rr.Algorithm+" ")
 			}
 			if ru.File != "" {
 				rr.Where = fmt.Sprintf("%s:%d", ru.File, ru.Line)
 			}
 			fmt.Fprintf(h, "%s\x00%s\x00%t%t\n", rr.FullKey, rr.Limit, rr.Shadow, rr.Quota)
 			dr.Rules = append(dr.Rules, rr)
+			dr.Tree = insert(dr.Tree, ru.Path, &rr)
 		}
 		slices.SortFunc(dr.Rules, func(a, b RuleReply) int { return strings.Compare(a.FullKey, b.FullKey) })
 		rep.Domains = append(rep.Domains, dr)

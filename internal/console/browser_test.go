@@ -86,6 +86,25 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#live")),
 		poll(`document.getElementById("clock").textContent !== "—"`),
 	)
+	// The rules as a tree, rendered by the server: domain, descriptors,
+	// nested descriptors, each rule's rate, algorithm and mode.
+	tree, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
+		const d = document.querySelector('#rules-tree > li.domain[data-domain="messaging"]');
+		const mt = d.querySelector(':scope > ul > li[data-descriptor="message_type=marketing"]');
+		const rule = (li) => [li.querySelector(':scope > code.entry').textContent, li.querySelector(':scope > .rule .rate').textContent,
+			li.querySelector(':scope > .rule .tag.algorithm').textContent, [...li.querySelectorAll(':scope > .rule .tag.mode')].map(e => e.textContent).join()].join(" | ");
+		return [mt.querySelector(':scope > code.entry').textContent, String(mt.querySelector(':scope > .rule') === null),
+			rule(mt.querySelector(':scope > ul > li[data-descriptor="to_number"]')),
+			rule(mt.querySelector(':scope > ul > li[data-descriptor="from_number"]')),
+			rule(d.querySelector(':scope > ul > li[data-descriptor="auth=login"]'))];
+	})()`))
+	wantTree := []string{"message_type = marketing", "true",
+		"to_number (any value) | 5 per 24h0m0s | fixed_window | ",
+		"from_number (any value) | 10 per 1m0s, burst 2 | gcra | quota mode",
+		"auth = login | 3 per 1s | sliding_window | shadow mode"}
+	if err != nil || strings.Join(tree, "\n") != strings.Join(wantTree, "\n") {
+		t.Fatalf("rules tree = %q, %v; want %q", tree, err, wantTree)
+	}
 	before, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#total-decisions")))
 	if err != nil || before != "0" {
 		t.Fatalf("decisions before the traffic = %q, %v", before, err)
@@ -96,6 +115,17 @@ func TestBrowser(t *testing.T) {
 		s.throttleLimit(t, "mallory", limit)
 	}
 	do("the counter rises", poll(`Number(document.getElementById("total-decisions").textContent) >= 6`))
+	// A rule's decisions over the rate-limit service's /json: a chart of
+	// their own, under the edge http and the rule's name (5 a day: the
+	// sixth and seventh refused).
+	to := `{"key":"message_type","value":"marketing"},{"key":"to_number","value":"+15550100"}`
+	for i := range 7 {
+		if code, want := s.descriptor(t, to), map[bool]int{true: 200, false: 429}[i < 5]; code != want {
+			t.Fatalf("descriptor %d = %d, want %d", i, code, want)
+		}
+	}
+	do("the rule's chart",
+		poll(`[...document.querySelectorAll("#charts figcaption")].some(e => e.textContent.startsWith("http · messaging.message_type_marketing.to_number"))`))
 	do("mallory in the top limited",
 		poll(`[...document.querySelectorAll("#top-table td.key")].some(e => e.textContent === "mallory")`),
 		poll(`document.querySelector('#bans-table button.lift[data-key="mallory"]') !== null`),
@@ -152,14 +182,14 @@ func TestBrowser(t *testing.T) {
 	if err != nil || widths[0] > 400 || widths[1] > widths[0] {
 		t.Errorf("on a phone's screen, %d px wide, the page is %d px wide (%v)", widths[0], widths[1], err)
 	}
-	do("back to a laptop's screen", chromedp.ResetViewport(), chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#live")))
+	do("back to a laptop's screen", chromedp.EmulateViewport(1280, 1000), chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#live")))
 	if *screenshots {
 		do("inspect mallory",
 			chromedp.SetValue(chromedp.CSS("#inspect-key"), "mallory"),
 			chromedp.SetValue(chromedp.CSS(`#inspect-form input[name="period"]`), "1s"),
 			chromedp.Click(chromedp.CSS("#inspect-submit")),
 			poll(`document.querySelectorAll("#key-state dd").length > 0`),
-			chromedp.ScrollIntoView(chromedp.CSS("#top")),
+			chromedp.ScrollIntoView(chromedp.CSS("#inspect")),
 		)
 		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		if err != nil {

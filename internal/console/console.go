@@ -84,6 +84,13 @@ type Options struct {
 	// Top is the sketch of refused keys the edges record into (see
 	// Watch); nil shows none.
 	Top *Top
+	// Decisions are the rules' decisions by edge, which the edges that
+	// decide under rules count into; nil shows none.
+	Decisions *Decisions
+	// Latency is the store's decision latency (see Time), whose p50 and
+	// p99 the live view shows; nil shows the metrics' store latency
+	// histogram's buckets instead, if it has one.
+	Latency *Latency
 	// Gatherer is the metrics registry the live view samples every second
 	// (metrics.Metrics.Registry()); nil shows no rates.
 	Gatherer prometheus.Gatherer
@@ -179,7 +186,7 @@ func New(opts Options) *Server {
 		s.now = time.Now
 	}
 	s.pages = template.Must(template.New("").Funcs(template.FuncMap{"ms": ms}).ParseFS(assets, "assets/*.html"))
-	s.live = newSampler(opts.Gatherer, opts.Top, s.now)
+	s.live = newSampler(opts.Gatherer, opts.Top, opts.Decisions, s.now)
 	s.live.start(time.Second)
 	static, _ := fs.Sub(assets, "assets")
 	s.mux = http.NewServeMux()

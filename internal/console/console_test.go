@@ -18,6 +18,8 @@ import (
 	"github.com/funnelrl/funnel/internal/testlog"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
+	"github.com/funnelrl/funnel/rls"
+	"github.com/funnelrl/funnel/rules"
 )
 
 // stack is what the daemon mounts: the HTTP API behind the credentials,
@@ -31,6 +33,24 @@ type stack struct {
 
 const password = "s3cret-pass"
 
+// stackRules are the rules of the stack's console: nested descriptors,
+// each algorithm's name, shadow and quota mode.
+const stackRules = `domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+      - key: from_number
+        quota_mode: true
+        rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 10, burst: 2}
+  - key: auth
+    value: login
+    shadow_mode: true
+    rate_limit: {algorithm: sliding_window, unit: second, requests_per_unit: 3}
+`
+
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	store := memstore.New(memstore.Options{})
@@ -42,13 +62,28 @@ func newStack(t *testing.T) *stack {
 	log, buf := testlog.New(nil)
 	api := httpapi.New(lim, httpapi.Options{Observe: m.Observer("http"), Metrics: m.Handler()})
 	guard := creds.Middleware(auth.HTTPOptions{Exempt: auth.HealthPaths})
+	set, err := rules.Parse(strings.NewReader(stackRules), "rules.yaml", rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rate-limit service's /json, as the daemon serves it beside the
+	// API: its decisions counted by edge and rule.
+	decisions := new(console.Decisions)
+	rlsSrv := rls.New(funnel.New(console.WatchRefusals(store, top, "http")), rls.Static(set), rls.Options{
+		Observe: func(rule string, r funnel.Result, err error) { decisions.Observe("http", rule, r, err) },
+	})
 	c := console.New(console.Options{Limiter: funnel.New(store), Store: store, Credentials: creds, Top: top,
+		Rules: func() *rules.Set { return set }, Decisions: decisions,
 		Gatherer: m.Registry(), StoreName: "memory", Keys: store.Len, Logger: log,
 		StoreStats: func() map[string]float64 { return map[string]float64{"evicted": float64(store.Stats().Evicted)} }})
 	t.Cleanup(c.Close)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, console.Prefix) {
 			c.ServeHTTP(w, r)
+			return
+		}
+		if r.URL.Path == "/json" {
+			guard(rlsSrv.JSONHandler()).ServeHTTP(w, r)
 			return
 		}
 		guard(api).ServeHTTP(w, r)
@@ -73,6 +108,22 @@ func (s *stack) throttleLimit(t *testing.T, key, limit string) int {
 	req, _ := http.NewRequest("POST", s.srv.URL+"/v1/throttle", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+password)
 	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// descriptor sends one request of the rate-limit service's /json: a
+// descriptor of domain messaging.
+func (s *stack) descriptor(t *testing.T, entries string) int {
+	t.Helper()
+	body := `{"domain":"messaging","descriptors":[{"entries":[` + entries + `]}]}`
+	req, _ := http.NewRequest("POST", s.srv.URL+"/json", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+password)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -42,11 +42,12 @@ type histogram struct {
 // sampler reads the metrics registry every second and keeps each
 // decisions counter's rate over the last LivePoints seconds.
 type sampler struct {
-	g    prometheus.Gatherer
-	top  *Top // advanced at every sample
-	now  func() time.Time
-	quit chan struct{}
-	done chan struct{}
+	g     prometheus.Gatherer
+	top   *Top       // advanced at every sample
+	rules *Decisions // the rules' decisions by edge
+	now   func() time.Time
+	quit  chan struct{}
+	done  chan struct{}
 
 	mu      sync.Mutex
 	series  map[seriesKey]*series
@@ -58,13 +59,13 @@ type sampler struct {
 	clients map[string]float64
 }
 
-func newSampler(g prometheus.Gatherer, top *Top, now func() time.Time) *sampler {
-	return &sampler{g: g, top: top, now: now, series: map[seriesKey]*series{}, gauges: map[string]float64{}, clients: map[string]float64{}}
+func newSampler(g prometheus.Gatherer, top *Top, rules *Decisions, now func() time.Time) *sampler {
+	return &sampler{g: g, top: top, rules: rules, now: now, series: map[seriesKey]*series{}, gauges: map[string]float64{}, clients: map[string]float64{}}
 }
 
 // start samples every step until stop.
 func (s *sampler) start(step time.Duration) {
-	if s.g == nil && s.top == nil {
+	if s.g == nil && s.top == nil && s.rules == nil {
 		return
 	}
 	s.quit, s.done = make(chan struct{}), make(chan struct{})
@@ -90,16 +91,6 @@ func (s *sampler) stop() {
 		<-s.done
 		s.quit = nil
 	}
-}
-
-// edgeOf names the edge of a decisions_total rule label: the HTTP API
-// counts its decisions under "http", the rate-limit service under its
-// rules' names.
-func edgeOf(rule string) string {
-	if rule == "http" {
-		return "http"
-	}
-	return "grpc"
 }
 
 func label(m *dto.Metric, name string) string {
@@ -137,12 +128,12 @@ func kept(name string) bool {
 // sample reads the registry once and adds one point to every series.
 func (s *sampler) sample() {
 	s.top.Advance()
-	if s.g == nil {
-		return
-	}
-	mfs, err := s.g.Gather()
-	if err != nil && len(mfs) == 0 {
-		return
+	var mfs []*dto.MetricFamily
+	if s.g != nil {
+		var err error
+		if mfs, err = s.g.Gather(); err != nil && len(mfs) == 0 {
+			return
+		}
 	}
 	counts := map[seriesKey]float64{}
 	gauges := map[string]float64{}
@@ -153,8 +144,11 @@ func (s *sampler) sample() {
 		for _, m := range mf.GetMetric() {
 			switch {
 			case name == "funnel_decisions_total":
-				rule := label(m, "rule")
-				counts[seriesKey{edgeOf(rule), rule, label(m, "outcome")}] += value(m)
+				// The HTTP API's, counted under the rule "http"; the
+				// rules' come from Decisions, by edge.
+				if rule := label(m, "rule"); rule == "http" {
+					counts[seriesKey{"http", rule, label(m, "outcome")}] += value(m)
+				}
 			case name == "funnel_resp_decisions_total":
 				counts[seriesKey{"resp", "resp", label(m, "outcome")}] += value(m)
 			case name == "funnel_connected_clients":
@@ -183,6 +177,7 @@ func (s *sampler) sample() {
 			}
 		}
 	}
+	s.rules.each(func(k seriesKey, n uint64) { counts[k] += float64(n) })
 	for edge, n := range s.top.Delayed() {
 		// The edge's delayed decisions, counted among its allowed too.
 		counts[seriesKey{edge, edge, "delayed"}] += float64(n)
@@ -273,10 +268,15 @@ type LiveReply struct {
 	Series []SeriesReply `json:"series"`
 	Store  string        `json:"store"`
 	// StoreP50MS and StoreP99MS are the store's latency over the last
-	// minute (the upper bound of the histogram bucket; absent without
-	// calls, and with the memory store, whose calls are not timed).
+	// minute (absent without calls, and with the memory store, whose calls
+	// are not timed). With StoreLatencyCalls, they are the quantiles of
+	// the store's decisions (Do and GCRA calls) within 1/128 (0.8 %)
+	// above the exact value (Latency); without, the upper bound of the
+	// metrics' histogram bucket that holds them, every store call counted.
 	StoreP50MS *float64 `json:"store_p50_ms,omitempty"`
 	StoreP99MS *float64 `json:"store_p99_ms,omitempty"`
+	// StoreLatencyCalls is the number of decisions the quantiles are of.
+	StoreLatencyCalls uint64 `json:"store_latency_calls,omitempty"`
 	// Keys is the number of keys the store holds (-1: unknown).
 	Keys int `json:"keys"`
 	// Clients are the connected clients by protocol.
@@ -343,6 +343,13 @@ func (s *Server) liveJSON(w http.ResponseWriter, r *http.Request) {
 		n = 60
 	}
 	s.live.reply(&rep, n)
+	if s.opts.Latency != nil {
+		rep.StoreP50MS, rep.StoreP99MS = nil, nil
+		if q, calls := s.opts.Latency.Quantiles(s.now(), 0.5, 0.99); calls > 0 {
+			p50, p99 := float64(q[0])/1e6, float64(q[1])/1e6
+			rep.StoreP50MS, rep.StoreP99MS, rep.StoreLatencyCalls = &p50, &p99, calls
+		}
+	}
 	rep.StoreStats = s.storeStats()
 	rep.TopRefusals, rep.TopSkipped, rep.TopSampling = s.opts.Top.Counts()
 	if rep.Series == nil {

@@ -17,7 +17,7 @@ func BenchmarkSample(b *testing.B) {
 	for i := range 20 {
 		m.ObserveDecision(fmt.Sprintf("rule-%d", i), funnel.Result{Allowed: true})
 	}
-	s := newSampler(m.Registry(), NewTop(nil), time.Now)
+	s := newSampler(m.Registry(), NewTop(nil), nil, time.Now)
 	b.ReportAllocs()
 	for b.Loop() {
 		s.sample()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/console"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/storetest"
@@ -123,8 +124,8 @@ func TestWatchRecordsRefusals(t *testing.T) {
 	defer s.Close()
 	top := console.NewTop(nil)
 	w := console.Watch(s, top, "resp")
-	if _, ok := w.(funnel.FunnelTaker); !ok {
-		t.Fatal("the memory store's TakeFunnel is not forwarded")
+	if _, ok := w.(funnel.ObservingStore); !ok {
+		t.Fatal("not an ObservingStore: a Limiter would not use the memory store's TakeFunnel")
 	}
 	if nb, ok := w.(interface{ NonBlocking() bool }); !ok || !nb.NonBlocking() {
 		t.Fatal("NonBlocking not forwarded")
@@ -159,6 +160,51 @@ func TestWatchRecordsRefusals(t *testing.T) {
 	}
 	if got := top.Delayed()["resp"]; got != delayed || delayed == 0 {
 		t.Fatalf("delayed = %d, the results say %d", got, delayed)
+	}
+}
+
+// A refusal is recorded whichever path decided it: the Limiter's (through
+// the memory store's TakeFunnel or not), the watched store's own Do, and
+// the GCRA command; a funnel under the same rule whichever path.
+func TestWatchRecordsEveryPath(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	top := console.NewTop(nil)
+	w := console.Watch(s, top, "resp")
+	lim := funnel.New(w)
+	ctx := context.Background()
+	one := funnel.PerHour(1).WithBurst(0)
+	c, err := one.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim.Allow(ctx, "k", one)          // admitted
+	lim.Allow(ctx, "k", one)          // fast path
+	lim.AllowChecked(ctx, "k", &c, 1) // fast path
+	ops := []funnel.Op{{Kind: funnel.OpTake, Key: "k", Limit: c, N: 1}}
+	res := make([]funnel.Result, 1)
+	if err := lim.Do(ctx, ops, res); err != nil || res[0].Allowed {
+		t.Fatal(res, err)
+	}
+	if err := w.Do(ctx, ops, res); err != nil || res[0].Allowed { // the store's own Do
+		t.Fatal(res, err)
+	}
+	lim.AllowAll(ctx, []funnel.Request{{Key: "k", Limit: one, N: 1}}) // the store's Do
+	p, err := gcra.NewCommandParams(0, 1, 3600, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := funnel.ForwardGCRA(ctx, w, "g", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := top.Top(console.WindowMinute, console.Filter{})
+	if len(got) != 2 || got[0].Key != "k" || got[0].Count != 5 || got[1].Key != "g" || got[1].Count != 1 {
+		t.Fatalf("top = %+v", got)
+	}
+	if total, _, _ := top.Counts(); total != 6 {
+		t.Fatalf("total = %d, want 6", total)
 	}
 }
 

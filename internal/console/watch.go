@@ -12,20 +12,31 @@ import (
 // Watch returns a store that passes every call to s and records each
 // refused decision (every refusal, banned or not, that is not a fallback)
 // in top under edge, with its key and limit, and counts the decisions
-// admitted with a delay (see Top.Delayed). It forwards every optional interface of s that the daemon's
-// edges use: funnel.FunnelTaker (observed too, so that the memory store's
-// fast path stays fast), funnel.GCRAStore, funnel.Grouper, NonBlocking and
-// Len. An admitted decision costs one test of its result. With a nil top
-// it returns s.
+// admitted with a delay (see Top.Delayed). It is a funnel.ObservingStore:
+// a Limiter built over it (funnel.New) decides on s itself, through s's
+// funnel.FunnelTaker when s has one, and calls Observe only for the
+// decisions that are not plain admissions, so that an admitted decision
+// costs one test of its result. Its own Do and GCRA (for callers that use
+// the store without a Limiter, such as the RESP server's GCRA command)
+// record the same way. It forwards every optional interface of s that
+// the daemon's edges use but FunnelTaker: funnel.GCRAStore,
+// funnel.Grouper, NonBlocking, Keys and Evictions. With a nil top it
+// returns s.
 func Watch(s funnel.Store, top *Top, edge string) funnel.Store {
 	if top == nil {
 		return s
 	}
-	w := &Watched{inner: s, top: top, edge: edge, delayed: top.delayCounter(edge)}
-	if ft, ok := s.(funnel.FunnelTaker); ok {
-		return &watchedFast{Watched: w, fast: ft}
+	return &Watched{inner: s, top: top, edge: edge, delayed: top.delayCounter(edge)}
+}
+
+// WatchRefusals is Watch for an edge whose decisions are counted by rule
+// (Decisions), delayed ones included: it records refusals in top and
+// counts nothing else.
+func WatchRefusals(s funnel.Store, top *Top, edge string) funnel.Store {
+	if top == nil {
+		return s
 	}
-	return w
+	return &Watched{inner: s, top: top, edge: edge}
 }
 
 // Watched is a funnel.Store that records the refusals of the store it
@@ -34,13 +45,13 @@ type Watched struct {
 	inner   funnel.Store
 	top     *Top
 	edge    string
-	delayed *atomic.Uint64 // admitted with a delay (never by TakeFunnel)
+	delayed *atomic.Uint64 // admitted with a delay; nil: not counted here
 }
 
 var (
-	_ funnel.Store       = (*Watched)(nil)
-	_ funnel.GCRAStore   = (*Watched)(nil)
-	_ funnel.FunnelTaker = (*watchedFast)(nil)
+	_ funnel.ObservingStore = (*Watched)(nil)
+	_ funnel.GCRAStore      = (*Watched)(nil)
+	_ funnel.Observer       = (*Watched)(nil)
 )
 
 // ruleOf returns the sketch's description of a checked limit: a funnel by
@@ -71,7 +82,7 @@ func (w *Watched) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 		case ops[i].Kind != funnel.OpTake || r.Fallback:
 		case !r.Allowed:
 			w.top.Record(w.edge, ruleOf(&ops[i].Limit), ops[i].Key)
-		case r.Delay > 0:
+		case r.Delay > 0 && w.delayed != nil:
 			w.delayed.Add(1)
 		}
 	}
@@ -125,23 +136,24 @@ func (w *Watched) Evictions() uint64 { return funnel.EvictionsOf(w.inner) }
 // Unwrap returns the wrapped store.
 func (w *Watched) Unwrap() funnel.Store { return w.inner }
 
-// watchedFast is a Watched over a store that offers funnel.FunnelTaker.
-type watchedFast struct {
-	*Watched
-	fast funnel.FunnelTaker
-}
+// Observed returns the wrapped store and w, its observer
+// (funnel.ObservingStore).
+func (w *Watched) Observed() (funnel.Store, funnel.Observer) { return w.inner, w }
 
-// TakeFunnel calls the wrapped store's TakeFunnel and records a refusal
-// (while sampling, one in SampleRate chosen by the result's times).
-func (w *watchedFast) TakeFunnel(ctx context.Context, key string, p gcra.Params, n int64) (funnel.Result, error) {
-	r, err := w.fast.TakeFunnel(ctx, key, p, n)
-	if !r.Allowed && err == nil && !r.Fallback {
+// Observe records a refusal that is not a fallback (while sampling, one
+// in SampleRate, chosen by the result's times) and counts a delayed
+// admission (funnel.Observer).
+func (w *Watched) Observe(_ context.Context, key string, c funnel.Checked, r funnel.Result) {
+	switch {
+	case r.Fallback:
+	case !r.Allowed:
 		// The memory store's times are in nanoseconds of a clock that
 		// moves between two calls: their low bits choose the samples,
 		// for less than a random number costs.
 		if wt := w.top.weight(uint64(r.ResetAfter) ^ uint64(r.RetryAfter)<<1); wt > 0 {
-			w.top.record(w.edge, funnelRule(p, 0), key, wt)
+			w.top.record(w.edge, ruleOf(&c), key, wt)
 		}
+	case r.Delay > 0 && w.delayed != nil:
+		w.delayed.Add(1)
 	}
-	return r, err
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/console"
 	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
 )
 
@@ -14,8 +15,9 @@ import (
 // records into, and its pages. A nil *consoleParts (the console is off)
 // records nothing and mounts nothing.
 type consoleParts struct {
-	top *console.Top
-	srv *console.Server
+	top   *console.Top
+	rules *console.Decisions // the rate-limit service's decisions, by edge
+	srv   *console.Server
 }
 
 // openConsole builds the console when the HTTP listener is on and the
@@ -44,11 +46,22 @@ func (d *Daemon) openConsole() {
 				"expired": float64(st.Expired), "bytes": float64(st.Bytes)}
 		}
 	}
-	d.console = &consoleParts{top: top, srv: console.New(console.Options{
+	var lat *console.Latency
+	if d.cfg.Store != "memory" {
+		// A network store's decisions are timed for the console's p50
+		// and p99: two clock reads beside a round trip.
+		lat = new(console.Latency)
+		d.store = console.Time(d.store, lat)
+		d.lim = funnel.New(d.store)
+	}
+	decisions := new(console.Decisions)
+	d.console = &consoleParts{top: top, rules: decisions, srv: console.New(console.Options{
 		Limiter:     d.lim,
 		Store:       d.store,
 		Credentials: d.sec.creds,
 		Top:         top,
+		Decisions:   decisions,
+		Latency:     lat,
 		Gatherer:    d.metrics.Registry(),
 		Rules:       d.rules,
 		StoreName:   name,
@@ -78,12 +91,38 @@ func (c *consoleParts) watch(s funnel.Store, edge string) funnel.Store {
 }
 
 // limiter returns the limiter of edge: lim, or one over s that records
-// its refusals for the console.
+// its refusals for the console (decisions through a Limiter are observed
+// by a hook that admitted ones do not reach).
 func (c *consoleParts) limiter(lim *funnel.Limiter, s funnel.Store, edge string) *funnel.Limiter {
 	if c == nil {
 		return lim
 	}
 	return funnel.New(c.watch(s, edge))
+}
+
+// rlsServers returns the rate-limit service's servers: for gRPC, and for
+// the HTTP listener's /json. With the console, /json has a server of its
+// own, so that the console tells the rules' decisions of each edge apart
+// (their refusals, and every decision by rule and outcome); without, one
+// server serves both.
+func (d *Daemon) rlsServers(src rls.RulesSource, opts rls.Options) (grpc, json *rls.Server) {
+	c := d.console
+	if c == nil {
+		s := rls.New(d.lim, src, opts)
+		return s, s
+	}
+	server := func(edge string) *rls.Server {
+		o := opts
+		next := o.Observe
+		o.Observe = func(rule string, r funnel.Result, err error) {
+			c.rules.Observe(edge, rule, r, err)
+			if next != nil {
+				next(rule, r, err)
+			}
+		}
+		return rls.New(funnel.New(console.WatchRefusals(d.store, c.top, edge)), src, o)
+	}
+	return server("grpc"), server("http")
 }
 
 // mount serves the console's paths (it checks the credentials itself, with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel/internal/console"
+	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
 
@@ -91,8 +93,18 @@ func TestDaemonConsole(t *testing.T) {
 			if code, page := get("/ui/", ""); code != 200 || !strings.Contains(page, `id="login"`) || strings.Contains(page, "pw") && strings.Contains(page, `value="pw"`) {
 				t.Errorf("/ui/ = %d %s", code, page)
 			}
-			if code, body := get("/ui/api/live", "Bearer pw"); code != 200 || strings.Contains(body, srv.Addr) {
+			code, body = get("/ui/api/live", "Bearer pw")
+			if code != 200 || strings.Contains(body, srv.Addr) {
 				t.Errorf("live = %d %s", code, body)
+			}
+			// A Redis store's decisions are timed: p50 and p99 within
+			// 0.8 %; the memory store's are not.
+			var live console.LiveReply
+			if err := json.Unmarshal([]byte(body), &live); err != nil {
+				t.Fatal(err)
+			}
+			if timed := live.StoreLatencyCalls > 0 && live.StoreP50MS != nil && *live.StoreP50MS > 0 && *live.StoreP99MS >= *live.StoreP50MS; timed != (tc.store != "memory") {
+				t.Errorf("store latency: %d calls, p50 %v, p99 %v", live.StoreLatencyCalls, live.StoreP50MS, live.StoreP99MS)
 			}
 		})
 	}
@@ -150,4 +162,31 @@ func TestDaemonConsoleRules(t *testing.T) {
 		!strings.HasPrefix(top.Entries[0].Key, "api_user_bob") {
 		t.Fatalf("top = %s", body)
 	}
+	// The same rule over the HTTP listener's /json: its refusals under
+	// the edge http, and every decision by edge, rule and outcome in the
+	// live view.
+	for range 3 {
+		httpDo(t, "POST", base+"/json", "", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"carol"}]}]}`)
+	}
+	_, body = httpDo(t, "GET", base+"/ui/api/top?edge=http", "", "")
+	if err := json.Unmarshal([]byte(body), &top); err != nil || len(top.Entries) != 1 || top.Entries[0].Count != 1 ||
+		!strings.HasPrefix(top.Entries[0].Key, "api_user_carol") {
+		t.Fatalf("top of http = %s", body)
+	}
+	want := map[string]float64{"grpc api.user allowed": 2, "grpc api.user refused": 2, "http api.user allowed": 2, "http api.user refused": 1}
+	var got map[string]float64
+	eventually.True(t, "the rule's decisions by edge in the live view", func() bool {
+		var live console.LiveReply
+		_, body := httpDo(t, "GET", base+"/ui/api/live?points=60", "", "")
+		if err := json.Unmarshal([]byte(body), &live); err != nil {
+			t.Fatal(err)
+		}
+		got = map[string]float64{}
+		for _, s := range live.Series {
+			if s.Rule == "api.user" {
+				got[s.Edge+" "+s.Rule+" "+s.Outcome] = s.Total
+			}
+		}
+		return maps.Equal(got, want)
+	})
 }

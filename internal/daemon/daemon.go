@@ -43,6 +43,7 @@ type Daemon struct {
 	snap     *snapshots     // the memory store's snapshots, when a file is named
 	traces   *traces        // the decisions' spans, when tracing is on
 	rls      *rls.Server    // Envoy's rate-limit service, when gRPC is on
+	rlsJSON  *rls.Server    // its /json on the HTTP listener (rls, or its own with the console)
 	console  *consoleParts  // the console at /ui/, unless turned off
 }
 

@@ -114,8 +114,8 @@ func (d *Daemon) openGRPC() error {
 	if d.traces != nil {
 		opts.Trace = tracing.WithRule
 	}
-	srv := rls.New(d.console.limiter(d.lim, d.store, "grpc"), src, opts)
-	d.rls = srv
+	srv, jsonSrv := d.rlsServers(src, opts)
+	d.rls, d.rlsJSON = srv, jsonSrv
 	// The health service answers probes, which send no metadata, without
 	// credentials; the rate-limit service and reflection need them.
 	gopts := d.sec.creds.ServerOptions(auth.GRPCOptions{Exempt: auth.HealthMethods, Logger: d.log})
@@ -173,7 +173,7 @@ func (d *Daemon) openHTTP() error {
 	guard := d.sec.creds.Middleware(auth.HTTPOptions{Exempt: httpExempt(d.cfg), Logger: d.log})
 	var conns metrics.ConnCounter
 	srv := &http.Server{
-		Handler:   d.traces.httpHandler(d.console.mount(guard(withRLS(api, d.rls)))),
+		Handler:   d.traces.httpHandler(d.console.mount(guard(withRLS(api, d.rls, d.rlsJSON)))),
 		ConnState: conns.ConnState,
 		// A client has handshake_timeout (5 s) for its TLS handshake and
 		// its request's headers.
@@ -217,13 +217,14 @@ func (d *Daemon) openHTTP() error {
 }
 
 // withRLS serves, beside api, envoyproxy/ratelimit's HTTP endpoints of the
-// rate-limit service srv, when there is one: POST /json and /healthcheck.
-// Other paths go to api as they came (a mux would clean them first).
-func withRLS(api http.Handler, srv *rls.Server) http.Handler {
+// rate-limit service srv, when there is one: POST /json (decided by
+// jsonSrv) and /healthcheck. Other paths go to api as they came (a mux
+// would clean them first).
+func withRLS(api http.Handler, srv, jsonSrv *rls.Server) http.Handler {
 	if srv == nil {
 		return api
 	}
-	json, health := srv.JSONHandler(), srv.HealthHandler()
+	json, health := jsonSrv.JSONHandler(), srv.HealthHandler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/json":

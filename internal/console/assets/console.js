@@ -94,7 +94,10 @@
       row("store", j.store);
       row("keys held", j.keys < 0 ? "unknown" : j.keys);
       Object.keys(j.store_stats || {}).sort().forEach(function (k) { row("store " + k, j.store_stats[k]); });
-      if (j.store_p50_ms !== undefined) row("store latency p50 / p99 (last minute)", "≤ " + j.store_p50_ms + " ms / ≤ " + j.store_p99_ms + " ms");
+      function msText(v) { return (v < 1 ? v.toPrecision(3) : v.toFixed(2)) + " ms"; }
+      if (j.store_latency_calls) row("store decision latency p50 / p99 (last minute)", msText(j.store_p50_ms) + " / " + msText(j.store_p99_ms) +
+        " over " + j.store_latency_calls + " calls (within 0.8 %)");
+      else if (j.store_p50_ms !== undefined) row("store latency p50 / p99 (last minute)", "≤ " + j.store_p50_ms + " ms / ≤ " + j.store_p99_ms + " ms");
       Object.keys(j.clients || {}).sort().forEach(function (p) { row("clients " + p, j.clients[p]); });
       var zero = [];
       Object.keys(j.health || {}).sort().forEach(function (k) { if (j.health[k]) row(k, j.health[k]); else zero.push(k); });
