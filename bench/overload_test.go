@@ -225,6 +225,7 @@ func benchLeaseOverload(b *testing.B, srv *redistest.Server, kind string, oc ove
 			st.Forfeited += s.Forfeited
 		}
 		b.ReportMetric(float64(st.Calls+st.Direct)/dec, "calls/op")
+		b.ReportMetric(float64(st.Direct)/dec, "direct/op")
 		b.ReportMetric(float64(st.Forfeited), "forfeited")
 	}
 	if n := failed.Load(); n > 0 {

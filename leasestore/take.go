@@ -128,7 +128,9 @@ const warm = 8
 // not reach before their time ends, their slots then lost to every node,
 // while in the store its decisions are exact. (16 nodes at 10 decisions a
 // second each on 100/s, leased for 200 ms: about 80/s admitted in steady
-// state with leases, about 98/s with this rule.)
+// state with leases, about 98/s with this rule.) And one that holds nothing
+// under contention with at least warm decisions per L_k is warm, whatever
+// its share of the burst.
 func (s *Store) cold(e *entry, now int64) bool {
 	held := e.leases.n > 0 || e.back.BackUnits > 0
 	if !held && e.at != 0 && e.ahead+e.reduced.Interval > e.reduced.Tolerance {
@@ -141,6 +143,12 @@ func (s *Store) cold(e *entry, now int64) bool {
 		if a*float64(e.lk) < float64(s.warm) {
 			return true
 		}
+		// In demand: it leases future-dated units, which its demand
+		// sizes (see want), even where its share of the burst among the
+		// nodes is under two units (maxLease 1: 16 nodes on a burst of
+		// 10), which would keep it cold below: each of its decisions a
+		// call, one per refusal's RetryAfter under overload.
+		return false
 	}
 	return coldAt(&e.size, &e.window, &e.count, held, now, s.lifetime, s.maxLease(e, e.nodes), s.warm)
 }
