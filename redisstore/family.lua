@@ -513,8 +513,13 @@ end
 local ops = {}
 local a = 5
 for i = 1, nops do
+  -- Every field an op may get later is in the constructor (false until
+  -- set), so that the table is made at its size once rather than grown
+  -- twice as fields are added.
   local op = { kind = ARGV[a], alg = ARGV[a + 1], q = ARGV[a + 2] + 0, bh = ARGV[a + 3] + 0, bl = ARGV[a + 4] + 0,
-    key = KEYS[2 * i - 1], bkey = KEYS[2 * i] }
+    key = KEYS[2 * i - 1], bkey = KEYS[2 * i], status = false, exists = false, replace = false, clear = false,
+    th = false, tl = false, nh = false, nl = false, xh = false, xl = false, ch = false, cl = false, vh = false,
+    vl = false, count = false, period = false, write = false, px = false }
   a = a + 5
   local alg = op.alg
   if alg == 'g' or alg == 'l' then
