@@ -100,6 +100,8 @@ func scriptError(err error) error {
 		return wrongType(msg)
 	case isLate(msg):
 		return errLate
+	case isClockStep(msg):
+		return errClockStep
 	case strings.Contains(msg, "is not near Redis time"):
 		return errClock
 	}

@@ -47,13 +47,21 @@ type redisClock struct {
 	// skewed is this host's time (Unix ns) until which calls go without a
 	// deadline: a call was refused for its deadline before it could have
 	// been late, so some Redis's clock is ahead of the offset measured
-	// (such as another node of a cluster).
+	// (such as another node of a cluster). Never under a clock guard.
 	skewed atomic.Int64
+	// steps counts the measures that a clock guard did not take; warned
+	// is the offset last warned of (0: none).
+	steps, warned atomic.Int64
 }
 
 // errLate is the error of a script call that Redis started after its
 // deadline: nothing was changed.
 var errLate = errors.New("redisstore: Redis ran the script after its deadline (it changed nothing)")
+
+// errClockStep is the error of a script call under a clock guard that
+// found Redis's time before the window it expected, and of a measure of
+// the clock's offset that the guard did not take: nothing was changed.
+var errClockStep = errors.New("redisstore: Redis's clock is not where the clock guard expects it (it changed nothing)")
 
 // timeScript answers Redis's TIME as two integers.
 var timeScript = newScript("local t = redis.call('TIME')\nreturn {t[1] + 0, t[2] + 0}")
@@ -78,7 +86,18 @@ func (s *Store) measureClock(ctx context.Context) error {
 		}
 	}
 	if s.clock.measured.Load() != 0 {
-		if step := time.Duration(offset-s.clock.offset.Load()) * time.Microsecond; step > clockStepWarn || step < -clockStepWarn {
+		step := time.Duration(offset-s.clock.offset.Load()) * time.Microsecond
+		if s.guard > 0 && (step > time.Duration(s.guard)*time.Microsecond || step < -time.Duration(s.guard)*time.Microsecond) {
+			// Not taken: the calls keep the window of the offset taken
+			// before, which Redis's TIME is now out of, and fall back.
+			s.clock.steps.Add(1)
+			if s.clock.warned.Swap(offset) != offset {
+				s.log.Warn("redisstore: Redis's clock moved against this host's by more than the clock guard: decisions fall back until the clocks agree again or this process restarts", "step", step, "guard", time.Duration(s.guard)*time.Microsecond)
+			}
+			return errClockStep
+		}
+		s.clock.warned.Store(0)
+		if step > clockStepWarn || step < -clockStepWarn {
 			// Decisions age every state by a forward step (see the
 			// README's Clocks); say so, once per step.
 			s.log.Warn("redisstore: Redis's clock moved against this host's since the last measure (one of them was stepped)", "step", step)
@@ -115,7 +134,7 @@ func (s *Store) stampDeadline(sc *script, args []string, deadline time.Time) {
 	if sc.ti < 0 || s.now != nil || args[sc.ti] != "" {
 		return
 	}
-	if time.Now().UnixNano() < s.clock.skewed.Load() {
+	if s.guard == 0 && time.Now().UnixNano() < s.clock.skewed.Load() {
 		return
 	}
 	m := s.clock.measured.Load()
@@ -125,8 +144,15 @@ func (s *Store) stampDeadline(sc *script, args []string, deadline time.Time) {
 			return
 		}
 	}
-	dl := deadline.Add(-s.timeout/4).UnixMicro() + s.clock.offset.Load()
+	offset := s.clock.offset.Load()
+	dl := deadline.Add(-s.timeout/4).UnixMicro() + offset
 	args[sc.ti], args[sc.ti+1] = "-", strconv.FormatInt(dl, 10)
+	if s.guard > 0 {
+		// The earliest Redis time the call may find: this host's now on
+		// Redis's clock (the offset is never above the true one), less
+		// the guard. The deadline is the latest.
+		args[sc.ti] = "~" + strconv.FormatInt(time.Now().UnixMicro()+offset-s.guard, 10)
+	}
 }
 
 // evalBy runs sc until deadline (no bound when zero), which the call
@@ -136,8 +162,11 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 		s.stampDeadline(sc, args, dl)
 	}
 	v, err := s.runner.eval(ctx, sc, keys, args)
+	if errors.Is(err, errClockStep) {
+		s.remeasureClock()
+	}
 	if errors.Is(err, errLate) {
-		if dl, _ := ctx.Deadline(); time.Now().Before(dl.Add(-s.timeout / 4)) {
+		if dl, _ := ctx.Deadline(); s.guard == 0 && time.Now().Before(dl.Add(-s.timeout/4)) {
 			// Refused before its deadline here: not late, but a Redis
 			// whose clock is ahead of the offset measured. Calls go
 			// without deadlines for a while rather than fail.
@@ -152,3 +181,8 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 // isLate reports whether msg is the error reply of a call that started
 // after its deadline (see now.lua).
 func isLate(msg string) bool { return strings.HasPrefix(msg, "DEADLINE funnel:") }
+
+// isClockStep reports whether msg is the error reply of a call under a
+// clock guard that found Redis's time before the window it expected (see
+// now.lua).
+func isClockStep(msg string) bool { return strings.HasPrefix(msg, "CLOCKSTEP funnel:") }

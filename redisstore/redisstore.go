@@ -172,6 +172,20 @@ type Options struct {
 	// Logger receives a warning when Redis cannot be reached, at most once a
 	// second (slog.Default() if nil).
 	Logger *slog.Logger
+	// ClockGuard, when positive, refuses to follow a step of Redis's
+	// clock (or of this host's) larger than it. Every decision's call then
+	// carries the window of Redis times it expects, from the offset of
+	// Redis's clock measured when the store started (Check, or the first
+	// call); a script that finds Redis's TIME outside it changes nothing,
+	// and the decision answers the fallback (Fail). A new measure of the
+	// offset that moved by more than ClockGuard is not taken: decisions
+	// keep falling back, with a warning, until the clocks agree again
+	// (the step undone) or the process restarts, which takes the clock as
+	// it finds it. Without a guard (the default) a step is followed within
+	// one call, and a forward step ages every key's state by its size (see
+	// the README's Clocks). A guard below a second or so mistakes a slow
+	// round trip or a clock's slew for a step.
+	ClockGuard time.Duration
 	// Now, for tests only, replaces Redis's TIME as the clock of every
 	// decision (nanoseconds since the Unix epoch, not negative). Redis still
 	// expires keys by its own clock, so with Now set every expiry is
@@ -195,6 +209,7 @@ type Store struct {
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
 
 	clock     redisClock // the offset of Redis's clock, for deadlines
+	guard     int64      // Options.ClockGuard in µs; 0: none
 	batches   batcher
 	batched   atomic.Int64       // decisions made in batches of more than one
 	logs      *lograte.Sometimes // failures, at most one record per logInterval
@@ -221,6 +236,7 @@ func newStore(r runner, opts Options) *Store {
 		now:      opts.Now,
 		slack:    "0",
 		logs:     lograte.New(logInterval),
+		guard:    max(opts.ClockGuard.Microseconds(), 0),
 	}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
