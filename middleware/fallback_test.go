@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -72,7 +72,7 @@ func TestFallbackClosedIs503(t *testing.T) {
 					if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "1" {
 						t.Errorf("fail closed: %d, Retry-After %q; want 503, 1", r.status, r.header.Get("Retry-After"))
 					}
-					if r.problem.Status != http.StatusServiceUnavailable || r.problem.Type != httplimit.TypeTemporaryReducedCapacity {
+					if r.problem.Status != http.StatusServiceUnavailable || r.problem.Type != httpreply.TypeTemporaryReducedCapacity {
 						t.Errorf("fail closed problem %+v", r.problem)
 					}
 					if ran.Load() != 0 {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -63,7 +63,7 @@ func TestMemstoreBan(t *testing.T) {
 	}
 	c.add(2 * time.Minute)
 	r := get(t, srv)
-	if r.status != 429 || r.problem.Type != httplimit.TypeAbnormalUsageDetected || r.header.Get("Retry-After") != "3480" {
+	if r.status != 429 || r.problem.Type != httpreply.TypeAbnormalUsageDetected || r.header.Get("Retry-After") != "3480" {
 		t.Fatalf("banned: %d %v %+v", r.status, r.header, r.problem)
 	}
 	if r.problem.Title != "Abnormal Usage Detected" || r.problem.Detail != "banned; retry in 3480 s" || r.problem.ViolatedPolicies[0] != "login" {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/middleware"
 )
 
@@ -158,8 +158,8 @@ func TestClientGone(t *testing.T) {
 					t.Fatalf("client: want its cancellation, got %v", err)
 				}
 				w := <-got
-				if w.status != 499 || w.contentType != httplimit.ProblemContentType {
-					t.Errorf("written %d %q, want 499 %s", w.status, w.contentType, httplimit.ProblemContentType)
+				if w.status != 499 || w.contentType != httpreply.ProblemContentType {
+					t.Errorf("written %d %q, want 499 %s", w.status, w.contentType, httpreply.ProblemContentType)
 				}
 				if ran.Load() != 0 {
 					t.Error("the handler ran for a client that had gone")

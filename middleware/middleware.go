@@ -52,7 +52,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/algo"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/internal/lograte"
 )
 
@@ -78,7 +78,7 @@ type config struct {
 }
 
 // Name sets the policy name written in the header fields and in the
-// problem's violated-policies (httplimit.DefaultName when not given). It must be
+// problem's violated-policies (httpreply.DefaultName when not given). It must be
 // printable ASCII (see CheckPolicyName).
 func Name(name string) Option { return func(c *config) { c.name = name } }
 
@@ -167,11 +167,11 @@ func New(lim *funnel.Limiter, limit funnel.Limit, key KeyFunc, opts ...Option) (
 	if err := limit.Validate(); err != nil {
 		return nil, err
 	}
-	c := config{name: httplimit.DefaultName, headers: true, warned: lograte.New(time.Second), wrong: lograte.New(time.Second)}
+	c := config{name: httpreply.DefaultName, headers: true, warned: lograte.New(time.Second), wrong: lograte.New(time.Second)}
 	for _, o := range opts {
 		o(&c)
 	}
-	if err := httplimit.CheckPolicyName(c.name); err != nil {
+	if err := httpreply.CheckPolicyName(c.name); err != nil {
 		return nil, err
 	}
 	if c.log == nil {
@@ -207,7 +207,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.next.ServeHTTP(w, r)
 			return
 		}
-		httplimit.Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
+		httpreply.Problem{Status: http.StatusBadRequest, Detail: errNoKey.Error()}.Write(w)
 		return
 	}
 	k = funnel.StoreKey(c.prefix, k)
@@ -265,7 +265,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			httplimit.Unserved(ctx, w, "while it waited its turn")
+			httpreply.Unserved(ctx, w, "while it waited its turn")
 			return
 		}
 	default:
@@ -276,7 +276,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					c.log.Warn("rate limit: a request that left its queue kept its units", "key", k, "err", err, "held_back", held)
 				})
 			}
-			httplimit.Unserved(ctx, w, "while it waited its turn")
+			httpreply.Unserved(ctx, w, "while it waited its turn")
 			return
 		}
 	}
@@ -320,7 +320,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 		}
 		h.observe(funnel.Result{}, err)
 		if c.headers {
-			httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: c.name, Limit: h.limit, Result: funnel.Result{Fallback: true}})
+			httpreply.SetHeaders(w.Header(), httpreply.Policy{Name: c.name, Limit: h.limit, Result: funnel.Result{Fallback: true}})
 		}
 		c.onError(w, r, h.next, err)
 	case ctx.Err() != nil:
@@ -328,7 +328,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 		// store made of it: not the store's failure, nothing to log, no
 		// fallback.
 		h.observe(funnel.Result{}, err)
-		httplimit.Unserved(ctx, w, "before it was decided")
+		httpreply.Unserved(ctx, w, "before it was decided")
 	default:
 		// A limit that cannot be applied, or a bug: not the client's doing,
 		// nor a store that is down.
@@ -336,7 +336,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 		c.wrong.Do(func(held int64) {
 			c.log.Error("rate limit: the limit cannot be applied, or the store failed (logged once a second at most)", "key", key, "err", err, "held_back", held)
 		})
-		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
+		httpreply.Problem{Status: http.StatusInternalServerError}.Write(w)
 	}
 	return false
 }
@@ -344,12 +344,12 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, key string, err e
 // setHeaders sets the header fields of res (Retry-After always, the
 // RateLimit fields unless NoHeaders).
 func (h *handler) setHeaders(w http.ResponseWriter, res funnel.Result) {
-	p := httplimit.Policy{Name: h.c.name, Limit: h.limit, Result: res}
+	p := httpreply.Policy{Name: h.c.name, Limit: h.limit, Result: res}
 	if h.c.headers {
-		httplimit.SetHeaders(w.Header(), p)
+		httpreply.SetHeaders(w.Header(), p)
 		return
 	}
-	httplimit.SetRetryAfter(w.Header(), []httplimit.Policy{p})
+	httpreply.SetRetryAfter(w.Header(), []httpreply.Policy{p})
 }
 
 // observe calls the Observe hook.
@@ -362,28 +362,28 @@ func (h *handler) observe(res funnel.Result, err error) {
 // tooMany is the default answer to a refused request: 429 and a problem of
 // type quota-exceeded (abnormal-usage-detected for a banned key).
 func (c *config) tooMany(w http.ResponseWriter, _ *http.Request, res funnel.Result) {
-	p := httplimit.Problem{
-		Type:             httplimit.TypeQuotaExceeded,
+	p := httpreply.Problem{
+		Type:             httpreply.TypeQuotaExceeded,
 		Title:            "Quota Exceeded",
 		Status:           http.StatusTooManyRequests,
-		Detail:           httplimit.RetryText(res),
+		Detail:           httpreply.RetryText(res),
 		ViolatedPolicies: []string{c.name},
 	}
 	if res.Banned {
-		p.Type, p.Title = httplimit.TypeAbnormalUsageDetected, "Abnormal Usage Detected"
+		p.Type, p.Title = httpreply.TypeAbnormalUsageDetected, "Abnormal Usage Detected"
 	}
 	p.Write(w)
 }
 
 // failClosed refuses a request with a fail-closed fallback: 503 and
-// Retry-After: 1 (httplimit.FallbackStatus), since the store did not
+// Retry-After: 1 (httpreply.FallbackStatus), since the store did not
 // decide, so the answer must not look like a refusal by the limit (429),
 // and the client may retry soon. The store's error is logged, not sent.
 func failClosed(w http.ResponseWriter) {
-	httplimit.Problem{
-		Type:   httplimit.TypeTemporaryReducedCapacity,
+	httpreply.Problem{
+		Type:   httpreply.TypeTemporaryReducedCapacity,
 		Title:  "Temporary Reduced Capacity",
-		Status: httplimit.FallbackStatus(w.Header(), funnel.Result{Fallback: true}),
+		Status: httpreply.FallbackStatus(w.Header(), funnel.Result{Fallback: true}),
 		Detail: "the rate limiter is unavailable",
 	}.Write(w)
 }

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/middleware"
 )
@@ -66,7 +66,7 @@ type reply struct {
 	status  int
 	header  http.Header
 	body    string
-	problem httplimit.Problem
+	problem httpreply.Problem
 }
 
 func get(t *testing.T, srv *httptest.Server, headers ...string) reply {
@@ -124,7 +124,7 @@ func TestAllowRefuseRecover(t *testing.T) {
 	if got := r.header.Get("RateLimit"); got != `"per-ip";r=0;t=2` {
 		t.Errorf("RateLimit %s", got)
 	}
-	want := httplimit.Problem{
+	want := httpreply.Problem{
 		Type:             "https://iana.org/assignments/http-problem-types#quota-exceeded",
 		Title:            "Quota Exceeded",
 		Status:           429,
@@ -242,7 +242,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := middleware.New(lim, funnel.Limit{}, middleware.ClientIP()); !errors.Is(err, funnel.ErrInvalidLimit) {
 		t.Errorf("zero limit: %v", err)
 	}
-	if _, err := middleware.New(lim, funnel.PerSecond(1), middleware.ClientIP(), middleware.Name("é")); !errors.Is(err, httplimit.ErrPolicyName) {
+	if _, err := middleware.New(lim, funnel.PerSecond(1), middleware.ClientIP(), middleware.Name("é")); !errors.Is(err, httpreply.ErrPolicyName) {
 		t.Errorf("bad name: %v", err)
 	}
 	if _, err := middleware.New(nil, funnel.PerSecond(1), middleware.ClientIP()); err == nil {
@@ -309,7 +309,7 @@ func TestStoreDown(t *testing.T) {
 	for _, opts := range [][]middleware.Option{{observe}, {observe, middleware.Fail(funnel.FailClosed)}} {
 		srv = serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), opts...), okHandler())
 		r = get(t, srv)
-		if r.status != 503 || r.problem.Status != 503 || r.problem.Type != httplimit.TypeTemporaryReducedCapacity || r.header.Get("Retry-After") != "1" {
+		if r.status != 503 || r.problem.Status != 503 || r.problem.Type != httpreply.TypeTemporaryReducedCapacity || r.header.Get("Retry-After") != "1" {
 			t.Fatalf("fail closed: %d %+v", r.status, r.problem)
 		}
 		if r.problem.Detail != "the rate limiter is unavailable" {
@@ -366,7 +366,7 @@ func TestBanned(t *testing.T) {
 	if r.status != 429 || r.header.Get("Retry-After") != "90" || r.header.Get("RateLimit") != `"default";r=0;t=90` {
 		t.Fatalf("%d %v", r.status, r.header)
 	}
-	if r.problem.Type != httplimit.TypeAbnormalUsageDetected || r.problem.Detail != "banned; retry in 90 s" {
+	if r.problem.Type != httpreply.TypeAbnormalUsageDetected || r.problem.Detail != "banned; retry in 90 s" {
 		t.Errorf("%+v", r.problem)
 	}
 }

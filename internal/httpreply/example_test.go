@@ -1,4 +1,4 @@
-package httplimit_test
+package httpreply_test
 
 import (
 	"fmt"
@@ -6,16 +6,16 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 )
 
 // SetHeaders writes the fields of several limits, for a handler that calls
 // the Limiter itself.
 func ExampleSetHeaders() {
 	h := http.Header{}
-	httplimit.SetHeaders(h,
-		httplimit.Policy{Name: "burst", Limit: funnel.PerMinute(100), Result: funnel.Result{Allowed: true, Remaining: 37, ResetAfter: 37800 * time.Millisecond}},
-		httplimit.Policy{Name: "daily", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1000, Calendar: funnel.Daily},
+	httpreply.SetHeaders(h,
+		httpreply.Policy{Name: "burst", Limit: funnel.PerMinute(100), Result: funnel.Result{Allowed: true, Remaining: 37, ResetAfter: 37800 * time.Millisecond}},
+		httpreply.Policy{Name: "daily", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1000, Calendar: funnel.Daily},
 			Result: funnel.Result{Allowed: false, RetryAfter: 5 * time.Hour, ResetAfter: 5 * time.Hour}},
 	)
 	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))

@@ -1,4 +1,4 @@
-package httplimit_test
+package httpreply_test
 
 import (
 	"net/http"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 )
 
 // sfItem is one member of a structured field List of Strings with
@@ -101,49 +101,49 @@ func TestHeadersMatchDraftExamples(t *testing.T) {
 	cases := []struct {
 		name     string
 		draft    string // as printed in draft-ietf-httpapi-ratelimit-headers-11
-		policies []httplimit.Policy
+		policies []httpreply.Policy
 		field    string
 	}{{
 		// Section 3.2.
 		name:     "policy",
 		draft:    `"default";q=100;w=10`,
-		policies: []httplimit.Policy{{Name: "default", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 100, Period: 10 * time.Second}}},
-		field:    httplimit.HeaderPolicy,
+		policies: []httpreply.Policy{{Name: "default", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 100, Period: 10 * time.Second}}},
+		field:    httpreply.HeaderPolicy,
 	}, {
 		// Section 3.2, several policies.
 		name:  "policies",
 		draft: `"permin";q=50;w=60,"perhr";q=1000;w=3600`,
-		policies: []httplimit.Policy{
+		policies: []httpreply.Policy{
 			{Name: "permin", Limit: funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 50, Period: time.Minute}},
 			{Name: "perhr", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1000, Period: time.Hour}},
 		},
-		field: httplimit.HeaderPolicy,
+		field: httpreply.HeaderPolicy,
 	}, {
 		// Section 4.2.
 		name:     "ratelimit",
 		draft:    `"default";r=50;t=30`,
-		policies: []httplimit.Policy{{Name: "default", Limit: funnel.PerMinute(100), Result: funnel.Result{Allowed: true, Remaining: 50, ResetAfter: 30 * time.Second}}},
-		field:    httplimit.HeaderRateLimit,
+		policies: []httpreply.Policy{{Name: "default", Limit: funnel.PerMinute(100), Result: funnel.Result{Allowed: true, Remaining: 50, ResetAfter: 30 * time.Second}}},
+		field:    httpreply.HeaderRateLimit,
 	}, {
 		// Appendix B.2.1: 99 left for the next 50 s of a 100 per minute
 		// window (the RateLimit field).
 		name:  "fixedwindow",
 		draft: `"fixedwindow";r=99;t=50`,
-		policies: []httplimit.Policy{{Name: "fixedwindow", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 100, Period: time.Minute},
+		policies: []httpreply.Policy{{Name: "fixedwindow", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 100, Period: time.Minute},
 			Result: funnel.Result{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 49*time.Second + 1}}},
-		field: httplimit.HeaderRateLimit,
+		field: httpreply.HeaderRateLimit,
 	}, {
 		// Appendix B.1.4: a throttled response, r=0 and t the wait.
 		name:  "throttled",
 		draft: `"default";r=0;t=5`,
-		policies: []httplimit.Policy{{Name: "default", Limit: funnel.PerMinute(100),
+		policies: []httpreply.Policy{{Name: "default", Limit: funnel.PerMinute(100),
 			Result: funnel.Result{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 4500 * time.Millisecond, ResetAfter: time.Minute}}},
-		field: httplimit.HeaderRateLimit,
+		field: httpreply.HeaderRateLimit,
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			h := http.Header{}
-			httplimit.SetHeaders(h, c.policies...)
+			httpreply.SetHeaders(h, c.policies...)
 			got := h.Get(c.field)
 			if vs := h.Values(c.field); len(vs) != 1 {
 				t.Errorf("%d %s field lines, want 1", len(vs), c.field)
@@ -172,7 +172,7 @@ func TestPolicyFormats(t *testing.T) {
 		{funnel.Limit{Algorithm: funnel.Concurrency, Count: 8, Period: time.Minute}, `"p";q=8;qu="concurrent-requests"`},
 	}
 	for _, c := range cases {
-		if got := string(httplimit.AppendPolicy(nil, "p", c.limit)); got != c.want {
+		if got := string(httpreply.AppendPolicy(nil, "p", c.limit)); got != c.want {
 			t.Errorf("%v: %s, want %s", c.limit, got, c.want)
 		}
 		parseSFList(t, c.want)
@@ -196,7 +196,7 @@ func TestRateLimitFormats(t *testing.T) {
 		{funnel.Result{Allowed: true, Fallback: true}, `"p";r=0`},
 	}
 	for _, c := range cases {
-		if got := string(httplimit.AppendRateLimit(nil, "p", c.r)); got != c.want {
+		if got := string(httpreply.AppendRateLimit(nil, "p", c.r)); got != c.want {
 			t.Errorf("%+v: %s, want %s", c.r, got, c.want)
 		}
 	}
@@ -204,23 +204,23 @@ func TestRateLimitFormats(t *testing.T) {
 
 func TestRetryAfter(t *testing.T) {
 	cases := []struct {
-		policies []httplimit.Policy
+		policies []httpreply.Policy
 		want     string
 	}{
-		{[]httplimit.Policy{{Name: "a", Result: funnel.Result{Allowed: true}}}, ""},
-		{[]httplimit.Policy{{Name: "a", Result: funnel.Result{RetryAfter: time.Nanosecond}}}, "1"},
-		{[]httplimit.Policy{{Name: "a", Result: funnel.Result{RetryAfter: 2 * time.Second}}}, "2"},
-		{[]httplimit.Policy{{Name: "a", Result: funnel.Result{RetryAfter: 2*time.Second + time.Millisecond}}}, "3"},
-		{[]httplimit.Policy{{Name: "a", Result: funnel.Result{RetryAfter: funnel.Never}}}, ""},
-		{[]httplimit.Policy{{Name: "a", Result: funnel.Result{Fallback: true}}}, ""},
+		{[]httpreply.Policy{{Name: "a", Result: funnel.Result{Allowed: true}}}, ""},
+		{[]httpreply.Policy{{Name: "a", Result: funnel.Result{RetryAfter: time.Nanosecond}}}, "1"},
+		{[]httpreply.Policy{{Name: "a", Result: funnel.Result{RetryAfter: 2 * time.Second}}}, "2"},
+		{[]httpreply.Policy{{Name: "a", Result: funnel.Result{RetryAfter: 2*time.Second + time.Millisecond}}}, "3"},
+		{[]httpreply.Policy{{Name: "a", Result: funnel.Result{RetryAfter: funnel.Never}}}, ""},
+		{[]httpreply.Policy{{Name: "a", Result: funnel.Result{Fallback: true}}}, ""},
 		// Several refusing limits: the longest wait.
-		{[]httplimit.Policy{
+		{[]httpreply.Policy{
 			{Name: "a", Result: funnel.Result{RetryAfter: 2 * time.Second}},
 			{Name: "b", Result: funnel.Result{Allowed: true}},
 			{Name: "c", Result: funnel.Result{RetryAfter: 90 * time.Second}},
 		}, "90"},
 		// A refusal no wait lifts: waiting for the others would not help.
-		{[]httplimit.Policy{
+		{[]httpreply.Policy{
 			{Name: "a", Result: funnel.Result{RetryAfter: 2 * time.Second}},
 			{Name: "b", Result: funnel.Result{RetryAfter: funnel.Never}},
 		}, ""},
@@ -230,7 +230,7 @@ func TestRetryAfter(t *testing.T) {
 			c.policies[j].Limit = funnel.PerSecond(1)
 		}
 		h := http.Header{}
-		httplimit.SetHeaders(h, c.policies...)
+		httpreply.SetHeaders(h, c.policies...)
 		if got := h.Get("Retry-After"); got != c.want {
 			t.Errorf("case %d: Retry-After %q, want %q", i, got, c.want)
 		}
@@ -238,7 +238,7 @@ func TestRetryAfter(t *testing.T) {
 }
 
 func TestNameEscaping(t *testing.T) {
-	got := string(httplimit.AppendPolicy(nil, `a "quoted" \ name`, funnel.PerSecond(1)))
+	got := string(httpreply.AppendPolicy(nil, `a "quoted" \ name`, funnel.PerSecond(1)))
 	if want := `"a \"quoted\" \\ name";q=1;w=1`; got != want {
 		t.Errorf("%s, want %s", got, want)
 	}
@@ -246,7 +246,7 @@ func TestNameEscaping(t *testing.T) {
 		t.Errorf("round trip: %q", items[0].Name)
 	}
 	for _, bad := range []string{"", "é", "tab\there", strings.Repeat("x", 257)} {
-		if httplimit.CheckPolicyName(bad) == nil {
+		if httpreply.CheckPolicyName(bad) == nil {
 			t.Errorf("CheckPolicyName(%q): no error", bad)
 		}
 	}
@@ -263,7 +263,7 @@ func TestSeconds(t *testing.T) {
 		funnel.Never:               9_223_372_037,
 		24 * 365 * 100 * time.Hour: 3_153_600_000,
 	} {
-		if got := httplimit.Seconds(d); got != want {
+		if got := httpreply.Seconds(d); got != want {
 			t.Errorf("Seconds(%v) = %d, want %d", d, got, want)
 		}
 	}
