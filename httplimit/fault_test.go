@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/httpreply"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // written is what a handler wrote: the status (0 when it wrote nothing, which
@@ -119,11 +119,11 @@ func faultStores(entered chan<- struct{}) []faultStore {
 // none of them applies to a request whose context has ended.
 var failModes = []struct {
 	name string
-	opt  middleware.Option
+	opt  httplimit.Option
 }{
-	{"fail open", middleware.Fail(funnel.FailOpen)},
-	{"fail closed", middleware.Fail(funnel.FailClosed)},
-	{"on store error", middleware.OnStoreError(func(w http.ResponseWriter, r *http.Request, next http.Handler, _ error) {
+	{"fail open", httplimit.Fail(funnel.FailOpen)},
+	{"fail closed", httplimit.Fail(funnel.FailClosed)},
+	{"on store error", httplimit.OnStoreError(func(w http.ResponseWriter, r *http.Request, next http.Handler, _ error) {
 		next.ServeHTTP(w, r)
 	})},
 }
@@ -139,7 +139,7 @@ func TestClientGone(t *testing.T) {
 			t.Run(mode.name+"/"+c.name, func(t *testing.T) {
 				var ran atomic.Int32
 				app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
-				h, got := recording(newMW(t, funnel.New(c.store), c.limit, middleware.ClientIP(), mode.opt)(app))
+				h, got := recording(newMW(t, funnel.New(c.store), c.limit, httplimit.ClientIP(), mode.opt)(app))
 				srv := serve(t, func(http.Handler) http.Handler { return h }, nil)
 
 				ctx, cancel := context.WithCancel(context.Background())
@@ -179,7 +179,7 @@ func TestDeadlinePassed(t *testing.T) {
 			t.Run(mode.name+"/"+c.name, func(t *testing.T) {
 				var ran atomic.Int32
 				app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
-				mw := newMW(t, funnel.New(c.store), c.limit, middleware.ClientIP(), mode.opt)
+				mw := newMW(t, funnel.New(c.store), c.limit, httplimit.ClientIP(), mode.opt)
 				srv := serve(t, func(h http.Handler) http.Handler { return expired(mw(h)) }, app)
 				r := get(t, srv)
 				<-entered

@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/middleware"
+	"github.com/funnelrl/funnel/httplimit"
 )
 
 func prefixes(s ...string) []netip.Prefix {
@@ -34,62 +34,62 @@ func TestClientIP(t *testing.T) {
 	proxies := prefixes("10.0.0.0/8", "2001:db8:ffff::/48")
 	cases := []struct {
 		name    string
-		key     middleware.IPKey
+		key     httplimit.IPKey
 		remote  string
 		headers []string
 		want    string
 		ok      bool
 	}{
-		{"remote v4", middleware.IPKey{}, "203.0.113.7:4711", nil, "203.0.113.7", true},
-		{"remote v6 keyed by /64", middleware.IPKey{}, "[2001:db8:1:2:3:4:5:6]:80", nil, "2001:db8:1:2::/64", true},
-		{"remote v6 full", middleware.IPKey{IPv6Bits: 128}, "[2001:db8:1:2:3:4:5:6]:80", nil, "2001:db8:1:2:3:4:5:6", true},
-		{"remote v4 /24", middleware.IPKey{IPv4Bits: 24}, "203.0.113.7:1", nil, "203.0.113.0/24", true},
-		{"v4-mapped remote", middleware.IPKey{}, "[::ffff:203.0.113.7]:80", nil, "203.0.113.7", true},
-		{"zone dropped", middleware.IPKey{IPv6Bits: 128}, "[fe80::1%eth0]:80", nil, "fe80::1", true},
-		{"no port", middleware.IPKey{}, "203.0.113.7", nil, "203.0.113.7", true},
-		{"unix socket", middleware.IPKey{}, "@", nil, "", false},
-		{"empty remote", middleware.IPKey{}, "", nil, "", false},
+		{"remote v4", httplimit.IPKey{}, "203.0.113.7:4711", nil, "203.0.113.7", true},
+		{"remote v6 keyed by /64", httplimit.IPKey{}, "[2001:db8:1:2:3:4:5:6]:80", nil, "2001:db8:1:2::/64", true},
+		{"remote v6 full", httplimit.IPKey{IPv6Bits: 128}, "[2001:db8:1:2:3:4:5:6]:80", nil, "2001:db8:1:2:3:4:5:6", true},
+		{"remote v4 /24", httplimit.IPKey{IPv4Bits: 24}, "203.0.113.7:1", nil, "203.0.113.0/24", true},
+		{"v4-mapped remote", httplimit.IPKey{}, "[::ffff:203.0.113.7]:80", nil, "203.0.113.7", true},
+		{"zone dropped", httplimit.IPKey{IPv6Bits: 128}, "[fe80::1%eth0]:80", nil, "fe80::1", true},
+		{"no port", httplimit.IPKey{}, "203.0.113.7", nil, "203.0.113.7", true},
+		{"unix socket", httplimit.IPKey{}, "@", nil, "", false},
+		{"empty remote", httplimit.IPKey{}, "", nil, "", false},
 
 		// Spoofing: headers from an untrusted peer are never read.
-		{"XFF from untrusted peer", middleware.IPKey{}, "203.0.113.7:1", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7", true},
-		{"XFF untrusted, proxies configured", middleware.IPKey{Trusted: proxies}, "203.0.113.7:1", []string{"X-Forwarded-For", "10.0.0.1"}, "203.0.113.7", true},
-		{"Forwarded from untrusted peer", middleware.IPKey{Trusted: proxies, Header: "Forwarded"}, "203.0.113.7:1", []string{"Forwarded", "for=198.51.100.1"}, "203.0.113.7", true},
+		{"XFF from untrusted peer", httplimit.IPKey{}, "203.0.113.7:1", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7", true},
+		{"XFF untrusted, proxies configured", httplimit.IPKey{Trusted: proxies}, "203.0.113.7:1", []string{"X-Forwarded-For", "10.0.0.1"}, "203.0.113.7", true},
+		{"Forwarded from untrusted peer", httplimit.IPKey{Trusted: proxies, Header: "Forwarded"}, "203.0.113.7:1", []string{"Forwarded", "for=198.51.100.1"}, "203.0.113.7", true},
 
 		// A trusted proxy reports the client.
-		{"one proxy", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1", true},
-		{"client prepends a spoofed address", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "1.2.3.4, 198.51.100.1"}, "198.51.100.1", true},
-		{"client spoofs a trusted address", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "10.9.9.9, 198.51.100.1"}, "198.51.100.1", true},
-		{"two trusted hops", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "1.2.3.4, 198.51.100.1, 10.0.0.3"}, "198.51.100.1", true},
-		{"v6 proxy hop", middleware.IPKey{Trusted: proxies, IPv6Bits: 128}, "[2001:db8:ffff::1]:1", []string{"X-Forwarded-For", "2001:db8:1::9, 2001:db8:ffff::2"}, "2001:db8:1::9", true},
-		{"several header lines", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "1.2.3.4", "X-Forwarded-For", "198.51.100.1, 10.0.0.7"}, "198.51.100.1", true},
-		{"ports in XFF", middleware.IPKey{Trusted: proxies, IPv6Bits: 128}, "10.0.0.2:1", []string{"X-Forwarded-For", "[2001:db8::1]:4711, 10.0.0.3:80"}, "2001:db8::1", true},
-		{"every hop trusted", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "10.0.0.4, 10.0.0.3"}, "10.0.0.4", true},
-		{"trusted proxy without header", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", nil, "10.0.0.2", true},
-		{"garbage stops the walk", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "198.51.100.1, garbage"}, "10.0.0.2", true},
-		{"garbage past the client is not read", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "garbage, 198.51.100.1"}, "198.51.100.1", true},
-		{"empty element stops the walk", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "198.51.100.1,, 10.0.0.3"}, "10.0.0.3", true},
-		{"mapped address in XFF", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "::ffff:198.51.100.1"}, "198.51.100.1", true},
+		{"one proxy", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1", true},
+		{"client prepends a spoofed address", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "1.2.3.4, 198.51.100.1"}, "198.51.100.1", true},
+		{"client spoofs a trusted address", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "10.9.9.9, 198.51.100.1"}, "198.51.100.1", true},
+		{"two trusted hops", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "1.2.3.4, 198.51.100.1, 10.0.0.3"}, "198.51.100.1", true},
+		{"v6 proxy hop", httplimit.IPKey{Trusted: proxies, IPv6Bits: 128}, "[2001:db8:ffff::1]:1", []string{"X-Forwarded-For", "2001:db8:1::9, 2001:db8:ffff::2"}, "2001:db8:1::9", true},
+		{"several header lines", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "1.2.3.4", "X-Forwarded-For", "198.51.100.1, 10.0.0.7"}, "198.51.100.1", true},
+		{"ports in XFF", httplimit.IPKey{Trusted: proxies, IPv6Bits: 128}, "10.0.0.2:1", []string{"X-Forwarded-For", "[2001:db8::1]:4711, 10.0.0.3:80"}, "2001:db8::1", true},
+		{"every hop trusted", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "10.0.0.4, 10.0.0.3"}, "10.0.0.4", true},
+		{"trusted proxy without header", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", nil, "10.0.0.2", true},
+		{"garbage stops the walk", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "198.51.100.1, garbage"}, "10.0.0.2", true},
+		{"garbage past the client is not read", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "garbage, 198.51.100.1"}, "198.51.100.1", true},
+		{"empty element stops the walk", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "198.51.100.1,, 10.0.0.3"}, "10.0.0.3", true},
+		{"mapped address in XFF", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1", []string{"X-Forwarded-For", "::ffff:198.51.100.1"}, "198.51.100.1", true},
 
 		// Only the configured header is read.
-		{"Forwarded ignored when proxies write XFF", middleware.IPKey{Trusted: proxies}, "10.0.0.2:1",
+		{"Forwarded ignored when proxies write XFF", httplimit.IPKey{Trusted: proxies}, "10.0.0.2:1",
 			[]string{"Forwarded", "for=1.2.3.4", "X-Forwarded-For", "198.51.100.1"}, "198.51.100.1", true},
-		{"XFF ignored when proxies write Forwarded", middleware.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
+		{"XFF ignored when proxies write Forwarded", httplimit.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
 			[]string{"X-Forwarded-For", "1.2.3.4", "Forwarded", "for=198.51.100.1"}, "198.51.100.1", true},
-		{"X-Real-IP", middleware.IPKey{Trusted: proxies, Header: "X-Real-IP"}, "10.0.0.2:1",
+		{"X-Real-IP", httplimit.IPKey{Trusted: proxies, Header: "X-Real-IP"}, "10.0.0.2:1",
 			[]string{"X-Forwarded-For", "1.2.3.4", "X-Real-IP", "198.51.100.1"}, "198.51.100.1", true},
 
 		// Forwarded (RFC 7239).
-		{"Forwarded", middleware.IPKey{Trusted: proxies, Header: "Forwarded", IPv6Bits: 128}, "10.0.0.2:1",
+		{"Forwarded", httplimit.IPKey{Trusted: proxies, Header: "Forwarded", IPv6Bits: 128}, "10.0.0.2:1",
 			[]string{"Forwarded", `for=192.0.2.43, for="[2001:db8:cafe::17]:4711";proto=https;by=10.0.0.2`}, "2001:db8:cafe::17", true},
-		{"Forwarded params in any order and case", middleware.IPKey{Trusted: proxies, Header: "forwarded"}, "10.0.0.2:1",
+		{"Forwarded params in any order and case", httplimit.IPKey{Trusted: proxies, Header: "forwarded"}, "10.0.0.2:1",
 			[]string{"Forwarded", `proto=http;FOR=198.51.100.1;by=_proxy`}, "198.51.100.1", true},
-		{"Forwarded quoted comma", middleware.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
+		{"Forwarded quoted comma", httplimit.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
 			[]string{"Forwarded", `for=198.51.100.1;host="a,b", for=10.0.0.3`}, "198.51.100.1", true},
-		{"Forwarded unknown stops", middleware.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
+		{"Forwarded unknown stops", httplimit.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
 			[]string{"Forwarded", `for=198.51.100.1, for=unknown`}, "10.0.0.2", true},
-		{"Forwarded obfuscated stops", middleware.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
+		{"Forwarded obfuscated stops", httplimit.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
 			[]string{"Forwarded", `for=198.51.100.1, for=10.0.0.3, for="_hidden"`}, "10.0.0.2", true},
-		{"Forwarded without for", middleware.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
+		{"Forwarded without for", httplimit.IPKey{Trusted: proxies, Header: "Forwarded"}, "10.0.0.2:1",
 			[]string{"Forwarded", `proto=https`}, "10.0.0.2", true},
 	}
 	for _, c := range cases {
@@ -103,19 +103,19 @@ func TestClientIP(t *testing.T) {
 }
 
 func TestClientIPHelper(t *testing.T) {
-	k := middleware.ClientIP(netip.MustParsePrefix("127.0.0.1/32"))
+	k := httplimit.ClientIP(netip.MustParsePrefix("127.0.0.1/32"))
 	got, _ := k(request("127.0.0.1:5", "X-Forwarded-For", "198.51.100.1"))
 	if got != "198.51.100.1" {
 		t.Errorf("ClientIP behind a trusted proxy: %q", got)
 	}
-	got, _ = middleware.ClientIP()(request("127.0.0.1:5", "X-Forwarded-For", "198.51.100.1"))
+	got, _ = httplimit.ClientIP()(request("127.0.0.1:5", "X-Forwarded-For", "198.51.100.1"))
 	if got != "127.0.0.1" {
 		t.Errorf("ClientIP trusting nobody: %q", got)
 	}
 }
 
 func TestHeaderKey(t *testing.T) {
-	k := middleware.Header("x-api-key")
+	k := httplimit.Header("x-api-key")
 	if got, ok := k(request("1.2.3.4:1", "X-Api-Key", "  abc ")); got != "abc" || !ok {
 		t.Errorf("Header: %q, %v", got, ok)
 	}
@@ -129,7 +129,7 @@ func TestHeaderKey(t *testing.T) {
 type userKey struct{}
 
 func TestFromContext(t *testing.T) {
-	k := middleware.FromContext(func(ctx context.Context) (string, bool) {
+	k := httplimit.FromContext(func(ctx context.Context) (string, bool) {
 		u, ok := ctx.Value(userKey{}).(string)
 		return "user:" + u, ok
 	})
@@ -154,7 +154,7 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("[fe80::1%eth0]:80", ",,, ,", `for=";,"`, false)
 	trusted := prefixes("10.0.0.0/8", "2001:db8:ffff::/48", "::1/128")
 	f.Fuzz(func(t *testing.T, remote, xff, fwd string, useForwarded bool) {
-		k := middleware.IPKey{Trusted: trusted, IPv6Bits: 128}
+		k := httplimit.IPKey{Trusted: trusted, IPv6Bits: 128}
 		if useForwarded {
 			k.Header = "Forwarded"
 		}
@@ -174,7 +174,7 @@ func FuzzClientIP(f *testing.F) {
 		if err != nil || a.Zone() != "" || a.Is4In6() {
 			t.Fatalf("key %q is not a plain address (%v)", got, err)
 		}
-		peer, _ := (middleware.IPKey{IPv6Bits: 128}).Client(request(remote))
+		peer, _ := (httplimit.IPKey{IPv6Bits: 128}).Client(request(remote))
 		if !peer.IsValid() {
 			t.Fatalf("key %q for an unparsable RemoteAddr %q", got, remote)
 		}
@@ -235,7 +235,7 @@ func containsAddr(s string, a netip.Addr) bool {
 // before); a longer one is stored under funnel.StoreKey's hash.
 func TestKeyBoundIsOneForEveryEdge(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.Header("X-Api-Key"), middleware.Prefix("k:")), okHandler())
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.Header("X-Api-Key"), httplimit.Prefix("k:")), okHandler())
 	for _, key := range []string{strings.Repeat("m", funnel.MaxKeyLen), strings.Repeat("l", funnel.MaxKeyLen+1)} {
 		if r := get(t, srv, "X-Api-Key", key); r.status != 200 {
 			t.Fatal(r.status)

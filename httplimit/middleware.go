@@ -1,13 +1,16 @@
-// Package middleware limits the requests of a net/http server with a Funnel
+// Package httplimit limits the requests of a net/http server with a Funnel
 // limit: one limit, a key per request (the client's address, a header, the
 // user in the context), the RateLimit-Policy and RateLimit header fields of
 // draft-ietf-httpapi-ratelimit-headers, and a 429 problem (RFC 9457) with
 // Retry-After when the limit refuses.
 //
 //	lim := funnel.New(memstore.New(memstore.Options{}))
-//	mw, err := middleware.New(lim, funnel.PerMinute(60), middleware.ClientIP())
+//	mw, err := httplimit.New(lim, funnel.PerMinute(60), httplimit.ClientIP())
 //	if err != nil { ... }
 //	http.ListenAndServe(addr, mw(app))
+//
+// A handler that calls the Limiter itself, for several limits at once,
+// writes the same header fields with SetHeaders.
 //
 // A leaky bucket limit delays admitted requests as nginx's limit_req does;
 // a concurrency limit holds a lease while the handler runs and releases it
@@ -41,7 +44,7 @@
 // cannot decide: Fail and OnStoreError do not apply to them. Nor do they
 // apply to an error that is a bug (a store's internal error, a limit that
 // cannot be applied), answered 500 and logged.
-package middleware
+package httplimit
 
 import (
 	"context"
@@ -78,8 +81,8 @@ type config struct {
 }
 
 // Name sets the policy name written in the header fields and in the
-// problem's violated-policies (httpreply.DefaultName when not given). It must be
-// printable ASCII (see CheckPolicyName).
+// problem's violated-policies ("default" when not given). It must be 1 to
+// 256 bytes of printable ASCII (see ErrPolicyName).
 func Name(name string) Option { return func(c *config) { c.name = name } }
 
 // Prefix is prepended to every key, to keep this limit's keys apart from

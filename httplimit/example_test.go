@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/memstore"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // A fixed clock keeps the examples' output exact; real code leaves
@@ -24,7 +24,7 @@ func Example() {
 	lim := funnel.New(store)
 
 	// 2 requests at once per client address, then one every 2 seconds.
-	mw, err := middleware.New(lim, funnel.PerMinute(30).WithBurst(1), middleware.ClientIP(), middleware.Name("per-ip"))
+	mw, err := httplimit.New(lim, funnel.PerMinute(30).WithBurst(1), httplimit.ClientIP(), httplimit.Name("per-ip"))
 	if err != nil {
 		panic(err)
 	}
@@ -67,7 +67,7 @@ func Example() {
 
 // Behind proxies, trust their X-Forwarded-For, and only theirs.
 func ExampleClientIP() {
-	key := middleware.ClientIP(netip.MustParsePrefix("10.0.0.0/8"))
+	key := httplimit.ClientIP(netip.MustParsePrefix("10.0.0.0/8"))
 
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.2:51234" // the load balancer
@@ -82,7 +82,7 @@ func ExampleClientIP() {
 }
 
 func ExampleIPKey() {
-	key := middleware.IPKey{
+	key := httplimit.IPKey{
 		Trusted: []netip.Prefix{netip.MustParsePrefix("2001:db8:ffff::/48")},
 		Header:  "Forwarded",
 	}
@@ -97,7 +97,7 @@ func ExampleIPKey() {
 // Limit by user, the key an authentication middleware put in the context.
 func ExampleFromContext() {
 	type userKey struct{}
-	key := middleware.FromContext(func(ctx context.Context) (string, bool) {
+	key := httplimit.FromContext(func(ctx context.Context) (string, bool) {
 		u, ok := ctx.Value(userKey{}).(string)
 		return "user:" + u, ok
 	})
@@ -112,7 +112,7 @@ func ExampleFromContext() {
 // with 503 (Fail(funnel.FailOpen) serves the request unlimited).
 func ExampleFail() {
 	lim := funnel.New(downStore())
-	mw, _ := middleware.New(lim, funnel.PerSecond(10), middleware.ClientIP(), middleware.Fail(funnel.FailClosed), middleware.Logger(quiet()))
+	mw, _ := httplimit.New(lim, funnel.PerSecond(10), httplimit.ClientIP(), httplimit.Fail(funnel.FailClosed), httplimit.Logger(quiet()))
 	srv := httptest.NewServer(mw(http.NotFoundHandler()))
 	defer srv.Close()
 
@@ -127,4 +127,22 @@ func ExampleFail() {
 	// Output:
 	// 503 Service Unavailable
 	// {"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Temporary Reduced Capacity","status":503,"detail":"the rate limiter is unavailable"}
+}
+
+// SetHeaders writes the fields of several limits, for a handler that calls
+// the Limiter itself.
+func ExampleSetHeaders() {
+	h := http.Header{}
+	httplimit.SetHeaders(h,
+		httplimit.Policy{Name: "burst", Limit: funnel.PerMinute(100), Result: funnel.Result{Allowed: true, Remaining: 37, ResetAfter: 37800 * time.Millisecond}},
+		httplimit.Policy{Name: "daily", Limit: funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1000, Calendar: funnel.Daily},
+			Result: funnel.Result{Allowed: false, RetryAfter: 5 * time.Hour, ResetAfter: 5 * time.Hour}},
+	)
+	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))
+	fmt.Println("RateLimit:", h.Get("RateLimit"))
+	fmt.Println("Retry-After:", h.Get("Retry-After"))
+	// Output:
+	// RateLimit-Policy: "burst";q=100;w=60, "daily";q=1000;w=86400
+	// RateLimit: "burst";r=37;t=38, "daily";r=0;t=18000
+	// Retry-After: 18000
 }

@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 // The limiter family behind the middleware, over the memory store.
 
@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/httpreply"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 func TestMemstoreConcurrency(t *testing.T) {
@@ -25,7 +25,7 @@ func TestMemstoreConcurrency(t *testing.T) {
 			<-release
 		}
 	})
-	srv := serve(t, newMW(t, lim, limit, middleware.ClientIP()), app)
+	srv := serve(t, newMW(t, lim, limit, httplimit.ClientIP()), app)
 	done := make(chan int)
 	go func() {
 		resp, err := srv.Client().Get(srv.URL + "/slow")
@@ -54,7 +54,7 @@ func TestMemstoreConcurrency(t *testing.T) {
 func TestMemstoreBan(t *testing.T) {
 	c := newClock()
 	limit := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Minute, Ban: time.Hour}
-	srv := serve(t, newMW(t, memLimiter(t, c), limit, middleware.ClientIP(), middleware.Name("login")), okHandler())
+	srv := serve(t, newMW(t, memLimiter(t, c), limit, httplimit.ClientIP(), httplimit.Name("login")), okHandler())
 	if r := get(t, srv); r.status != 200 || r.header.Get("RateLimit-Policy") != `"login";q=1;w=60` {
 		t.Fatalf("%d %v", r.status, r.header)
 	}
@@ -77,7 +77,7 @@ func TestMemstoreLeakyBucket(t *testing.T) {
 	// the synctest bubble's fake clock.
 	synctest.Test(t, func(t *testing.T) {
 		limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 20, Period: time.Second, Burst: 3}
-		h := newMW(t, memLimiter(t, newClock()), limit, middleware.ClientIP())(okHandler())
+		h := newMW(t, memLimiter(t, newClock()), limit, httplimit.ClientIP())(okHandler())
 		serveOne := func() int {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -107,7 +107,7 @@ func TestMemstoreLeakyBucketLeavesWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 20, Period: time.Second, Burst: 3}
 		lim := memLimiter(t, newClock())
-		h := newMW(t, lim, limit, middleware.ClientIP())(okHandler())
+		h := newMW(t, lim, limit, httplimit.ClientIP())(okHandler())
 		serveOne := func(ctx context.Context) int {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
@@ -152,7 +152,7 @@ func TestMemstoreConcurrencyQueue(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 			}
 		})
-		h := newMW(t, lim, limit, middleware.ClientIP())(app)
+		h := newMW(t, lim, limit, httplimit.ClientIP())(app)
 		serveOne := func(path string) (int, time.Duration) {
 			begin := time.Now()
 			rec := httptest.NewRecorder()

@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/httpreply"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // TestFallbackClosedIs503: a fail-closed fallback, the store's own (a
@@ -36,13 +36,13 @@ func TestFallbackClosedIs503(t *testing.T) {
 	cases := []struct {
 		name  string
 		store *fakeStore
-		opt   middleware.Option
+		opt   httplimit.Option
 		open  bool
 	}{
-		{"store fails closed", fallback(false), middleware.Fail(funnel.FailOpen), false},
-		{"store fails open", fallback(true), middleware.Fail(funnel.FailClosed), true},
-		{"FailClosed", downStore(), middleware.Fail(funnel.FailClosed), false},
-		{"FailOpen", downStore(), middleware.Fail(funnel.FailOpen), true},
+		{"store fails closed", fallback(false), httplimit.Fail(funnel.FailOpen), false},
+		{"store fails open", fallback(true), httplimit.Fail(funnel.FailClosed), true},
+		{"FailClosed", downStore(), httplimit.Fail(funnel.FailClosed), false},
+		{"FailOpen", downStore(), httplimit.Fail(funnel.FailOpen), true},
 	}
 	for _, c := range cases {
 		for _, limit := range limits {
@@ -54,11 +54,11 @@ func TestFallbackClosedIs503(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					var ran atomic.Int32
 					app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
-					opts := []middleware.Option{c.opt}
+					opts := []httplimit.Option{c.opt}
 					if !headers {
-						opts = append(opts, middleware.NoHeaders())
+						opts = append(opts, httplimit.NoHeaders())
 					}
-					srv := serve(t, newMW(t, funnel.New(c.store), limit, middleware.ClientIP(), opts...), app)
+					srv := serve(t, newMW(t, funnel.New(c.store), limit, httplimit.ClientIP(), opts...), app)
 					r := get(t, srv)
 					if r.header.Get("RateLimit") != "" {
 						t.Errorf("a fallback describes the key's state: RateLimit %q", r.header.Get("RateLimit"))
@@ -97,7 +97,7 @@ func TestBugIsNotAFallback(t *testing.T) {
 	for _, mode := range []funnel.FailMode{funnel.FailClosed, funnel.FailOpen} {
 		var ran atomic.Int32
 		app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
-		srv := serve(t, newMW(t, funnel.New(st), funnel.PerMinute(1), middleware.ClientIP(), middleware.Fail(mode)), app)
+		srv := serve(t, newMW(t, funnel.New(st), funnel.PerMinute(1), httplimit.ClientIP(), httplimit.Fail(mode)), app)
 		if r := get(t, srv); r.status != http.StatusInternalServerError || ran.Load() != 0 {
 			t.Errorf("%v: %d, handler ran %d times; want 500, never", mode, r.status, ran.Load())
 		}

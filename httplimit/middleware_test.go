@@ -1,4 +1,4 @@
-package middleware_test
+package httplimit_test
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/memstore"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // clock is a fake clock for memstore, in ns since the Unix epoch.
@@ -53,9 +53,9 @@ func serve(t *testing.T, mw func(http.Handler) http.Handler, app http.Handler) *
 	return srv
 }
 
-func newMW(t *testing.T, lim *funnel.Limiter, limit funnel.Limit, key middleware.KeyFunc, opts ...middleware.Option) func(http.Handler) http.Handler {
+func newMW(t *testing.T, lim *funnel.Limiter, limit funnel.Limit, key httplimit.KeyFunc, opts ...httplimit.Option) func(http.Handler) http.Handler {
 	t.Helper()
-	mw, err := middleware.New(lim, limit, key, append([]middleware.Option{middleware.Logger(quiet())}, opts...)...)
+	mw, err := httplimit.New(lim, limit, key, append([]httplimit.Option{httplimit.Logger(quiet())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func get(t *testing.T, srv *httptest.Server, headers ...string) reply {
 func TestAllowRefuseRecover(t *testing.T) {
 	c := newClock()
 	limit := funnel.PerMinute(30).WithBurst(2) // 3 at once, then one each 2 s
-	srv := serve(t, newMW(t, memLimiter(t, c), limit, middleware.ClientIP(), middleware.Name("per-ip")), okHandler())
+	srv := serve(t, newMW(t, memLimiter(t, c), limit, httplimit.ClientIP(), httplimit.Name("per-ip")), okHandler())
 
 	for i, want := range []string{`"per-ip";r=2;t=2`, `"per-ip";r=1;t=4`, `"per-ip";r=0;t=6`} {
 		r := get(t, srv)
@@ -143,7 +143,7 @@ func TestAllowRefuseRecover(t *testing.T) {
 
 func TestKeysAreSeparate(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.Header("X-Api-Key"), middleware.Prefix("k:")), okHandler())
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.Header("X-Api-Key"), httplimit.Prefix("k:")), okHandler())
 	if r := get(t, srv, "X-Api-Key", "a"); r.status != 200 {
 		t.Fatal(r.status)
 	}
@@ -162,12 +162,12 @@ func TestKeysAreSeparate(t *testing.T) {
 
 func TestNoKey(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.Header("X-Api-Key")), okHandler())
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.Header("X-Api-Key")), okHandler())
 	r := get(t, srv)
 	if r.status != 400 || r.problem.Status != 400 || r.problem.Type != "about:blank" || r.problem.Title != "Bad Request" {
 		t.Errorf("no key: %d %+v", r.status, r.problem)
 	}
-	srv = serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.Header("X-Api-Key"), middleware.SkipNoKey()), okHandler())
+	srv = serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.Header("X-Api-Key"), httplimit.SkipNoKey()), okHandler())
 	for range 3 {
 		if r := get(t, srv); r.status != 200 || r.header.Get("RateLimit") != "" {
 			t.Errorf("SkipNoKey: %d %v", r.status, r.header)
@@ -177,8 +177,8 @@ func TestNoKey(t *testing.T) {
 
 func TestSkip(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	mw := newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(),
-		middleware.Skip(func(r *http.Request) bool { return r.Header.Get("X-Health") != "" }))
+	mw := newMW(t, lim, funnel.PerMinute(1), httplimit.ClientIP(),
+		httplimit.Skip(func(r *http.Request) bool { return r.Header.Get("X-Health") != "" }))
 	srv := serve(t, mw, okHandler())
 	for range 3 {
 		if r := get(t, srv, "X-Health", "1"); r.status != 200 {
@@ -195,8 +195,8 @@ func TestSkip(t *testing.T) {
 
 func TestQuantity(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	mw := newMW(t, lim, funnel.PerSecond(10), middleware.ClientIP(),
-		middleware.Quantity(func(r *http.Request) int64 {
+	mw := newMW(t, lim, funnel.PerSecond(10), httplimit.ClientIP(),
+		httplimit.Quantity(func(r *http.Request) int64 {
 			var n int64
 			fmt.Sscan(r.Header.Get("X-Cost"), &n)
 			return n
@@ -222,8 +222,8 @@ func TestQuantity(t *testing.T) {
 
 func TestNoHeadersAndOnLimited(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	mw := newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), middleware.NoHeaders(),
-		middleware.OnLimited(func(w http.ResponseWriter, _ *http.Request, res funnel.Result) {
+	mw := newMW(t, lim, funnel.PerMinute(1), httplimit.ClientIP(), httplimit.NoHeaders(),
+		httplimit.OnLimited(func(w http.ResponseWriter, _ *http.Request, res funnel.Result) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "slow down for %v\n", res.RetryAfter)
 		}))
@@ -239,16 +239,16 @@ func TestNoHeadersAndOnLimited(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	if _, err := middleware.New(lim, funnel.Limit{}, middleware.ClientIP()); !errors.Is(err, funnel.ErrInvalidLimit) {
+	if _, err := httplimit.New(lim, funnel.Limit{}, httplimit.ClientIP()); !errors.Is(err, funnel.ErrInvalidLimit) {
 		t.Errorf("zero limit: %v", err)
 	}
-	if _, err := middleware.New(lim, funnel.PerSecond(1), middleware.ClientIP(), middleware.Name("é")); !errors.Is(err, httpreply.ErrPolicyName) {
+	if _, err := httplimit.New(lim, funnel.PerSecond(1), httplimit.ClientIP(), httplimit.Name("é")); !errors.Is(err, httplimit.ErrPolicyName) {
 		t.Errorf("bad name: %v", err)
 	}
-	if _, err := middleware.New(nil, funnel.PerSecond(1), middleware.ClientIP()); err == nil {
+	if _, err := httplimit.New(nil, funnel.PerSecond(1), httplimit.ClientIP()); err == nil {
 		t.Error("nil limiter: no error")
 	}
-	if _, err := middleware.New(lim, funnel.PerSecond(1), nil); err == nil {
+	if _, err := httplimit.New(lim, funnel.PerSecond(1), nil); err == nil {
 		t.Error("nil key: no error")
 	}
 }
@@ -288,14 +288,14 @@ func TestStoreDown(t *testing.T) {
 	lim := funnel.New(downStore())
 	var mu sync.Mutex
 	var seen []string
-	observe := middleware.Observe(func(r funnel.Result, err error) {
+	observe := httplimit.Observe(func(r funnel.Result, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, fmt.Sprintf("allowed=%v fallback=%v err=%v", r.Allowed, r.Fallback, err != nil))
 	})
 
 	// Fail open: served, with the policy but no state.
-	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), observe, middleware.Fail(funnel.FailOpen)), okHandler())
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.ClientIP(), observe, httplimit.Fail(funnel.FailOpen)), okHandler())
 	r := get(t, srv)
 	if r.status != 200 || r.body != "ok\n" {
 		t.Fatalf("fail open: %d %q", r.status, r.body)
@@ -306,8 +306,8 @@ func TestStoreDown(t *testing.T) {
 
 	// Fail closed, the default of every edge (the middleware failed open
 	// by default before): 503, and the store's error is not sent.
-	for _, opts := range [][]middleware.Option{{observe}, {observe, middleware.Fail(funnel.FailClosed)}} {
-		srv = serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), opts...), okHandler())
+	for _, opts := range [][]httplimit.Option{{observe}, {observe, httplimit.Fail(funnel.FailClosed)}} {
+		srv = serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.ClientIP(), opts...), okHandler())
 		r = get(t, srv)
 		if r.status != 503 || r.problem.Status != 503 || r.problem.Type != httpreply.TypeTemporaryReducedCapacity || r.header.Get("Retry-After") != "1" {
 			t.Fatalf("fail closed: %d %+v", r.status, r.problem)
@@ -318,8 +318,8 @@ func TestStoreDown(t *testing.T) {
 	}
 
 	// Custom.
-	srv = serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.ClientIP(), observe,
-		middleware.OnStoreError(func(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	srv = serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.ClientIP(), observe,
+		httplimit.OnStoreError(func(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
 			if !errors.Is(err, funnel.ErrUnavailable) {
 				t.Errorf("OnStoreError got %v", err)
 			}
@@ -345,7 +345,7 @@ func TestStoreFallback(t *testing.T) {
 	st := &fakeStore{throttle: func(context.Context, string) (funnel.Result, error) {
 		return funnel.Result{Allowed: !closed.Load(), Fallback: true, Limit: 1}, nil
 	}}
-	srv := serve(t, newMW(t, funnel.New(st), funnel.PerMinute(1), middleware.ClientIP(), middleware.Fail(funnel.FailClosed)), okHandler())
+	srv := serve(t, newMW(t, funnel.New(st), funnel.PerMinute(1), httplimit.ClientIP(), httplimit.Fail(funnel.FailClosed)), okHandler())
 	if r := get(t, srv); r.status != 200 || r.header.Get("RateLimit") != "" {
 		t.Fatalf("store fail open: %d %v", r.status, r.header)
 	}
@@ -361,7 +361,7 @@ func TestBanned(t *testing.T) {
 		return nil
 	}}
 	limit := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Period: time.Minute, Ban: time.Hour}
-	srv := serve(t, newMW(t, funnel.New(st), limit, middleware.ClientIP()), okHandler())
+	srv := serve(t, newMW(t, funnel.New(st), limit, httplimit.ClientIP()), okHandler())
 	r := get(t, srv)
 	if r.status != 429 || r.header.Get("Retry-After") != "90" || r.header.Get("RateLimit") != `"default";r=0;t=90` {
 		t.Fatalf("%d %v", r.status, r.header)
@@ -386,7 +386,7 @@ func TestLeakyBucketDelay(t *testing.T) {
 		var ran atomic.Int32
 		app := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran.Add(1) })
 		limit := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 4}
-		h := newMW(t, funnel.New(st), limit, middleware.ClientIP())(app)
+		h := newMW(t, funnel.New(st), limit, httplimit.ClientIP())(app)
 		start := time.Now()
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -449,7 +449,7 @@ func TestConcurrencyLease(t *testing.T) {
 			<-release
 		}
 	})
-	srv := serve(t, newMW(t, funnel.New(st), limit, middleware.ClientIP()), app)
+	srv := serve(t, newMW(t, funnel.New(st), limit, httplimit.ClientIP()), app)
 	done := make(chan int)
 	go func() {
 		resp, err := srv.Client().Get(srv.URL + "/slow")
@@ -483,7 +483,7 @@ func TestConcurrencyLease(t *testing.T) {
 // megabyte of header.
 func TestLongKeyHashed(t *testing.T) {
 	lim := memLimiter(t, newClock())
-	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), middleware.Header("X-Api-Key"), middleware.Prefix("k:")), okHandler())
+	srv := serve(t, newMW(t, lim, funnel.PerMinute(1), httplimit.Header("X-Api-Key"), httplimit.Prefix("k:")), okHandler())
 	long := strings.Repeat("x", 10000)
 	if r := get(t, srv, "X-Api-Key", long); r.status != 200 {
 		t.Fatal(r.status)
