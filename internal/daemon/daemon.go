@@ -17,7 +17,7 @@ import (
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/redisstore"
-	"github.com/funnelrl/funnel/resp/server"
+	"github.com/funnelrl/funnel/respserver"
 	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
 )
@@ -36,7 +36,7 @@ type Daemon struct {
 	slots    *connlimit.Slots  // the process's bound on connections
 	sec      security          // credentials and TLS of every listener
 	respLn   net.Listener
-	respSrv  *server.Server
+	respSrv  *respserver.Server
 	edges    []edge         // HTTP, gRPC
 	watcher  *rules.Watcher // the rules, when a file names them
 	rulesXDS *rulesXDS      // the rules, when a control plane sends them
