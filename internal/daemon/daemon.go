@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 	"github.com/funnelrl/funnel/internal/connlimit"
 	"github.com/funnelrl/funnel/internal/version"
 	"github.com/funnelrl/funnel/memstore"

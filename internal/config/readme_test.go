@@ -17,7 +17,7 @@ import (
 // flag's, or, for a flag whose default is its zero value, what that zero
 // means as the flag's own help says it ("(0: 100ms)").
 func TestREADMEFlagTable(t *testing.T) {
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
