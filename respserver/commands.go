@@ -16,7 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/cell"
+	"github.com/funnelrl/funnel/internal/cell"
 	"github.com/funnelrl/funnel/internal/version"
 )
 

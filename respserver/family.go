@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/cell"
+	"github.com/funnelrl/funnel/internal/cell"
 )
 
 // The FUNNEL.* commands serve the whole limiter family. Every duration they
