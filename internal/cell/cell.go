@@ -53,42 +53,6 @@ type ParseError struct {
 // Error returns redis-cell's text for the argument.
 func (e *ParseError) Error() string { return ParseErrorPrefix + e.Arg }
 
-// Args are CL.THROTTLE's parsed arguments.
-type Args struct {
-	// Key is the key, as bytes in a string (keys are binary-safe).
-	Key string
-	// Limit is the funnel, checked (its GCRA parameters computed).
-	Limit funnel.Checked
-	// Quantity is the number of units asked for (1 when omitted); a
-	// negative quantity gives units back.
-	Quantity int64
-}
-
-// Parse parses the arguments of CL.THROTTLE after the command name:
-// key max_burst count period [quantity]. The checks follow redis-cell's
-// order: arity, then each integer in turn, then zero rates; then Funnel's own
-// refusals (a rate above one unit per nanosecond, negative rates or bursts,
-// overflow). A negative quantity is a refund: see gcra.Decide.
-func Parse(args [][]byte) (Args, error) {
-	c, q, err := ParseLimit(args)
-	if err != nil {
-		return Args{}, err
-	}
-	return Args{Key: string(args[0]), Limit: c, Quantity: q}, nil
-}
-
-// ParseLimit is Parse without the key: it checks the same arguments (key
-// included, for the arity) and returns the checked limit and the quantity.
-// It allocates nothing, so a server can use the key argument in place.
-func ParseLimit(args [][]byte) (funnel.Checked, int64, error) {
-	var c funnel.Checked
-	q, err := ParseLimitInto(args, &c)
-	if err != nil {
-		return funnel.Checked{}, 0, err
-	}
-	return c, q, nil
-}
-
 // ParseQuantity returns the quantity of CL.THROTTLE's arguments after the
 // command name (key, max_burst, count, period and an optional quantity),
 // 1 when it is absent, for a server that has parsed the same limit before
@@ -108,8 +72,14 @@ func ParseQuantity(args [][]byte) (int64, error) {
 	return 0, ErrUsage
 }
 
-// ParseLimitInto is ParseLimit writing the limit into *c (left undefined
-// on error), for a server that writes it straight into the op it sends.
+// ParseLimitInto parses the arguments of CL.THROTTLE after the command
+// name, key max_burst count period [quantity], into the checked limit *c
+// (left undefined on error) and returns the quantity (1 when omitted; a
+// negative quantity is a refund, see gcra.Decide). The key counts only for
+// the arity: a server uses it in place. The checks follow redis-cell's
+// order: arity, then each integer in turn, then zero rates; then Funnel's
+// own refusals (a rate above one unit per nanosecond, negative rates or
+// bursts, overflow). It allocates nothing but an error.
 func ParseLimitInto(args [][]byte, c *funnel.Checked) (int64, error) {
 	if len(args) != 4 && len(args) != 5 {
 		return 0, ErrUsage
