@@ -356,7 +356,7 @@ const wrongTypeError = "WRONGTYPE Operation against a key holding the wrong kind
 // limit or quantity, a key of another type, keys of several hash slots)
 // with their text, which is safe to send and never logged (any client
 // could flood the log with them); a store that cannot decide
-// (funnel.Unavailable) with ErrFailClosed, the one reply to "the store is
+// (funnel.Unavailable) with storeDownText, the one reply to "the store is
 // down", which a client can tell apart from a refusal and may retry; and
 // anything else (a bug) with "ERR internal error". The detail of the last
 // two is logged at most once a second, never sent.
@@ -374,7 +374,7 @@ func (c *conn) replyError(err error) {
 	}
 	if funnel.Unavailable(context.Background(), err) {
 		c.s.storeDown.Do(func(held int64) { c.s.log.Warn("resp: store unavailable", "err", err, "held_back", held) })
-		c.wr.WriteError(ErrFailClosed)
+		c.wr.WriteError(storeDownText)
 		return
 	}
 	c.s.storeDown.Do(func(held int64) { c.s.log.Error("resp: store failed", "err", err, "held_back", held) })

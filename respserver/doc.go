@@ -14,7 +14,7 @@
 // redis-server (or of redis-cell) for the same request, in RESP2 or, after
 // HELLO 3, RESP3. A decision that the store could not make is answered as
 // Config.Fail and Config.FailClosed say; any other command that the store
-// could not answer, with ErrFailClosed. A key longer than funnel.MaxKeyLen
+// could not answer, with the error -TRYAGAIN store unavailable. A key longer than funnel.MaxKeyLen
 // is stored under its hash (funnel.BoundKey), as on every edge.
 //
 // # Serving modes

@@ -209,7 +209,7 @@ func (c *conn) decided(r *funnel.Result) bool {
 // fallback is the one handling of a fallback r (a result with Fallback
 // set; any other r is left as it is): it counts it, fail-open or
 // fail-closed, and reports whether it answered it with the error reply
-// ErrFailClosed (Config.FailClosed's FailClosedError), in which case the
+// storeDownText (Config.FailClosed's FailClosedError), in which case the
 // caller writes nothing more. Under FailClosedRefuse, a fail-closed r is
 // changed into the refusal to write: a retry after of
 // funnel.FallbackRetry, nothing remaining (the reply's reset after is
@@ -224,7 +224,7 @@ func (c *conn) fallback(r *funnel.Result) bool {
 	}
 	c.s.failClosed.Add(1)
 	if c.s.cfg.FailClosed == FailClosedError {
-		c.wr.WriteError(ErrFailClosed)
+		c.wr.WriteError(storeDownText)
 		return true
 	}
 	r.RetryAfter, r.Remaining, r.ResetAfter = funnel.FallbackRetry, 0, 0

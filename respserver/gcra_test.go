@@ -283,7 +283,7 @@ func TestGCRAFallbacks(t *testing.T) {
 		failOpen bool
 		want     string
 	}{
-		{"FailClosedError", respserver.Config{}, false, "-" + respserver.ErrFailClosed + "\r\n"},
+		{"FailClosedError", respserver.Config{}, false, storeDown},
 		{"FailClosedRefuse", respserver.Config{FailClosed: respserver.FailClosedRefuse}, false, ints(1, 6, 0, 1, 0)},
 		{"FailOpen", respserver.Config{}, true, ints(0, 6, 5, -1, 6)},
 	} {

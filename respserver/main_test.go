@@ -8,6 +8,11 @@ import (
 	"testing"
 )
 
+// storeDown is the reply to a command that the store could not answer, and
+// to a fail-closed fallback under FailClosedError: the wire text a client
+// reads, written out so that a change to it fails the tests.
+const storeDown = "-TRYAGAIN store unavailable: the request was not decided\r\n"
+
 // eventLoopsFlag chooses the serving modes that the suite runs in.
 var eventLoopsFlag = flag.String("eventloops", "", "run the suite with this Config.EventLoops only (-1: a goroutine per connection); empty: with 2 event loops, then with goroutines")
 

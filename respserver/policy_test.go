@@ -33,7 +33,7 @@ func serveFailing(t *testing.T, cfg respserver.Config, err error) *client {
 }
 
 // TestStoreDownOneReply: a store that cannot decide is answered with one
-// text, ErrFailClosed, whether it says so with an error or with a
+// text, -TRYAGAIN store unavailable, whether it says so with an error or with a
 // fail-closed fallback (an error was "-ERR store unavailable" before), and
 // Config.Fail answers a decision's error as a store's own fallback is
 // answered: fail-open [0, limit, limit, -1, -1], FailClosedRefuse
@@ -41,7 +41,7 @@ func serveFailing(t *testing.T, cfg respserver.Config, err error) *client {
 func TestStoreDownOneReply(t *testing.T) {
 	t.Parallel()
 	down := fmt.Errorf("store: dial tcp 10.1.2.3:6379: connection refused: %w", funnel.ErrUnavailable)
-	tryagain := "-" + respserver.ErrFailClosed + "\r\n"
+	tryagain := storeDown
 
 	c := serveFailing(t, respserver.Config{}, down)
 	for _, cmd := range [][]string{

@@ -145,7 +145,7 @@ func TestServerThrottleWrongType(t *testing.T) {
 // bucket). Each is counted in Stats, and none is logged per call.
 func TestServerFallbacks(t *testing.T) {
 	t.Parallel()
-	const tryAgain = "-" + respserver.ErrFailClosed + "\r\n"
+	const tryAgain = storeDown
 	for _, tc := range []struct {
 		name     string
 		cfg      respserver.Config

@@ -144,11 +144,12 @@ const (
 	FailClosedRefuse
 )
 
-// ErrFailClosed is the text of the error reply to a fail-closed fallback
+// storeDownText is the text of the error reply to a fail-closed fallback
 // under FailClosedError, and of every other command that the store could
-// not answer (funnel.Unavailable): the one reply to "the store is down".
-// (redis-cell runs inside Redis and has no reply of its own for it.)
-const ErrFailClosed = "TRYAGAIN store unavailable: the request was not decided"
+// not answer (funnel.Unavailable): the one reply to "the store is down",
+// as FailClosedError documents it. (redis-cell runs inside Redis and has
+// no reply of its own for it.)
+const storeDownText = "TRYAGAIN store unavailable: the request was not decided"
 
 // fallbackReset is the reset after (the last integer of CL.THROTTLE's reply,
 // the fifth of FUNNEL.ALLOW's and FUNNEL.ACQUIRE's) of every reply to a
