@@ -77,7 +77,7 @@ CHAOS_HTTP = TestSlowBody|TestShortBody|TestStoreFallback
 CHAOS_DAEMON = TestDaemonRESPFallbacks|TestDrillIdleConnections
 IDLE_CONNS ?= 1200
 chaos: deps
-	@set -o pipefail; for run in "./redisstore $(CHAOS_REDIS)" "./resp/server $(CHAOS_RESP)" "./httpapi $(CHAOS_HTTP)" "./internal/daemon $(CHAOS_DAEMON)"; do \
+	@set -o pipefail; for run in "./redisstore $(CHAOS_REDIS)" "./respserver $(CHAOS_RESP)" "./httpapi $(CHAOS_HTTP)" "./internal/daemon $(CHAOS_DAEMON)"; do \
 		set -- $$run; \
 		IDLE_CONNS=$(IDLE_CONNS) $(GO) test -race -count=1 -v -run "^($$2)$$" $$1 2>&1 | grep -E -- '^\s*--- (PASS|FAIL)|^\s+[a-z_]+_test\.go:[0-9]+: |^(ok|FAIL)\s' || exit 1; \
 	done

@@ -26,7 +26,7 @@ const (
 	GCRA Algorithm = iota
 	// LeakyBucket is nginx's limit_req: the funnel's admission, but an
 	// admitted request within the burst is told to wait (Result.Delay) so
-	// that requests proceed at the rate; Delay units pass at once. Choose it
+	// that requests proceed at the rate; DelayUnits units pass at once. Choose it
 	// to smooth traffic rather than refuse it.
 	LeakyBucket
 	// FixedWindow admits Count units per window: Period-long windows aligned
@@ -114,7 +114,7 @@ func (c Calendar) unit() byte {
 	return "-dwm"[c]
 }
 
-// NoDelay is the Delay of a leaky bucket that never delays (nginx's
+// NoDelay is the DelayUnits of a leaky bucket that never delays (nginx's
 // nodelay).
 const NoDelay = algo.NoDelay
 
@@ -157,7 +157,7 @@ func (l Limit) check() (Checked, error) {
 // plainFunnel reports whether l is a funnel (GCRA) with no option, the
 // commonest limit: its parameters are gcraParams alone.
 func (l *Limit) plainFunnel() bool {
-	return l.Algorithm == GCRA && l.Ban == 0 && l.Delay == 0 && l.Calendar == NoCalendar && l.Location == nil && l.UnitDelay == 0
+	return l.Algorithm == GCRA && l.Ban == 0 && l.DelayUnits == 0 && l.Calendar == NoCalendar && l.Location == nil && l.UnitDelay == 0
 }
 
 // plainFunnel reports whether c is a funnel (GCRA) without a ban, which a
@@ -185,7 +185,7 @@ func (l *Limit) checkInto(c *Checked) error {
 	if l.Algorithm == Concurrency && l.Ban != 0 {
 		return bad(errors.New("concurrency limits do not ban"))
 	}
-	if l.Algorithm != LeakyBucket && l.Delay != 0 {
+	if l.Algorithm != LeakyBucket && l.DelayUnits != 0 {
 		return bad(fieldErr("delay", "only leaky_bucket takes a delay"))
 	}
 	if l.Algorithm != Concurrency && l.UnitDelay != 0 {
@@ -197,7 +197,7 @@ func (l *Limit) checkInto(c *Checked) error {
 	var err error
 	switch l.Algorithm {
 	case GCRA, LeakyBucket:
-		if l.Delay < 0 {
+		if l.DelayUnits < 0 {
 			return bad(algo.ErrNegative)
 		}
 		c.GCRA, err = l.gcraParams()

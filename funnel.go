@@ -58,10 +58,12 @@ type Limit struct {
 	// (from Monday) or months in Location, instead of Period-long windows
 	// aligned to the Unix epoch. Period is then ignored.
 	Calendar Calendar
-	// Delay is, for LeakyBucket only, the number of excess units that pass
-	// at once (nginx's delay=); the rest of the burst is delayed. 0 delays
-	// every excess unit; NoDelay (or any value ≥ Burst) delays none.
-	Delay int64
+	// DelayUnits is, for LeakyBucket only, the number of excess units that
+	// pass at once (nginx's delay=, the text form's "delay"); the rest of
+	// the burst is delayed. 0 delays every excess unit; NoDelay (or any
+	// value ≥ Burst) delays none. It counts units: how long a request
+	// waits is Result.Delay.
+	DelayUnits int64
 	// UnitDelay is, for Concurrency only, the default unit delay of a key
 	// (OpenResty limit.conn's default_conn_delay): a lease granted as the
 	// conn-th one held, beyond Count, waits UnitDelay × ⌊(conn−1)/Count⌋
@@ -124,10 +126,10 @@ func (l Limit) String() string {
 	case LeakyBucket:
 		s = fmt.Sprintf("%v %d per %v, burst %d", l.Algorithm, l.Count, l.Period, l.Burst)
 		switch {
-		case l.Delay >= NoDelay:
+		case l.DelayUnits >= NoDelay:
 			s += ", nodelay"
-		case l.Delay > 0:
-			s += fmt.Sprintf(", delay %d", l.Delay)
+		case l.DelayUnits > 0:
+			s += fmt.Sprintf(", delay %d", l.DelayUnits)
 		}
 	case Concurrency:
 		s = fmt.Sprintf("%v %d, lease %v", l.Algorithm, l.Count, l.Period)

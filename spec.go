@@ -124,7 +124,7 @@ func (s Spec) Limit() (Limit, error) {
 	if l.Burst, err = s.burst(l.Algorithm); err != nil {
 		return Limit{}, err
 	}
-	if l.Delay, err = s.delay(l.Algorithm); err != nil {
+	if l.DelayUnits, err = s.delay(l.Algorithm); err != nil {
 		return Limit{}, err
 	}
 	if l.Calendar, l.Location, err = s.calendar(); err != nil {

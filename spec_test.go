@@ -24,9 +24,9 @@ func TestSpecLimit(t *testing.T) {
 		{"GCRADefaultBurst", funnel.Spec{Count: 30, Period: time.Minute}, funnel.PerMinute(30)},
 		{"GCRABurst", funnel.Spec{Algorithm: "funnel", Count: 30, Period: time.Minute, Burst: ptr(15)}, funnel.PerMinute(30).WithBurst(15)},
 		{"LeakyNoDelay", funnel.Spec{Algorithm: "leaky_bucket", Count: 10, Period: time.Second, NoDelay: true},
-			funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 9, Delay: funnel.NoDelay}},
+			funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 9, DelayUnits: funnel.NoDelay}},
 		{"LeakyDelay", funnel.Spec{Algorithm: "leaky_bucket", Count: 10, Period: time.Second, Delay: ptr(3)},
-			funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 9, Delay: 3}},
+			funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 9, DelayUnits: 3}},
 		{"WindowNoBurst", funnel.Spec{Algorithm: "sliding_window", Count: 10, Period: time.Second, Ban: time.Hour},
 			funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 10, Period: time.Second, Ban: time.Hour}},
 		{"ConcurrencyNoBurst", funnel.Spec{Algorithm: "concurrency", Count: 10, Period: time.Minute},
@@ -37,7 +37,7 @@ func TestSpecLimit(t *testing.T) {
 			funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1000, Calendar: funnel.Daily, Location: paris}},
 	} {
 		got, err := c.spec.Limit()
-		if err != nil || got.String() != c.want.String() || got.Burst != c.want.Burst || got.Delay != c.want.Delay || got.UnitDelay != c.want.UnitDelay {
+		if err != nil || got.String() != c.want.String() || got.Burst != c.want.Burst || got.DelayUnits != c.want.DelayUnits || got.UnitDelay != c.want.UnitDelay {
 			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
 		}
 	}

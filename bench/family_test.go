@@ -33,7 +33,7 @@ type familyCase struct {
 var familyCases = func() []familyCase {
 	gcra := funnel.Per(1_000_000_000, 1000*time.Second)
 	leaky := gcra
-	leaky.Algorithm, leaky.Delay = funnel.LeakyBucket, funnel.NoDelay
+	leaky.Algorithm, leaky.DelayUnits = funnel.LeakyBucket, funnel.NoDelay
 	window := func(a funnel.Algorithm) funnel.Limit {
 		return funnel.Limit{Algorithm: a, Count: 1_000_000_000, Period: 1000 * time.Second}
 	}

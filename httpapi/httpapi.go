@@ -22,7 +22,7 @@
 // by a redirect to another key.
 //
 // Decisions carry the RateLimit-Policy and RateLimit header fields of
-// draft-ietf-httpapi-ratelimit-headers (see httplimit.SetHeaders), and
+// draft-ietf-httpapi-ratelimit-headers (see httpreply.SetHeaders), and
 // Retry-After on a 429. Errors are problem details (RFC 9457,
 // application/problem+json).
 //
@@ -69,7 +69,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/internal/lograte"
 )
 
@@ -171,7 +171,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case 0:
 		// The mux always answers a request it does not route; should it
 		// not, the answer is an error, not an empty 200.
-		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
+		httpreply.Problem{Status: http.StatusInternalServerError}.Write(w)
 	case http.StatusNotFound, http.StatusMethodNotAllowed:
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
@@ -180,7 +180,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rec.status == http.StatusMethodNotAllowed {
 			detail = r.Method + " is not allowed on " + r.URL.Path
 		}
-		httplimit.Problem{Status: rec.status, Detail: detail}.Write(w)
+		httpreply.Problem{Status: rec.status, Detail: detail}.Write(w)
 	default:
 		for k, v := range rec.header {
 			w.Header()[k] = v
@@ -251,14 +251,14 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// The client has gone (499), or the request's own deadline passed
 		// (503), while the store was asked: not the store's failure,
 		// nothing to log.
-		httplimit.Unserved(r.Context(), w, "before it was decided")
+		httpreply.Unserved(r.Context(), w, "before it was decided")
 		return
 	case down:
 		s.warnDown(r, err)
 	case status == http.StatusInternalServerError:
 		s.log.Error("httpapi", "path", r.URL.Path, "err", err)
 	}
-	httplimit.Problem{Status: status, Detail: detail}.Write(w)
+	httpreply.Problem{Status: status, Detail: detail}.Write(w)
 }
 
 // warnDown logs that the store is unavailable, at most once a second, so
@@ -328,7 +328,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		httplimit.Problem{Status: http.StatusInternalServerError}.Write(w)
+		httpreply.Problem{Status: http.StatusInternalServerError}.Write(w)
 		return
 	}
 	body = append(body, '\n')
@@ -361,7 +361,7 @@ func checkName(name, def string) (string, error) {
 	if name == "" {
 		return def, nil
 	}
-	if err := httplimit.CheckPolicyName(name); err != nil {
+	if err := httpreply.CheckPolicyName(name); err != nil {
 		return "", inputf("name: %v", err)
 	}
 	return name, nil
@@ -398,12 +398,12 @@ func (s *Server) fellBack(w http.ResponseWriter, r *http.Request, err error) boo
 }
 
 // decided answers a decision whose overall outcome is res: the header
-// fields of policies, and the status of httplimit.FallbackStatus (200 if
+// fields of policies, and the status of httpreply.FallbackStatus (200 if
 // allowed, 429 if refused, 503 with Retry-After if refused by a fail-closed
 // fallback only).
-func decided(w http.ResponseWriter, res funnel.Result, policies []httplimit.Policy, body any) {
-	httplimit.SetHeaders(w.Header(), policies...)
-	writeJSON(w, httplimit.FallbackStatus(w.Header(), res), body)
+func decided(w http.ResponseWriter, res funnel.Result, policies []httpreply.Policy, body any) {
+	httpreply.SetHeaders(w.Header(), policies...)
+	writeJSON(w, httpreply.FallbackStatus(w.Header(), res), body)
 }
 
 // throttle serves POST /v1/throttle.
@@ -421,7 +421,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		s.throttleAll(w, r, req.Limits)
 		return
 	}
-	name, err := checkName(req.Name, httplimit.DefaultName)
+	name, err := checkName(req.Name, httpreply.DefaultName)
 	if err == nil {
 		err = checkKey(req.Key)
 	}
@@ -444,7 +444,7 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 		res = s.opts.Fail.Fallback(limit)
 	}
 	s.observe(res, nil)
-	decided(w, res, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
+	decided(w, res, []httpreply.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
 }
 
 // throttleAll serves POST /v1/throttle with several limits.
@@ -454,7 +454,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 		return
 	}
 	reqs := make([]funnel.Request, len(entries))
-	policies := make([]httplimit.Policy, len(entries))
+	policies := make([]httpreply.Policy, len(entries))
 	for i, e := range entries {
 		name, err := checkName(e.Name, "limit"+strconv.Itoa(i))
 		if err == nil {
@@ -472,7 +472,7 @@ func (s *Server) throttleAll(w http.ResponseWriter, r *http.Request, entries []E
 			return
 		}
 		reqs[i] = funnel.Request{Key: storeKey(e.Key), Limit: limit, N: quantity(e.Quantity)}
-		policies[i] = httplimit.Policy{Name: name, Limit: limit}
+		policies[i] = httpreply.Policy{Name: name, Limit: limit}
 	}
 	m, err := s.lim.AllowAll(r.Context(), reqs)
 	if err != nil {
@@ -518,7 +518,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	name, err := checkName(req.Name, httplimit.DefaultName)
+	name, err := checkName(req.Name, httpreply.DefaultName)
 	if err == nil {
 		err = checkKey(req.Key)
 	}
@@ -555,7 +555,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	s.observe(res, nil)
 	d := decision(res)
 	d.Lease = lease.ID
-	decided(w, res, []httplimit.Policy{{Name: name, Limit: limit, Result: res}}, d)
+	decided(w, res, []httpreply.Policy{{Name: name, Limit: limit, Result: res}}, d)
 }
 
 // release serves POST /v1/release.
@@ -620,7 +620,7 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	q := r.URL.Query()
-	name, err := checkName(q.Get("name"), httplimit.DefaultName)
+	name, err := checkName(q.Get("name"), httpreply.DefaultName)
 	if err == nil {
 		err = checkKey(key)
 	}
@@ -653,9 +653,9 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 	// not try; only a fail-closed fallback is not.
 	status := http.StatusOK
 	if res.Fallback && !res.Allowed {
-		status = httplimit.FallbackStatus(w.Header(), res)
+		status = httpreply.FallbackStatus(w.Header(), res)
 	}
-	httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: name, Limit: limit, Result: res})
+	httpreply.SetHeaders(w.Header(), httpreply.Policy{Name: name, Limit: limit, Result: res})
 	writeJSON(w, status, decision(res))
 }
 
@@ -734,7 +734,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() == nil {
 			s.log.Warn("httpapi: not ready", "err", err)
 		}
-		httplimit.Problem{Status: http.StatusServiceUnavailable, Detail: "the store is unavailable"}.Write(w)
+		httpreply.Problem{Status: http.StatusServiceUnavailable, Detail: "the store is unavailable"}.Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

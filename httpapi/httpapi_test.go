@@ -19,7 +19,7 @@ import (
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/httpapi"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/memstore"
 )
 
@@ -67,7 +67,7 @@ type reply struct {
 	status  int
 	header  http.Header
 	body    string
-	problem *httplimit.Problem
+	problem *httpreply.Problem
 }
 
 // do sends a request with a real client; body is JSON.
@@ -98,7 +98,7 @@ func (a *api) do(t *testing.T, method, path, body string, headers ...string) rep
 	}
 	r := reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 	if resp.Header.Get("Content-Type") == "application/problem+json" {
-		r.problem = new(httplimit.Problem)
+		r.problem = new(httpreply.Problem)
 		dec := json.NewDecoder(strings.NewReader(r.body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(r.problem); err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/httpapi"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/memstore"
 )
 
@@ -115,7 +115,7 @@ func dialHead(t *testing.T, srv *httptest.Server, path string, length int) net.C
 
 // readProblem reads the answer on conn and checks that it is a problem of
 // the given status.
-func readProblem(t *testing.T, conn net.Conn, status int) httplimit.Problem {
+func readProblem(t *testing.T, conn net.Conn, status int) httpreply.Problem {
 	t.Helper()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -129,10 +129,10 @@ func readProblem(t *testing.T, conn net.Conn, status int) httplimit.Problem {
 	if resp.StatusCode != status {
 		t.Fatalf("%s %q, want %d", resp.Status, b, status)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != httplimit.ProblemContentType {
+	if ct := resp.Header.Get("Content-Type"); ct != httpreply.ProblemContentType {
 		t.Errorf("Content-Type %q", ct)
 	}
-	var p httplimit.Problem
+	var p httpreply.Problem
 	if err := json.Unmarshal(b, &p); err != nil || p.Status != status || p.Title != http.StatusText(status) {
 		t.Errorf("problem %q: %v", b, err)
 	}

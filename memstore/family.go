@@ -220,7 +220,7 @@ func takeTAT(e *entry, now int64, op *funnel.Op, r *funnel.Result) (bool, error)
 func decideTAT(now, tat int64, op *funnel.Op) (int64, funnel.Result, error) {
 	p := op.Limit.GCRA
 	if op.Limit.Algorithm == funnel.LeakyBucket {
-		newTAT, r, err := algo.LeakyDecide(now, tat, p, op.Limit.Delay, op.N)
+		newTAT, r, err := algo.LeakyDecide(now, tat, p, op.Limit.DelayUnits, op.N)
 		return newTAT, funnel.ResultOfAlgo(p.Limit, r), err
 	}
 	newTAT, r, err := gcra.Decide(now, tat, p, op.N)

@@ -361,7 +361,7 @@ type benchCase struct {
 // per millisecond, so its log holds the last millisecond's requests).
 func benchCases(t testing.TB) []benchCase {
 	gcraC := check(t, funnel.Limit{Count: 1e6, Period: time.Second, Burst: 1 << 30})
-	leakyC := check(t, funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 1e6, Period: time.Second, Burst: 1 << 30, Delay: funnel.NoDelay})
+	leakyC := check(t, funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 1e6, Period: time.Second, Burst: 1 << 30, DelayUnits: funnel.NoDelay})
 	banC := check(t, funnel.Limit{Count: 1e6, Period: time.Second, Burst: 1 << 30, Ban: time.Minute})
 	fixedC := check(t, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1 << 40, Period: time.Hour})
 	slidingC := check(t, funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 1 << 30, Period: time.Hour})

@@ -9,9 +9,9 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/httpapi"
+	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
-	"github.com/funnelrl/funnel/middleware"
 )
 
 // The metrics as the daemon wires them: the store instrumented, the HTTP
@@ -58,7 +58,7 @@ func TestWithMiddleware(t *testing.T) {
 	m := metrics.New(metrics.Options{NoRuntimeMetrics: true})
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
-	mw, err := middleware.New(funnel.New(st), funnel.PerMinute(1), middleware.ClientIP(), middleware.Observe(m.Observer("per-ip")))
+	mw, err := httplimit.New(funnel.New(st), funnel.PerMinute(1), httplimit.ClientIP(), httplimit.Observe(m.Observer("per-ip")))
 	if err != nil {
 		t.Fatal(err)
 	}

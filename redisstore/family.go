@@ -305,7 +305,7 @@ func familyResult(now int64, op funnel.Op, f []int64, q int64) (funnel.Result, e
 		if err != nil {
 			return r, err
 		}
-		_, ar, err := algo.LeakyDecide(0, d, c.GCRA, c.Delay, q)
+		_, ar, err := algo.LeakyDecide(0, d, c.GCRA, c.DelayUnits, q)
 		if err != nil {
 			return r, err
 		}

@@ -39,6 +39,6 @@
 // Neither a Reader nor a Writer is safe for concurrent use; a connection uses
 // one of each from one goroutine.
 //
-// Package github.com/funnelrl/funnel/resp/server is the server built on
+// Package github.com/funnelrl/funnel/respserver is the server built on
 // this codec.
 package resp

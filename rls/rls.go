@@ -85,7 +85,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/internal/lograte"
 	"github.com/funnelrl/funnel/rules"
 )
@@ -126,7 +126,7 @@ type Headers struct {
 	// LIMIT_RESET_HEADER.
 	Reset string
 	// IETF sends, instead of the three headers above, the RateLimit-Policy
-	// and RateLimit fields of the same descriptor (see package httplimit),
+	// and RateLimit fields of the same descriptor (see package internal/httpreply),
 	// named after its rule: its name, or else its full key.
 	IETF bool
 }
@@ -989,7 +989,7 @@ func headers(h *Headers, it *item, st *rlsv3.RateLimitResponse_DescriptorStatus)
 	return []*core.HeaderValue{
 		{Key: h.Limit, Value: strconv.FormatUint(uint64(st.GetCurrentLimit().GetRequestsPerUnit()), 10)},
 		{Key: h.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-		{Key: h.Reset, Value: strconv.FormatInt(httplimit.Seconds(reset), 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(httpreply.Seconds(reset), 10)},
 	}
 }
 
@@ -1010,13 +1010,13 @@ func ietfHeaders(it *item, st *rlsv3.RateLimitResponse_DescriptorStatus, reset t
 	var policy []byte
 	if it.rule.Deny() {
 		// No request ever passes: the quota is 0 in the rule's period.
-		policy = httplimit.AppendPolicy(nil, name, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 0,
+		policy = httpreply.AppendPolicy(nil, name, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 0,
 			Period: it.rule.Unit.Duration() * time.Duration(max(it.rule.UnitMultiplier, 1))})
 	} else {
-		policy = httplimit.AppendPolicy(nil, name, it.rule.Limit)
+		policy = httpreply.AppendPolicy(nil, name, it.rule.Limit)
 	}
 	return []*core.HeaderValue{
-		{Key: httplimit.HeaderPolicy, Value: string(policy)},
-		{Key: httplimit.HeaderRateLimit, Value: string(httplimit.AppendRateLimit(nil, name, res))},
+		{Key: httpreply.HeaderPolicy, Value: string(policy)},
+		{Key: httpreply.HeaderRateLimit, Value: string(httpreply.AppendRateLimit(nil, name, res))},
 	}
 }

@@ -329,8 +329,8 @@ descriptors:
 	}{
 		{"gcra", funnel.Limit{Count: 30, Period: time.Minute, Burst: 29}, UnitMinute, 1, 30, "ext_gcra_x_gcra"},
 		{"funnel", funnel.Limit{Count: 5, Period: 10 * time.Second, Burst: 9, Ban: time.Hour}, UnitSecond, 10, 5, ""},
-		{"leaky", funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 20, Delay: 5}, UnitSecond, 1, 10, "ext_leaky_x_leaky_bucket"},
-		{"nodelay", funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 20, Delay: funnel.NoDelay}, UnitSecond, 1, 10, ""},
+		{"leaky", funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 20, DelayUnits: 5}, UnitSecond, 1, 10, "ext_leaky_x_leaky_bucket"},
+		{"nodelay", funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 20, DelayUnits: funnel.NoDelay}, UnitSecond, 1, 10, ""},
 		{"sliding", funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 100, Period: 90 * time.Second}, UnitSecond, 90, 100, ""},
 		{"log", funnel.Limit{Algorithm: funnel.SlidingLog, Count: 3, Period: time.Hour}, UnitHour, 1, 3, ""},
 		{"daily", funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1000, Calendar: funnel.Daily, Location: paris}, UnitDay, 1, 1000, "ext_daily_x_"},

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/cell"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/cell"
 )
 
 // A refund (a negative quantity) past an empty bucket leaves a full bucket:

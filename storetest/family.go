@@ -213,7 +213,7 @@ var (
 )
 
 func withDelay(l funnel.Limit, d int64) funnel.Limit {
-	l.Delay = d
+	l.DelayUnits = d
 	return l
 }
 

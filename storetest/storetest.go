@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/cell"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/cell"
 )
 
 // Epoch is the instant at which the suite's clocks start: a real 19-digit

@@ -10,7 +10,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 	"github.com/funnelrl/funnel/internal/daemon"
 	"github.com/funnelrl/funnel/internal/version"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 	"github.com/funnelrl/funnel/internal/version"
 )
 

@@ -172,7 +172,7 @@ func withUser(ctx context.Context, user string) context.Context {
 // UserFrom returns the user that the middleware or an interceptor
 // authenticated for the request of ctx (DefaultUser for a bearer token),
 // and false when there is none: authentication is off or the path or
-// method is exempt. Its shape fits middleware.FromContext, to limit each
+// method is exempt. Its shape fits httplimit.FromContext, to limit each
 // user on its own key.
 func UserFrom(ctx context.Context) (string, bool) {
 	u, ok := ctx.Value(userKey{}).(string)

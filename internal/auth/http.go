@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/funnelrl/funnel/httplimit"
+	"github.com/funnelrl/funnel/internal/httpreply"
 	"github.com/funnelrl/funnel/internal/lograte"
 )
 
@@ -83,7 +83,7 @@ func (c *Credentials) Middleware(opts HTTPOptions) func(http.Handler) http.Handl
 				})
 			}
 			w.Header()["WWW-Authenticate"] = challenges
-			httplimit.Problem{Status: http.StatusUnauthorized, Detail: err.Error()}.Write(w)
+			httpreply.Problem{Status: http.StatusUnauthorized, Detail: err.Error()}.Write(w)
 		})
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/rules"
 )
 
@@ -194,7 +193,7 @@ func (s *Server) keyJSON(w http.ResponseWriter, r *http.Request) {
 			s.problem(w, http.StatusNotFound, "console: no limited rule matches this descriptor")
 			return
 		}
-		limit, rep.Key, rep.Rule = m.Rule.Limit, s.opts.KeyPrefix+httplimit.BoundKey(m.Key), m.Rule.FullKey
+		limit, rep.Key, rep.Rule = m.Rule.Limit, s.opts.KeyPrefix+funnel.BoundKey(m.Key), m.Rule.FullKey
 	} else {
 		k, ok := keyOf(r)
 		if !ok {
@@ -492,7 +491,7 @@ func (s *Server) dryRunJSON(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, rep)
 		return
 	}
-	rep.Limit, rep.Key = ru.Limit.String(), s.opts.KeyPrefix+httplimit.BoundKey(m.Key)
+	rep.Limit, rep.Key = ru.Limit.String(), s.opts.KeyPrefix+funnel.BoundKey(m.Key)
 	ctx, cancel := ctxTimeout(r)
 	defer cancel()
 	res, err := s.opts.Limiter.Peek(ctx, rep.Key, ru.Limit)

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/httplimit"
 	"github.com/funnelrl/funnel/internal/console"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/rules"
@@ -92,7 +91,7 @@ func TestRulesAndDryRun(t *testing.T) {
 	// nothing.
 	m, _ := mustParse(t).Match("api", []rules.Entry{{Key: "user", Value: "alice"}})
 	for range 2 {
-		lim.Allow(t.Context(), httplimit.BoundKey(m.Key), m.Rule.Limit)
+		lim.Allow(t.Context(), funnel.BoundKey(m.Key), m.Rule.Limit)
 	}
 	getJSON(t, srv.URL+"/ui/api/dryrun?"+q.Encode(), &dry)
 	if dry.Answer != "OVER_LIMIT" || dry.Remaining != 0 || dry.ResetAfterMS <= 0 {

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 	"github.com/funnelrl/funnel/internal/connlimit"
 	"github.com/funnelrl/funnel/internal/version"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/metrics"
 	"github.com/funnelrl/funnel/redisstore"
-	"github.com/funnelrl/funnel/resp/server"
+	"github.com/funnelrl/funnel/respserver"
 	"github.com/funnelrl/funnel/rls"
 	"github.com/funnelrl/funnel/rules"
 )
@@ -36,7 +36,7 @@ type Daemon struct {
 	slots    *connlimit.Slots  // the process's bound on connections
 	sec      security          // credentials and TLS of every listener
 	respLn   net.Listener
-	respSrv  *server.Server
+	respSrv  *respserver.Server
 	edges    []edge         // HTTP, gRPC
 	watcher  *rules.Watcher // the rules, when a file names them
 	rulesXDS *rulesXDS      // the rules, when a control plane sends them

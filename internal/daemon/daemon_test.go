@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel"
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 	"github.com/funnelrl/funnel/internal/daemon"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/internal/testlog"

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 )
 
 // envoyConfig is testConfig with rules of domain api: user, 2 a minute.

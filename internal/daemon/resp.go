@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/funnelrl/funnel/resp/server"
+	"github.com/funnelrl/funnel/respserver"
 )
 
 // openRESP binds the Redis-protocol listener and builds its server, with
@@ -26,7 +26,7 @@ func (d *Daemon) openRESP() error {
 		}
 	}
 	d.respLn = ln
-	d.respSrv = server.New(d.console.watch(d.store, "resp"), server.Config{
+	d.respSrv = respserver.New(d.console.watch(d.store, "resp"), respserver.Config{
 		Credentials: d.sec.creds,
 		MaxClients:  d.conns.RESP,
 		Slots:       d.slots,
@@ -51,19 +51,19 @@ func (d *Daemon) openRESP() error {
 	// Fallbacks (the store could not decide) are counted apart from the
 	// decisions, as the other edges count them, and fail-open ones in
 	// funnel_fail_open_total too, under the rule "resp".
-	stat := func(f func(server.Stats) int64) func() float64 {
+	stat := func(f func(respserver.Stats) int64) func() float64 {
 		return func() float64 { return float64(f(d.respSrv.Stats())) }
 	}
 	for _, c := range []prometheus.Collector{
-		respDecisions(d.metrics.Namespace(), "allowed", stat(func(st server.Stats) int64 { return st.Allowed - st.FailOpen })),
-		respDecisions(d.metrics.Namespace(), "refused", stat(func(st server.Stats) int64 { return st.Limited - st.FailClosed })),
-		respDecisions(d.metrics.Namespace(), "fallback", stat(func(st server.Stats) int64 { return st.FailOpen + st.FailClosed })),
+		respDecisions(d.metrics.Namespace(), "allowed", stat(func(st respserver.Stats) int64 { return st.Allowed - st.FailOpen })),
+		respDecisions(d.metrics.Namespace(), "refused", stat(func(st respserver.Stats) int64 { return st.Limited - st.FailClosed })),
+		respDecisions(d.metrics.Namespace(), "fallback", stat(func(st respserver.Stats) int64 { return st.FailOpen + st.FailClosed })),
 	} {
 		if err := d.metrics.Registry().Register(c); err != nil {
 			return err
 		}
 	}
-	if err := d.metrics.FailOpenFunc("resp", stat(func(st server.Stats) int64 { return st.FailOpen })); err != nil {
+	if err := d.metrics.FailOpenFunc("resp", stat(func(st respserver.Stats) int64 { return st.FailOpen })); err != nil {
 		return err
 	}
 	return nil
@@ -80,11 +80,11 @@ func respDecisions(ns, outcome string, f func() float64) prometheus.Collector {
 }
 
 // respFailClosed maps the configuration's resp_fail_closed to the server's.
-func respFailClosed(s string) server.FailClosedReply {
+func respFailClosed(s string) respserver.FailClosedReply {
 	if s == "refuse" {
-		return server.FailClosedRefuse
+		return respserver.FailClosedRefuse
 	}
-	return server.FailClosedError
+	return respserver.FailClosedError
 }
 
 // RESPAddr returns the address the RESP listener is bound to, or nil when

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/funnelrl/funnel/config"
 	"github.com/funnelrl/funnel/internal/auth"
+	"github.com/funnelrl/funnel/internal/config"
 	"github.com/funnelrl/funnel/internal/tlsfiles"
 )
 

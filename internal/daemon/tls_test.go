@@ -28,7 +28,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 	"github.com/funnelrl/funnel/internal/daemon"
 	"github.com/funnelrl/funnel/internal/testcerts"
 	"github.com/funnelrl/funnel/internal/testlog"

@@ -3,7 +3,7 @@ package daemon
 import (
 	"testing"
 
-	"github.com/funnelrl/funnel/config"
+	"github.com/funnelrl/funnel/internal/config"
 )
 
 func TestTraceSettings(t *testing.T) {

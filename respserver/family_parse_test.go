@@ -1,0 +1,77 @@
+package respserver
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// FuzzLimitArgs: the FUNNEL.* limit parser answers every argument list with
+// an ERR reply or a limit that is valid, never a panic, and never uses more
+// arguments than it was given.
+func FuzzLimitArgs(f *testing.F) {
+	for _, seed := range []string{
+		"fixed_window 3 60000",
+		"gcra 10 1000 BURST 20 QUANTITY 2 BAN 60000",
+		"leaky_bucket 5 1000 BURST 3 DELAY 1",
+		"leaky_bucket 5 1000 NODELAY",
+		"fixed_window 1000 0 CALENDAR day TZ Europe/Paris",
+		"fixed_window 1 0 CALENDAR month TZ Mars/Olympus",
+		"sliding_log 100 1000 LIMIT k gcra 1 1",
+		"sliding_window 9223372036854775807 9223372036854775807",
+		"gcra -1 1000", "gcra 1 1000 QUANTITY", "FIXED_WINDOW 1 1.5",
+		"concurrency 1 1000", "gcra 1 1000 TZ \x00",
+	} {
+		f.Add([]byte(seed), true)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, stop bool) {
+		args := bytes.Split(in, []byte(" "))
+		fl, used, err := parseLimitArgs(args, stop)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "ERR ") {
+				t.Fatalf("%q: reply %q is not an ERR", in, err)
+			}
+			return
+		}
+		if used > len(args) || used < 3 {
+			t.Fatalf("%q: used %d of %d arguments", in, used, len(args))
+		}
+		if err := fl.limit.Validate(); err != nil {
+			t.Fatalf("%q: parsed an invalid limit %v: %v", in, fl.limit, err)
+		}
+		if fl.n < 0 {
+			t.Fatalf("%q: negative quantity %d", in, fl.n)
+		}
+	})
+}
+
+// FuzzAcquireArgs: FUNNEL.ACQUIRE's parser answers every argument list with
+// an ERR reply or a valid concurrency limit, never a panic.
+func FuzzAcquireArgs(f *testing.F) {
+	for _, seed := range []string{
+		"FUNNEL.ACQUIRE k 2 1000",
+		"FUNNEL.ACQUIRE k 2 1000 ID x BURST 3 DELAY 100",
+		"FUNNEL.ACQUIRE k 2 1000 DELAY 86400001",
+		"FUNNEL.ACQUIRE k 2 1000 BURST -1",
+		"FUNNEL.ACQUIRE k 2 1000 BURST 1099511627776 ID",
+		"FUNNEL.ACQUIRE k 0 9223372036854775807 DELAY 9223372036854775807",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		args := bytes.Split(in, []byte(" "))
+		a, err := parseAcquire(args)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "ERR ") {
+				t.Fatalf("%q: reply %q is not an ERR", in, err)
+			}
+			return
+		}
+		if err := a.limit.Validate(); err != nil || a.limit.Algorithm.String() != "concurrency" {
+			t.Fatalf("%q: parsed %v: %v", in, a.limit, err)
+		}
+		if a.id != nil && (len(a.id) == 0 || len(a.id) > maxLeaseID) {
+			t.Fatalf("%q: lease id %q", in, a.id)
+		}
+	})
+}

@@ -1,0 +1,124 @@
+package respserver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/respserver"
+)
+
+// failingStore answers every call with err.
+type failingStore struct{ err error }
+
+func (f failingStore) Do(context.Context, []funnel.Op, []funnel.Result) error { return f.err }
+func (f failingStore) Reset(context.Context, string) (bool, error)            { return false, f.err }
+func (f failingStore) TTL(context.Context, string) (time.Duration, bool, error) {
+	return 0, false, f.err
+}
+func (f failingStore) Bans(context.Context) ([]funnel.Ban, error)  { return nil, f.err }
+func (f failingStore) Unban(context.Context, string) (bool, error) { return false, f.err }
+
+func serveFailing(t *testing.T, cfg respserver.Config, err error) *client {
+	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	return serveStore(t, ln, cfg, failingStore{err}, nil).dial(t)
+}
+
+// TestStoreDownOneReply: a store that cannot decide is answered with one
+// text, -TRYAGAIN store unavailable, whether it says so with an error or with a
+// fail-closed fallback (an error was "-ERR store unavailable" before), and
+// Config.Fail answers a decision's error as a store's own fallback is
+// answered: fail-open [0, limit, limit, -1, -1], FailClosedRefuse
+// [1, limit, 0, 1, -1].
+func TestStoreDownOneReply(t *testing.T) {
+	t.Parallel()
+	down := fmt.Errorf("store: dial tcp 10.1.2.3:6379: connection refused: %w", funnel.ErrUnavailable)
+	tryagain := storeDown
+
+	c := serveFailing(t, respserver.Config{}, down)
+	for _, cmd := range [][]string{
+		{"CL.THROTTLE", "k", "4", "10", "60"},
+		{"FUNNEL.ALLOW", "k", "gcra", "10", "60000"},
+		{"FUNNEL.ALLOWALL", "2", "LIMIT", "a", "gcra", "10", "60000", "LIMIT", "b", "fixed_window", "5", "1000"},
+		{"FUNNEL.ACQUIRE", "k", "2", "30000"},
+		{"FUNNEL.REFUND", "k", "gcra", "10", "60000"},
+		{"PTTL", "k"}, {"DEL", "k"}, {"FUNNEL.BANS"}, {"FUNNEL.UNBAN", "k"},
+	} {
+		if got := c.do(cmd...); got != tryagain {
+			t.Errorf("%v: %q, want %q", cmd, got, tryagain)
+		}
+	}
+
+	c = serveFailing(t, respserver.Config{Fail: funnel.FailOpen}, down)
+	if got, want := c.do("CL.THROTTLE", "k", "4", "10", "60"), ints(0, 5, 5, -1, -1); got != want {
+		t.Errorf("fail open: %q, want %q", got, want)
+	}
+	if got, want := c.do("FUNNEL.ALLOW", "k", "gcra", "10", "60000"), ints(1, 10, 0, -1, -1, 0, 0); got != want {
+		t.Errorf("fail open FUNNEL.ALLOW: %q", got)
+	}
+	if got := c.do("PTTL", "k"); got != tryagain {
+		t.Errorf("fail open PTTL (no decision to admit): %q", got)
+	}
+
+	c = serveFailing(t, respserver.Config{FailClosed: respserver.FailClosedRefuse}, down)
+	if got, want := c.do("CL.THROTTLE", "k", "4", "10", "60"), ints(1, 5, 0, 1, -1); got != want {
+		t.Errorf("fail closed, refuse: %q, want %q", got, want)
+	}
+}
+
+// TestBugIsInternalError: an error that is neither the client's nor a
+// store that cannot decide is a bug: "-ERR internal error", its detail not
+// sent (it was "-ERR store unavailable", which said what was not so).
+func TestBugIsInternalError(t *testing.T) {
+	t.Parallel()
+	c := serveFailing(t, respserver.Config{Fail: funnel.FailOpen}, errors.New("secret detail"))
+	for _, cmd := range [][]string{{"CL.THROTTLE", "k", "4", "10", "60"}, {"PTTL", "k"}} {
+		if got := c.do(cmd...); got != "-ERR internal error\r\n" {
+			t.Errorf("%v: %q", cmd, got)
+		}
+	}
+}
+
+// TestLongKey: a key longer than funnel.MaxKeyLen is stored under its hash
+// (funnel.BoundKey) by every command that takes a key, as on every edge
+// (RESP stored keys of up to 512 KiB as they were before): CL.THROTTLE and
+// FUNNEL.ALLOW on the long key share its bucket, PTTL sees it under the
+// hash, and DEL of the long key deletes it.
+func TestLongKey(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, respserver.Config{EventLoops: testEventLoops})
+	c := ts.dial(t)
+	long := strings.Repeat("k", 100_000)
+	hashed := funnel.BoundKey(long)
+	if got, want := c.do("CL.THROTTLE", long, "1", "1", "60"), ints(0, 2, 1, -1, 60); got != want {
+		t.Fatalf("first: %q, want %q", got, want)
+	}
+	if got, want := c.do("FUNNEL.ALLOW", long, "gcra", "1", "60000", "BURST", "1"), ints(1, 2, 0, -1, 120000, 0, 0); got != want {
+		t.Fatalf("FUNNEL.ALLOW on the long key: %q, want %q", got, want)
+	}
+	if got := c.do("PTTL", hashed); got != ":120000\r\n" {
+		t.Fatalf("PTTL of the hash: %q", got)
+	}
+	if got := c.do("PTTL", long); got != ":120000\r\n" {
+		t.Fatalf("PTTL of the long key: %q", got)
+	}
+	if got := c.do("DEL", long); got != ":1\r\n" {
+		t.Fatalf("DEL of the long key: %q", got)
+	}
+	exact := strings.Repeat("e", funnel.MaxKeyLen)
+	c.do("CL.THROTTLE", exact, "1", "1", "60")
+	if got := c.do("EXISTS", exact); got != ":1\r\n" {
+		t.Fatalf("a key of MaxKeyLen bytes: EXISTS %q", got)
+	}
+	if n, ok := funnel.KeysOf(ts.store); !ok || n != 1 {
+		t.Fatalf("the store holds %d keys, want 1 (the key of MaxKeyLen bytes as it is)", n)
+	}
+}
