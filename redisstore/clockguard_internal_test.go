@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -52,6 +53,7 @@ func TestClockGuard(t *testing.T) {
 		if r, w := take(1); r.Fallback || w.Fallback || r.Remaining != 9 || w.Remaining != 9 {
 			t.Fatalf("guard %v, before: %+v, %+v", guarded, r, w)
 		}
+		var leased int64
 		for _, step := range []time.Duration{5 * time.Second, -5 * time.Second} {
 			// The store now expects Redis's clock step ahead of where it
 			// is: as if Redis's clock stepped back by step (or, for a
@@ -67,6 +69,11 @@ func TestClockGuard(t *testing.T) {
 				continue
 			}
 			steps := s.clock.steps.Load()
+			// A lease (of leased quotas) is refused alike, and takes
+			// nothing.
+			if _, err := s.Lease(ctx, "l", p, LeaseCall{LeaseRequest: gcra.LeaseRequest{Want: 1, Min: 1}}); !errors.Is(err, funnel.ErrUnavailable) {
+				t.Fatalf("step %v: lease %v; want unavailable under the guard", step, err)
+			}
 			for i := 0; i < 3; i++ {
 				if r, w := take(1); !r.Fallback || !w.Fallback {
 					t.Fatalf("step %v: %+v, %+v; want fallbacks under the guard", step, r, w)
@@ -82,6 +89,13 @@ func TestClockGuard(t *testing.T) {
 				steps = s.clock.steps.Load()
 			}
 			s.clock.offset.Add(-step.Microseconds()) // the step undone
+			if g, err := s.Lease(ctx, "l", p, LeaseCall{LeaseRequest: gcra.LeaseRequest{Want: 1, Min: 1}}); err != nil || g.Units != 1 {
+				t.Fatalf("step %v undone: lease %+v, %v; want one unit", step, g, err)
+			}
+			leased++
+			if r, err := s.throttle(ctx, "l", p, 0); err != nil || r.Remaining != 10-leased {
+				t.Fatalf("step %v undone: %+v, %v; want %d remaining (a refused lease took nothing)", step, r, err, 10-leased)
+			}
 			if r, w := take(0); r.Fallback || w.Fallback || r.Remaining != 9 || w.Remaining != 9 {
 				t.Fatalf("step %v undone: %+v, %+v; want 9 remaining (a refused call changed nothing)", step, r, w)
 			}

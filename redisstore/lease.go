@@ -11,7 +11,7 @@ import (
 )
 
 // leaseScript is gcra.Lease on a Redis key (see lease.lua).
-var leaseScript = newScript(include("lease.lua"))
+var leaseScript = newTimedScript(include("lease.lua"), 1)
 
 // Grant is the answer to Lease.
 type Grant struct {

@@ -65,6 +65,11 @@ type Config struct {
 	SnapshotMaxElapsed time.Duration
 	// StoreTimeout bounds each operation of the Redis store; 0 means 100 ms.
 	StoreTimeout time.Duration
+	// RedisClockGuard, when positive, makes the Redis store refuse to
+	// follow a step of Redis's clock (or this host's) larger than it
+	// (redisstore.Options.ClockGuard): decisions fall back until the clocks
+	// agree again or the process restarts. 0: off.
+	RedisClockGuard time.Duration
 	// FailOpen makes every edge, and the Redis store, admit requests while
 	// the store cannot decide (funnel.FailOpen); by default they are
 	// refused (funnel.FailClosed). See Fail.
@@ -305,6 +310,8 @@ func (c Config) Validate() error {
 		return bad("max_keys %d is negative", c.MaxKeys)
 	case c.StoreTimeout < 0:
 		return bad("store_timeout %v is negative", c.StoreTimeout)
+	case c.RedisClockGuard < 0:
+		return bad("redis_clock_guard %v is negative", c.RedisClockGuard)
 	case c.MaxClients < 0:
 		return bad("max_clients %d is negative", c.MaxClients)
 	case c.IdleTimeout < 0:
