@@ -127,9 +127,9 @@ func (s *Store) remeasureClock() {
 }
 
 // stampDeadline writes into args, the arguments of a call of sc, the
-// deadline of a call that this process gives up on at deadline, when sc
-// reads Redis's TIME (not an injected clock) and the clock's offset is
-// known.
+// deadline of a call that must start by the local time deadline (its
+// caller's, less the margin for the reply: see margin), when sc reads
+// Redis's TIME (not an injected clock) and the clock's offset is known.
 func (s *Store) stampDeadline(sc *script, args []string, deadline time.Time) {
 	if sc.ti < 0 || s.now != nil || args[sc.ti] != "" {
 		return
@@ -145,7 +145,7 @@ func (s *Store) stampDeadline(sc *script, args []string, deadline time.Time) {
 		}
 	}
 	offset := s.clock.offset.Load()
-	dl := deadline.Add(-s.timeout/4).UnixMicro() + offset
+	dl := deadline.UnixMicro() + offset
 	args[sc.ti], args[sc.ti+1] = "-", strconv.FormatInt(dl, 10)
 	if s.guard > 0 {
 		// The earliest Redis time the call may find: this host's now on
@@ -155,18 +155,29 @@ func (s *Store) stampDeadline(sc *script, args []string, deadline time.Time) {
 	}
 }
 
+// margin is the part of a call's time left until deadline that is kept
+// for the reply's way back: a quarter of the store's timeout, or of the
+// time left when the caller's deadline is nearer (a deadline moved back by
+// a quarter of a timeout longer than the time left would be in the past,
+// and every call late).
+func (s *Store) margin(deadline time.Time) time.Duration {
+	return max(min(s.timeout/4, time.Until(deadline)/4), 0)
+}
+
 // evalBy runs sc until deadline (no bound when zero), which the call
 // carries to Redis (see stampDeadline).
 func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		s.stampDeadline(sc, args, dl)
+	start, ok := ctx.Deadline()
+	if ok {
+		start = start.Add(-s.margin(start))
+		s.stampDeadline(sc, args, start)
 	}
 	v, err := s.runner.eval(ctx, sc, keys, args)
 	if errors.Is(err, errClockStep) {
 		s.remeasureClock()
 	}
 	if errors.Is(err, errLate) {
-		if dl, _ := ctx.Deadline(); s.guard == 0 && time.Now().Before(dl.Add(-s.timeout/4)) {
+		if s.guard == 0 && ok && time.Now().Before(start) {
 			// Refused before its deadline here: not late, but a Redis
 			// whose clock is ahead of the offset measured. Calls go
 			// without deadlines for a while rather than fail.

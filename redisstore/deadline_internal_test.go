@@ -48,7 +48,7 @@ func TestDeadlineInRedisClock(t *testing.T) {
 	if err := s.measureClock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.stampDeadline(gcraLua, args, deadline)
+	s.stampDeadline(gcraLua, args, deadline.Add(-s.margin(deadline))) // as evalBy does
 	got, err := strconv.ParseInt(args[2], 10, 64)
 	if args[1] != "-" || err != nil {
 		t.Fatalf("args %q", args)
@@ -58,6 +58,14 @@ func TestDeadlineInRedisClock(t *testing.T) {
 	want := deadline.Add(time.Hour - 25*time.Millisecond).UnixMicro()
 	if got > want || got < want-int64(10*time.Millisecond/time.Microsecond) {
 		t.Fatalf("deadline %d µs, want %d (less the round trip)", got, want)
+	}
+	// A caller's deadline nearer than a quarter of the timeout keeps a
+	// quarter of what is left, not a deadline in the past.
+	if m := s.margin(time.Now().Add(40 * time.Millisecond)); m > 10*time.Millisecond || m < 9*time.Millisecond {
+		t.Fatalf("margin of a 40 ms deadline on a 100 ms store: %v, want about 10ms", m)
+	}
+	if m := s.margin(time.Now().Add(-time.Second)); m != 0 {
+		t.Fatalf("margin of a deadline passed: %v", m)
 	}
 	// Scripts that take no deadline get none; an injected clock is left.
 	other := []string{"", ""}

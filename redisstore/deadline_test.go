@@ -107,3 +107,26 @@ func testNotDecidedWhenLate(t *testing.T, oc outageClient) {
 	}
 	t.Logf("scripts that Redis ran after their deadline, refused: %s", info["errorstat_DEADLINE"])
 }
+
+// TestShortCallerDeadline checks that a caller's deadline nearer than a
+// quarter of the store's timeout still leaves the call a deadline ahead
+// of it (a quarter of what is left), rather than one in the past, which
+// made every such call late: a 1 s context on a store with a 10 s timeout
+// fell back (a refund of Envoy's rate-limit service, bounded at 2 s, on
+// a store with a long timeout, was never made).
+func TestShortCallerDeadline(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := redisstore.New(srv.Client(), redisstore.Options{Timeout: 10 * time.Second})
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := mkParams(t, 9, 1, time.Hour)
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := storetest.Throttle(ctx, s, "k", p, 1)
+		cancel()
+		if err != nil || r.Fallback || r.Remaining != int64(9-i) {
+			t.Fatalf("decision %d under a 1 s deadline: %+v, %v", i+1, r, err)
+		}
+	}
+}
