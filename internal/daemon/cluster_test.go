@@ -10,6 +10,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/daemon"
@@ -105,4 +107,36 @@ func crossSlotRequest(t *testing.T, d *daemon.Daemon) (string, *rlsv3.RateLimitR
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}},
 	}}
+}
+
+// TestDaemonRLSShortDeadline: Envoy calls the rate-limit service with a
+// short deadline (its filter's timeout, 20 ms by default), shorter than a
+// quarter of the store's timeout; the decision is made in Redis within it,
+// not refused there as late and answered with the fallback (as it was
+// when every call's deadline was moved back by a quarter of the store's
+// timeout: a 200 ms call on a 1 s store started with a deadline 50 ms in
+// the past).
+func TestDaemonRLSShortDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := envoyConfig(t, `domain: api
+descriptors:
+  - {key: user, rate_limit: {unit: day, requests_per_unit: 5, algorithm: gcra}}
+`)
+	cfg.Store = "redis://" + srv.Addr + "/0"
+	cfg.StoreTimeout = time.Second
+	d, _, stop := start(t, cfg)
+	client := dialRLS(t, d.GRPCAddr().String())
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		var md metadata.MD
+		r, err := client.ShouldRateLimit(ctx, userRequest("alice"), grpc.Header(&md))
+		cancel()
+		if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != uint32(4-i) || len(md.Get("funnel-fallback")) > 0 {
+			t.Fatalf("call %d under a 200 ms deadline: %v, %v, header %v; want OK with %d left, decided in Redis", i+1, r, err, md, 4-i)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 }
