@@ -113,71 +113,28 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
     end
   end
   local q = ARGV[7] + 0
-  local status, r1, r2, r3 = 0, 0, 0, 0
+  local st, r1, r2, r3 = 0, 0, 0, 0
   if not ok then
     -- below
   elseif alg == 'g' or alg == 'l' then
-    local th, tl, exists = 0, 0, false
+    -- The same parts as gcra.lua's (tat.lua reads the TAT, decide.lua
+    -- decides, store.lua writes), in a block of their own: decide.lua
+    -- declares status.
+    local th, tl, bad = 0, 0, false
     if raw then
-      local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
-      if h then
-        th, tl = h + 0, l + 0
-        if th > 9223372036 or (th == 9223372036 and tl > 854775807) then
-          ok = false
-        end
-        exists = th > nh or (th == nh and tl > nl)
-      else
-        ok = false
-      end
+      --> tat.lua
     end
-    if ok then
-      local dh, dl = 0, 0
-      if exists then
-        dh, dl = th - nh, tl - nl
-        if dl < 0 then
-          dh, dl = dh - 1, dl + 1000000000
-        end
-      end
-      r1, r2 = dh, dl
+    if bad then
+      ok = false
+    else
       local ch, cl, vh, vl = ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0, ARGV[13] + 0
+      local wh, wl, wv, wms, wpx
+      --> decide.lua
+      r1, r2, st = dh, dl, status
       if banned then
-        status = 3
-      elseif not (vh < ch or (vh == ch and vl < cl)) then
-        local xh, xl = dh + ch, dl + cl
-        if xl >= 1000000000 then
-          xh, xl = xh + 1, xl - 1000000000
-        end
-        if not (vh < xh or (vh == xh and vl < xl)) then
-          local zh, zl = nh + xh, nl + xl
-          if zl >= 1000000000 then
-            zh, zl = zh + 1, zl - 1000000000
-          end
-          if zh > 9223372036 or (zh == 9223372036 and zl > 854775807) then
-            status = 2
-          else
-            status = 1
-            if q > 0 then
-              if xh == 0 and xl == 0 then
-                if exists then
-                  redis.call('DEL', key)
-                end
-              else
-                local v
-                if zh > 0 then
-                  v = string.format('%d%09d', zh, zl)
-                else
-                  v = string.format('%d', zl)
-                end
-                local sub = xl % 1000000
-                local px = xh * 1000 + (xl - sub) / 1000000 + slack
-                if sub > 0 then
-                  px = px + 1
-                end
-                redis.call('PSETEX', key, string.format('%d', px), v)
-              end
-            end
-          end
-        end
+        st = 3
+      elseif status == 1 and q > 0 then
+        --> store.lua
       end
     end
   elseif alg == 'f' then
@@ -198,11 +155,11 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
     if ok then
       r1, r2, r3 = s, e, n
       if banned then
-        status = 3
+        st = 3
       elseif n + q > count then
-        status = 0
+        st = 0
       else
-        status = 1
+        st = 1
         if q > 0 then
           redis.call('PSETEX', key, string.format('%d', e - nowms + slack), string.format('F%d:%d:%d', s, e, n + q))
         end
@@ -242,11 +199,11 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
       local w = prev * (p - el) + p - 1
       local est = cur + (w - w % p) / p
       if banned then
-        status = 3
+        st = 3
       elseif est + q > count then
-        status = 0
+        st = 0
       else
-        status = 1
+        st = 1
         if q > 0 then
           redis.call('PSETEX', key, string.format('%d', s + 2 * p - nowms + slack), string.format('S%d:%d:%d:%d', s, p, prev, cur + q))
         end
@@ -254,7 +211,7 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
     end
   end
   if ok then
-    if status == 0 and q > 0 and (lh > 0 or ll > 0) then
+    if st == 0 and q > 0 and (lh > 0 or ll > 0) then
       -- a refusal starts the limit's ban
       local uh, ul = nh + lh, nl + ll
       if ul >= 1000000000 then
@@ -273,7 +230,7 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
       end
       redis.call('PSETEX', KEYS[2], string.format('%d', px), v)
     end
-    return { nh, nl, status, rh, rl, r1, r2, r3 }
+    return { nh, nl, st, rh, rl, r1, r2, r3 }
   end
 end
 
