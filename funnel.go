@@ -400,6 +400,8 @@ func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
 	}
 	if err != nil && errors.Is(err, gcra.ErrOverflow) && !errors.Is(err, ErrInvalidQuantity) {
 		err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
+	} else if err != nil && len(ops) == 1 && ops[0].Kind != OpTake {
+		err = quantityError(ops[0].N, err)
 	}
 	return err
 }
@@ -442,7 +444,10 @@ func (l *Limiter) take(ctx context.Context, key string, limit *Limit, c *Checked
 }
 
 // Peek reports the state of key under limit without charging anything:
-// Remaining and ResetAfter as they are now. It is always Allowed.
+// Remaining and ResetAfter as they are now. It is Allowed unless the key is
+// over its limit (in debt after a Charge, or charged under a larger limit);
+// RetryAfter is then the time until it is at its limit again. PeekN asks
+// whether n units would be admitted.
 func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
 	return l.AllowN(ctx, key, limit, 0)
 }

@@ -239,8 +239,13 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 			return err
 		}
 	}
-	if ps[0].op.Kind == funnel.OpRefund { // alone in its call
+	switch ps[0].op.Kind { // alone in its call but for a take
+	case funnel.OpRefund:
 		return ps[0].refund(now, &res[0])
+	case funnel.OpPeek:
+		err := ps[0].decide(now, &res[0], false)
+		ps[0].probe(now, &res[0])
+		return err
 	}
 	many := len(ps) > 1
 	all := true
@@ -249,7 +254,8 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 			unlockTATs(ps)
 			return err
 		}
-		all = all && res[i].Allowed
+		// A charge is applied whether the key is over its limit or not.
+		all = all && (res[i].Allowed || ps[i].op.Kind == funnel.OpCharge)
 	}
 	if !all {
 		for i := range ps {
@@ -269,6 +275,9 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 	}
 	for i := range ps {
 		ps[i].commit(now)
+		if ps[i].op.Kind == funnel.OpCharge {
+			ps[i].chargeBan(now, &res[i])
+		}
 	}
 	// Evictions after the commit, and new keys last: making room may evict
 	// any key of the shards held, and every existing key has its final
@@ -494,21 +503,23 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 	w := op.Limit.Window
 	var ar algo.Result
 	var err error
-	switch p.kind {
-	case kindTAT:
+	switch {
+	case op.Kind == funnel.OpCharge:
+		ar, err = p.charge(now, r)
+	case p.kind == kindTAT:
 		p.tat, *r, err = decideTAT(now, p.old, op)
-	case kindFixed:
+	case p.kind == kindFixed:
 		var st algo.Fixed
 		st, ar, err = algo.FixedDecide(now, p.fixed(), w.Count, op.Limit.Span(now), op.N)
 		p.st.a, p.st.b = st.Start, st.N
-	case kindSliding:
+	case p.kind == kindSliding:
 		var st algo.Sliding
 		st, ar, err = algo.SlidingDecide(now, p.sliding(), w, op.N)
 		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
-	case kindLog:
+	case p.kind == kindLog:
 		// The entries of the stored log are never modified.
 		p.st.times, ar, err = algo.LogDecide(now, p.times(), w, op.N)
-	case kindConc:
+	case p.kind == kindConc:
 		leases := p.leases()
 		if p.live && (many || op.Limit.Ban > 0) {
 			// A grant rewrites the leases in place; keep the stored ones
@@ -528,7 +539,7 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 	}
 	if p.ban > 0 {
 		own := r.RetryAfter
-		if r.Allowed {
+		if r.Allowed && op.Kind != funnel.OpCharge {
 			*r = p.peek(now)
 			own = 0
 		}
@@ -536,6 +547,62 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 		r.RetryAfter = max(time.Duration(p.ban), own)
 	}
 	return nil
+}
+
+// charge computes p's charge (an OpCharge): p's new state, and its result
+// into *r for a TAT, or returned for the others.
+func (p *pending) charge(now int64, r *funnel.Result) (algo.Result, error) {
+	op := p.op
+	w := op.Limit.Window
+	var ar algo.Result
+	var err error
+	switch p.kind {
+	case kindTAT:
+		var g gcra.Result
+		p.tat, g, err = gcra.Charge(now, p.old, op.Limit.GCRA, op.N)
+		*r = funnel.ResultOf(op.Limit.GCRA, g)
+	case kindFixed:
+		var st algo.Fixed
+		st, ar, err = algo.FixedCharge(now, p.fixed(), w.Count, op.Limit.Span(now), op.N)
+		p.st.a, p.st.b = st.Start, st.N
+	case kindSliding:
+		var st algo.Sliding
+		st, ar, err = algo.SlidingCharge(now, p.sliding(), w, op.N)
+		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
+	case kindLog:
+		// The entries of the stored log are never modified.
+		p.st.times, ar, err = algo.LogCharge(now, p.times(), w, op.N)
+	}
+	return ar, err
+}
+
+// chargeBan starts the ban of a charge that left its key over a limit with
+// a Ban, unless one is under way; the charge is applied.
+func (p *pending) chargeBan(now int64, r *funnel.Result) {
+	if p.ban > 0 || r.Allowed || p.op.N == 0 || p.op.Limit.Ban <= 0 {
+		return
+	}
+	until := now + int64(p.op.Limit.Ban)
+	if until < now {
+		until = math.MaxInt64
+	}
+	p.sh.banUntil(p.op.Key, until)
+	r.Banned, r.Remaining = true, 0
+	r.RetryAfter = max(r.RetryAfter, p.op.Limit.Ban)
+}
+
+// probe ends an OpPeek, which decide decided as a take: nothing is stored
+// and no ban starts; an admitted peek reports the state as it stays, with
+// the Delay the take would get.
+func (p *pending) probe(now int64, r *funnel.Result) {
+	if p.e != nil {
+		p.e.tat.Store(p.old)
+	}
+	if r.Allowed {
+		d := r.Delay
+		*r = p.peek(now)
+		r.Delay = d
+	}
 }
 
 // peek returns the result of a peek at p's key's state as it was before the
