@@ -112,3 +112,26 @@ func TestLogCharge(t *testing.T) {
 		t.Errorf("LogCharge(-1) = %v, %v", got, err)
 	}
 }
+
+func TestLogProbe(t *testing.T) {
+	p := WindowParams{Count: 3, Period: 1000}
+	now := int64(10_000*msNS + 1)
+	times := make([]int64, 2, 2) // full capacity: an append would reallocate
+	times[0], times[1] = 9_200, 9_500
+	for q := int64(0); q <= 4; q++ {
+		got, err := LogProbe(now, times, p, q)
+		_, want, _ := LogDecide(now, slices.Clone(times), p, q)
+		if want.Allowed {
+			_, want, _ = LogDecide(now, times, p, 0)
+		}
+		if err != nil || got != want {
+			t.Errorf("q %d: LogProbe %+v, %v; want %+v", q, got, err, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { LogProbe(now, times, p, 1) }); n != 0 {
+		t.Errorf("LogProbe allocates %v times", n)
+	}
+	if _, err := LogProbe(now, times, p, -1); !errors.Is(err, ErrNegative) {
+		t.Errorf("LogProbe(-1): %v", err)
+	}
+}

@@ -516,6 +516,8 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 		var st algo.Sliding
 		st, ar, err = algo.SlidingDecide(now, p.sliding(), w, op.N)
 		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
+	case p.kind == kindLog && op.Kind == funnel.OpPeek:
+		ar, err = algo.LogProbe(now, p.times(), w, op.N)
 	case p.kind == kindLog:
 		// The entries of the stored log are never modified.
 		p.st.times, ar, err = algo.LogDecide(now, p.times(), w, op.N)
