@@ -34,7 +34,9 @@ import (
 // does. n = 0 charges nothing (a Peek). A negative n, or an n whose debt
 // does not fit (a TAT beyond int64 nanoseconds; a window's count above
 // algo.MaxCount), is an error that wraps ErrInvalidQuantity and changes
-// nothing. Concurrency limits are not charged (ErrInvalidLimit).
+// nothing. Concurrency limits are not charged (ErrInvalidLimit). A charge
+// is not a decision: a store that cannot record it fails with an error
+// that wraps ErrUnavailable, never with a fallback result.
 func (l *Limiter) Charge(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	return l.byQuantity(ctx, OpCharge, key, limit, n)
 }

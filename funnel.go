@@ -260,9 +260,14 @@ type Store interface {
 	// something (Redis Cluster: a hash slot) says so with an error that
 	// wraps ErrCrossSlot, and may say which keys go together (Grouper).
 	//
+	// An OpCharge (units spent, recorded into debt if need be) and an
+	// OpPeek (n units asked without a charge) are applied alone, as OpKind
+	// says.
+	//
 	// A store that cannot decide in time either fails with an error that
 	// wraps ErrUnavailable or answers its configured fallback (a result
-	// with Fallback set).
+	// with Fallback set); a refund or a charge, which is not a decision,
+	// only fails.
 	Do(ctx context.Context, ops []Op, res []Result) error
 	// Reset forgets key, so that its next request finds a full bucket (an
 	// empty state of any algorithm), and reports whether the key held

@@ -48,9 +48,9 @@ func opCode(op funnel.Op) (kind, alg string) {
 // gcra.lua, batched with the decisions waiting at the same moment; the rest
 // through family.lua. On a Redis Cluster every key of one call must be in one hash
 // slot (share a {hash tag}), or the error wraps funnel.ErrCrossSlot. When
-// Redis cannot be reached in time, takes answer the fail-open or fail-closed
-// fallback (Result.Fallback) and refunds fail with an error wrapping
-// funnel.ErrUnavailable.
+// Redis cannot be reached in time, takes and peeks answer the fail-open or
+// fail-closed fallback (Result.Fallback), and refunds and charges, which
+// are not decisions, fail with an error wrapping funnel.ErrUnavailable.
 func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
 	if len(ops) == 0 {
 		return nil
@@ -113,7 +113,9 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		if err := callerDone(ctx); err != nil {
 			return err
 		}
-		if ops[0].Kind == funnel.OpRefund {
+		if k := ops[0].Kind; k == funnel.OpRefund || k == funnel.OpCharge {
+			// Not decisions: what was given back or spent is not
+			// recorded, and the caller is told so.
 			s.reload()
 			return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
 		}
