@@ -116,8 +116,7 @@ func TestLogCharge(t *testing.T) {
 func TestLogProbe(t *testing.T) {
 	p := WindowParams{Count: 3, Period: 1000}
 	now := int64(10_000*msNS + 1)
-	times := make([]int64, 2, 2) // full capacity: an append would reallocate
-	times[0], times[1] = 9_200, 9_500
+	times := []int64{9_200, 9_500} // full capacity: an append would reallocate
 	for q := int64(0); q <= 4; q++ {
 		got, err := LogProbe(now, times, p, q)
 		_, want, _ := LogDecide(now, slices.Clone(times), p, q)
