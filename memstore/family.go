@@ -118,7 +118,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	k, _ := kindOf(op.Limit.Algorithm)
 	var err error
 	h, sh := s.hash(op.Key)
-	if k == kindTAT && op.Kind == funnel.OpTake && op.Limit.Ban == 0 {
+	if k == kindTAT && (op.Kind == funnel.OpTake || op.Kind == funnel.OpCharge) && op.Limit.Ban == 0 {
 		// An entry in the table means the key holds no family state, so
 		// there is no type to check; and the limit looks for no ban.
 		if e := sh.table.Load().find(h, op.Key); e != nil {
@@ -195,8 +195,8 @@ func (s *Store) doMany(ops []funnel.Op, res []funnel.Result) error {
 	}
 }
 
-// takeTAT decides a funnel or leaky bucket take on entry e without the lock,
-// by compare-and-swap, as Throttle does. It reports false, having changed
+// takeTAT decides a funnel or leaky bucket take (or applies a charge) on
+// entry e without the lock, by compare-and-swap, as Throttle does. It reports false, having changed
 // nothing, when e is locked by a call that holds its shard's lock, or
 // deleted: the op must then be applied under the lock.
 func takeTAT(e *entry, now int64, op *funnel.Op, r *funnel.Result) (bool, error) {
@@ -209,16 +209,21 @@ func takeTAT(e *entry, now int64, op *funnel.Op, r *funnel.Result) (bool, error)
 		if err != nil {
 			return true, err
 		}
-		if !res.Allowed || op.N == 0 || e.tat.CompareAndSwap(tat, newTAT) {
+		if (!res.Allowed && op.Kind == funnel.OpTake) || op.N == 0 || e.tat.CompareAndSwap(tat, newTAT) {
 			*r = res
 			return true, nil
 		}
 	}
 }
 
-// decideTAT applies a take of a funnel or leaky bucket to a TAT.
+// decideTAT applies a take (or a charge) of a funnel or leaky bucket to a
+// TAT.
 func decideTAT(now, tat int64, op *funnel.Op) (int64, funnel.Result, error) {
 	p := op.Limit.GCRA
+	if op.Kind == funnel.OpCharge {
+		newTAT, r, err := gcra.Charge(now, tat, p, op.N)
+		return newTAT, funnel.ResultOf(p, r), err
+	}
 	if op.Limit.Algorithm == funnel.LeakyBucket {
 		newTAT, r, err := algo.LeakyDecide(now, tat, p, op.Limit.Delay, op.N)
 		return newTAT, funnel.ResultOfAlgo(p.Limit, r), err
