@@ -3,6 +3,7 @@ package gcra
 import (
 	"errors"
 	"math"
+	"math/big"
 	"testing"
 	"time"
 )
@@ -93,4 +94,73 @@ func TestProbe(t *testing.T) {
 	if _, err := Probe(now, 0, p, -1); !errors.Is(err, ErrNegative) {
 		t.Errorf("Probe(-1): %v", err)
 	}
+}
+
+// FuzzCharge drives random takes and charges (some of them huge) through
+// Decide and Charge, and checks every TAT against the same recursion in
+// big integers (max(now, TAT) + T·q for each charge and admitted take): no
+// unit is lost or added (a charge of 0 leaves the TAT as it is), a debt beyond int64 nanoseconds is ErrOverflow
+// and changes nothing (never a wrap-around), and a charge's result is the
+// peek at the TAT it leaves.
+func FuzzCharge(f *testing.F) {
+	f.Add(int64(4), int64(5), int64(5e9), []byte{0, 1, 8, 0, 3, 2, 100, 1, 1})
+	f.Add(int64(0), int64(1), int64(3600e9), []byte{0, 1, 60, 0, 1, 61, 0, 1, 62})
+	f.Add(int64(0), int64(1), int64(3600e9), []byte{0, 1, 22, 0, 1, 20, 0, 1, 20}) // a TAT beyond int64
+	f.Add(int64(999), int64(1000), int64(1e9), []byte{1, 0, 10, 2, 1, 255, 3, 0, 5})
+	f.Fuzz(func(t *testing.T, burst, count, period int64, steps []byte) {
+		p, err := NewParams(burst%100000, count, time.Duration(period))
+		if err != nil {
+			return
+		}
+		const start = int64(1_795_350_508_971_038_011)
+		now, tat := start, int64(0)
+		ref := new(big.Int)
+		maxTAT := big.NewInt(math.MaxInt64)
+		for i := 0; i+2 < len(steps); i += 3 {
+			now += min(int64(steps[i])*(p.Interval/4), 1e17)
+			// A charge of up to 2^62 units, or a take of up to limit+2.
+			charge := steps[i+1]%2 == 1
+			q := int64(steps[i+2]) % (p.Limit + 3)
+			if charge {
+				q = int64(1) << (steps[i+2] % 63) >> (steps[i+1] % 7)
+			}
+			base := new(big.Int).SetInt64(max(now, tat))
+			want := new(big.Int).Add(base, new(big.Int).Mul(big.NewInt(p.Interval), big.NewInt(q)))
+			var got int64
+			var r Result
+			if charge {
+				got, r, err = Charge(now, tat, p, q)
+			} else {
+				got, r, err = Decide(now, tat, p, q)
+			}
+			if want.Cmp(maxTAT) > 0 {
+				if charge && !errors.Is(err, ErrOverflow) || got != tat {
+					t.Fatalf("charge %v q %d: TAT %s beyond int64: got %d, %v", charge, q, want, got, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("charge %v q %d: %v", charge, q, err)
+			}
+			if charge && q > 0 || !charge && r.Allowed {
+				ref.Set(want)
+			} else {
+				ref.SetInt64(tat)
+			}
+			// (TATs at or before now are all the same state: empty.)
+			if ref.Int64() != got && (ref.Int64() > now || got > now) {
+				t.Fatalf("charge %v q %d at now+%d: TAT %d, want %s", charge, q, now-start, got, ref)
+			}
+			if charge {
+				_, peek, _ := Decide(now, got, p, 0)
+				if r != peek || r.Allowed != (got-now <= p.Tolerance) || int64(r.ResetAfter) != max(got-now, 0) {
+					t.Fatalf("charge q %d: %+v, peek %+v, TAT now+%d", q, r, peek, got-now)
+				}
+				if !r.Allowed && (r.Remaining != 0 || int64(r.RetryAfter) != got-now-p.Tolerance) {
+					t.Fatalf("charge into debt: %+v, TAT now+%d", r, got-now)
+				}
+			}
+			tat = got
+		}
+	})
 }
