@@ -187,7 +187,10 @@ func (l *Limit) gcraParams() (gcra.Params, error) {
 
 // Result is the answer to one request.
 type Result struct {
-	// Allowed reports whether the request was admitted and charged.
+	// Allowed reports whether the request was admitted and charged. For
+	// Charge, which is always charged, it reports that the key is still
+	// within its limit after the charge; for PeekN, which charges nothing,
+	// that the units would be admitted now.
 	Allowed bool
 	// Banned reports that the request was refused because the key is banned
 	// (see Limit.Ban); RetryAfter is then the time until the ban ends.
@@ -203,7 +206,8 @@ type Result struct {
 	Remaining int64
 	// RetryAfter is zero when allowed. When refused it is the time after
 	// which the same request would be admitted, or Never when its quantity
-	// exceeds Limit.
+	// exceeds Limit. After a Charge that left the key over its limit, it
+	// is the time until the debt has drained.
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
