@@ -50,8 +50,9 @@ func (l *Limiter) Charge(ctx context.Context, key string, limit Limit, n int64) 
 // a PeekN never starts a ban. PeekN(ctx, key, limit, 0) is Peek.
 //
 // The answer holds only until the next decision on the key: use AllowN to
-// take the units. A negative n is an error that wraps ErrInvalidQuantity;
-// Concurrency limits are peeked with Peek only (ErrInvalidLimit).
+// take the units. A negative n, or one whose cost overflows, is an error
+// that wraps ErrInvalidQuantity; Concurrency limits are not peeked by
+// quantity (ErrInvalidLimit).
 func (l *Limiter) PeekN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
 	if n == 0 {
 		return l.AllowN(ctx, key, limit, 0)
