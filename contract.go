@@ -7,14 +7,21 @@ import (
 	"github.com/funnelrl/funnel/algo"
 )
 
-// errRefundAlone is CheckOps's error for a refund among other ops.
-var errRefundAlone = errors.New("funnel: a refund must be the only op of its call")
+// errAlone is CheckOps's error for a refund, a charge or a peek of N units
+// among other ops, by op kind.
+var errAlone = [...]error{
+	OpRefund: errors.New("funnel: a refund must be the only op of its call"),
+	OpCharge: errors.New("funnel: a charge must be the only op of its call"),
+	OpPeek:   errors.New("funnel: a peek of N units (OpPeek) must be the only op of its call"),
+}
 
 // CheckOps reports whether a call of Store.Do with ops and res keeps the
 // contract that Store.Do states, and returns the error a store answers
 // when it does not: fewer results than ops; an unknown op kind or
 // algorithm; a limit whose parameters Limit.Check did not compute (it
-// wraps ErrInvalidLimit); a refund among other ops; a negative N anywhere
+// wraps ErrInvalidLimit); a refund, a charge or an OpPeek among other ops;
+// a charge or an OpPeek of a Concurrency limit (ErrInvalidLimit); a
+// negative N anywhere
 // but in a funnel's (GCRA's) lone take without a ban, or a release's
 // latency out of range (both wrap ErrInvalidQuantity); a key that repeats
 // (ErrDuplicateKey). Every store calls it before it applies a call, so that
@@ -53,13 +60,16 @@ func CheckOps(ops []Op, res []Result) error {
 
 // check is CheckOps's test of one op, alone in its call or not.
 func (op *Op) check(alone bool) error {
-	if op.Kind != OpTake && op.Kind != OpRefund {
+	if op.Kind > OpPeek {
 		return fmt.Errorf("funnel: unknown op kind %d", op.Kind)
 	}
-	if op.Kind == OpRefund && !alone {
-		return errRefundAlone
+	if op.Kind != OpTake && !alone {
+		return errAlone[op.Kind]
 	}
 	c := &op.Limit
+	if (op.Kind == OpCharge || op.Kind == OpPeek) && c.Algorithm == Concurrency {
+		return fmt.Errorf("%w %v: a concurrency limit is not charged or peeked by quantity (take leases with Acquire)", ErrInvalidLimit, c.Limit)
+	}
 	if c.Algorithm == Concurrency && (op.Latency < 0 || op.Latency > algo.MaxUnitDelay) {
 		return fmt.Errorf("%w: latency %v is not within 0 to %v", ErrInvalidQuantity, op.Latency, algo.MaxUnitDelay)
 	}

@@ -253,6 +253,24 @@ const (
 	// of the two (algo.Leave); when the lease is not held, it is an error
 	// that wraps ErrLeaseNotHeld, and nothing changes.
 	OpRefund
+	// OpCharge records N units of Key already spent under Limit, whatever
+	// the key holds (a cost known only afterwards): a funnel's or leaky
+	// bucket's TAT moves past the tolerance if need be, a window's count
+	// past its limit (see gcra.Charge and algo.FixedCharge, SlidingCharge
+	// and LogCharge); the key is then refused until the debt has drained.
+	// It is always applied; its result is a peek at the state it leaves:
+	// Allowed reports that the key is within its limit, and when it is
+	// not, RetryAfter is the time until the debt has drained. A charge on
+	// a key that is banned is applied and answered Banned; one that leaves
+	// the key over a limit with a Ban starts the ban. Not for Concurrency.
+	OpCharge
+	// OpPeek asks whether N units of Key would be admitted under Limit
+	// now, and if not after how long (RetryAfter; Never when N is above
+	// the limit), charging nothing: a take that is never charged and never
+	// starts a ban. Remaining and ResetAfter are the key's as it is; an
+	// admitted peek of a leaky bucket says the Delay the take would get.
+	// N = 0 is the same as an OpTake of 0. Not for Concurrency.
+	OpPeek
 )
 
 // Op is one operation on one key.

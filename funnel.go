@@ -189,7 +189,10 @@ func (l *Limit) gcraParams() (gcra.Params, error) {
 
 // Result is the answer to one request.
 type Result struct {
-	// Allowed reports whether the request was admitted and charged.
+	// Allowed reports whether the request was admitted and charged. For
+	// Charge, which is always charged, it reports that the key is still
+	// within its limit after the charge; for PeekN, which charges nothing,
+	// that the units would be admitted now.
 	Allowed bool
 	// Banned reports that the request was refused because the key is banned
 	// (see Limit.Ban); RetryAfter is then the time until the ban ends.
@@ -205,7 +208,8 @@ type Result struct {
 	Remaining int64
 	// RetryAfter is zero when allowed. When refused it is the time after
 	// which the same request would be admitted, or Never when its quantity
-	// exceeds Limit.
+	// exceeds Limit. After a Charge that left the key over its limit, it
+	// is the time until the debt has drained.
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
@@ -262,9 +266,14 @@ type Store interface {
 	// something (Redis Cluster: a hash slot) says so with an error that
 	// wraps ErrCrossSlot, and may say which keys go together (Grouper).
 	//
+	// An OpCharge (units spent, recorded into debt if need be) and an
+	// OpPeek (n units asked without a charge) are applied alone, as OpKind
+	// says.
+	//
 	// A store that cannot decide in time either fails with an error that
 	// wraps ErrUnavailable or answers its configured fallback (a result
-	// with Fallback set).
+	// with Fallback set); a refund or a charge, which is not a decision,
+	// only fails.
 	Do(ctx context.Context, ops []Op, res []Result) error
 	// Reset forgets key, so that its next request finds a full bucket (an
 	// empty state of any algorithm), and reports whether the key held
@@ -402,6 +411,8 @@ func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
 	}
 	if err != nil && errors.Is(err, gcra.ErrOverflow) && !errors.Is(err, ErrInvalidQuantity) {
 		err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)
+	} else if err != nil && len(ops) == 1 && ops[0].Kind != OpTake {
+		err = quantityError(ops[0].N, err)
 	}
 	return err
 }
@@ -444,7 +455,10 @@ func (l *Limiter) take(ctx context.Context, key string, limit *Limit, c *Checked
 }
 
 // Peek reports the state of key under limit without charging anything:
-// Remaining and ResetAfter as they are now. It is always Allowed.
+// Remaining and ResetAfter as they are now. It is Allowed unless the key is
+// over its limit (in debt after a Charge, or charged under a larger limit);
+// RetryAfter is then the time until it is at its limit again. PeekN asks
+// whether n units would be admitted.
 func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
 	return l.AllowN(ctx, key, limit, 0)
 }

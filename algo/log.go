@@ -51,6 +51,26 @@ func LogDecide(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 	return times, r, nil
 }
 
+// LogProbe answers LogDecide's question for q units without recording
+// them (a peek of q units): admitted or not, and when refused after how long
+// (or Never). Remaining and ResetAfter are those of the log as it is. It
+// appends nothing, so that a peek never grows the log's array.
+func LogProbe(now int64, times []int64, p WindowParams, q int64) (Result, error) {
+	if err := checkQuantity(q); err != nil {
+		return Result{}, err
+	}
+	times = trimLog(times, Millis(now)-p.Period)
+	_, r, _ := LogDecide(now, times, p, 0) // the log as it is
+	n := int64(len(times))
+	switch {
+	case q > p.Count:
+		r.Allowed, r.RetryAfter = false, Never
+	case n > p.Count-q:
+		r.Allowed, r.RetryAfter = false, Until(now, times[n+q-p.Count-1]+p.Period)
+	}
+	return r, nil
+}
+
 // trimLog drops the entries at or before cutoff.
 func trimLog(times []int64, cutoff int64) []int64 {
 	i := 0

@@ -26,7 +26,8 @@ var (
 	// ErrZeroRate means the count or the period is zero, or the emission
 	// interval period/count truncates to zero nanoseconds.
 	ErrZeroRate = errors.New("gcra: zero rates are not supported")
-	// ErrNegative means a burst, count or period is negative.
+	// ErrNegative means a burst, count or period is negative, or the
+	// quantity of a Charge or a Probe.
 	ErrNegative = errors.New("gcra: burst, count and period must not be negative")
 	// ErrOverflow means interval·(burst+1), interval·|quantity| or the new
 	// theoretical arrival time does not fit in an int64 of nanoseconds.

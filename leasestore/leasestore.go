@@ -84,9 +84,18 @@
 // call ran, so its units end a millisecond sooner (L_k at least 2 ms). A
 // cold key's call is a lease of exactly its tokens spent at once, whose
 // grant gives the command's exact reply under the reduced variance.
-// Everything else — peeks, refunds, the sliding log, the leaky bucket,
-// concurrency, bans, several limits at once — goes to the Redis store as it
-// is. A key's format stays the store's (redis-cell's for the funnel), so
+// Everything else — peeks (of n units too), refunds, charges, the sliding
+// log, the leaky bucket, concurrency, bans, several limits at once — goes
+// to the Redis store as it is.
+//
+// A charge (funnel.OpCharge, Limiter.Charge) of a leased key is exact: it
+// is applied whole to the shared state in Redis (the funnel's TAT moves by
+// n intervals, a window's count by n), never from the units a process
+// holds. Those units were debited when they were leased, so a process may
+// still spend them after a charge has put the key into debt: the debt then
+// drains as if they had been spent before it, and the fleet admits no more
+// than one exact funnel (or window) would. A peek of n units answers from
+// Redis's state, in which the units held are spent already. A key's format stays the store's (redis-cell's for the funnel), so
 // that leasing processes, plain Redis stores and the redis-cell module can
 // share keys.
 //

@@ -118,7 +118,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	k, _ := kindOf(op.Limit.Algorithm)
 	var err error
 	h, sh := s.hash(op.Key)
-	if k == kindTAT && op.Kind == funnel.OpTake && op.Limit.Ban == 0 {
+	if k == kindTAT && (op.Kind == funnel.OpTake || op.Kind == funnel.OpCharge) && op.Limit.Ban == 0 {
 		// An entry in the table means the key holds no family state, so
 		// there is no type to check; and the limit looks for no ban.
 		if e := sh.table.Load().find(h, op.Key); e != nil {
@@ -195,8 +195,8 @@ func (s *Store) doMany(ops []funnel.Op, res []funnel.Result) error {
 	}
 }
 
-// takeTAT decides a funnel or leaky bucket take on entry e without the lock,
-// by compare-and-swap, as Throttle does. It reports false, having changed
+// takeTAT decides a funnel or leaky bucket take (or applies a charge) on
+// entry e without the lock, by compare-and-swap, as Throttle does. It reports false, having changed
 // nothing, when e is locked by a call that holds its shard's lock, or
 // deleted: the op must then be applied under the lock.
 func takeTAT(e *entry, now int64, op *funnel.Op, r *funnel.Result) (bool, error) {
@@ -209,16 +209,21 @@ func takeTAT(e *entry, now int64, op *funnel.Op, r *funnel.Result) (bool, error)
 		if err != nil {
 			return true, err
 		}
-		if !res.Allowed || op.N == 0 || e.tat.CompareAndSwap(tat, newTAT) {
+		if (!res.Allowed && op.Kind == funnel.OpTake) || op.N == 0 || e.tat.CompareAndSwap(tat, newTAT) {
 			*r = res
 			return true, nil
 		}
 	}
 }
 
-// decideTAT applies a take of a funnel or leaky bucket to a TAT.
+// decideTAT applies a take (or a charge) of a funnel or leaky bucket to a
+// TAT.
 func decideTAT(now, tat int64, op *funnel.Op) (int64, funnel.Result, error) {
 	p := op.Limit.GCRA
+	if op.Kind == funnel.OpCharge {
+		newTAT, r, err := gcra.Charge(now, tat, p, op.N)
+		return newTAT, funnel.ResultOf(p, r), err
+	}
 	if op.Limit.Algorithm == funnel.LeakyBucket {
 		newTAT, r, err := algo.LeakyDecide(now, tat, p, op.Limit.DelayUnits, op.N)
 		return newTAT, funnel.ResultOfAlgo(p.Limit, r), err
@@ -239,8 +244,13 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 			return err
 		}
 	}
-	if ps[0].op.Kind == funnel.OpRefund { // alone in its call
+	switch ps[0].op.Kind { // alone in its call but for a take
+	case funnel.OpRefund:
 		return ps[0].refund(now, &res[0])
+	case funnel.OpPeek:
+		err := ps[0].decide(now, &res[0], false)
+		ps[0].probe(now, &res[0])
+		return err
 	}
 	many := len(ps) > 1
 	all := true
@@ -249,7 +259,8 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 			unlockTATs(ps)
 			return err
 		}
-		all = all && res[i].Allowed
+		// A charge is applied whether the key is over its limit or not.
+		all = all && (res[i].Allowed || ps[i].op.Kind == funnel.OpCharge)
 	}
 	if !all {
 		for i := range ps {
@@ -269,6 +280,9 @@ func (s *Store) apply(now int64, ps []pending, res []funnel.Result, held []*shar
 	}
 	for i := range ps {
 		ps[i].commit(now)
+		if ps[i].op.Kind == funnel.OpCharge {
+			ps[i].chargeBan(now, &res[i])
+		}
 	}
 	// Evictions after the commit, and new keys last: making room may evict
 	// any key of the shards held, and every existing key has its final
@@ -494,21 +508,25 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 	w := op.Limit.Window
 	var ar algo.Result
 	var err error
-	switch p.kind {
-	case kindTAT:
+	switch {
+	case op.Kind == funnel.OpCharge:
+		ar, err = p.charge(now, r)
+	case p.kind == kindTAT:
 		p.tat, *r, err = decideTAT(now, p.old, op)
-	case kindFixed:
+	case p.kind == kindFixed:
 		var st algo.Fixed
 		st, ar, err = algo.FixedDecide(now, p.fixed(), w.Count, op.Limit.Span(now), op.N)
 		p.st.a, p.st.b = st.Start, st.N
-	case kindSliding:
+	case p.kind == kindSliding:
 		var st algo.Sliding
 		st, ar, err = algo.SlidingDecide(now, p.sliding(), w, op.N)
 		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
-	case kindLog:
+	case p.kind == kindLog && op.Kind == funnel.OpPeek:
+		ar, err = algo.LogProbe(now, p.times(), w, op.N)
+	case p.kind == kindLog:
 		// The entries of the stored log are never modified.
 		p.st.times, ar, err = algo.LogDecide(now, p.times(), w, op.N)
-	case kindConc:
+	case p.kind == kindConc:
 		leases := p.leases()
 		if p.live && (many || op.Limit.Ban > 0) {
 			// A grant rewrites the leases in place; keep the stored ones
@@ -528,7 +546,7 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 	}
 	if p.ban > 0 {
 		own := r.RetryAfter
-		if r.Allowed {
+		if r.Allowed && op.Kind != funnel.OpCharge {
 			*r = p.peek(now)
 			own = 0
 		}
@@ -536,6 +554,62 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 		r.RetryAfter = max(time.Duration(p.ban), own)
 	}
 	return nil
+}
+
+// charge computes p's charge (an OpCharge): p's new state, and its result
+// into *r for a TAT, or returned for the others.
+func (p *pending) charge(now int64, r *funnel.Result) (algo.Result, error) {
+	op := p.op
+	w := op.Limit.Window
+	var ar algo.Result
+	var err error
+	switch p.kind {
+	case kindTAT:
+		var g gcra.Result
+		p.tat, g, err = gcra.Charge(now, p.old, op.Limit.GCRA, op.N)
+		*r = funnel.ResultOf(op.Limit.GCRA, g)
+	case kindFixed:
+		var st algo.Fixed
+		st, ar, err = algo.FixedCharge(now, p.fixed(), w.Count, op.Limit.Span(now), op.N)
+		p.st.a, p.st.b = st.Start, st.N
+	case kindSliding:
+		var st algo.Sliding
+		st, ar, err = algo.SlidingCharge(now, p.sliding(), w, op.N)
+		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
+	case kindLog:
+		// The entries of the stored log are never modified.
+		p.st.times, ar, err = algo.LogCharge(now, p.times(), w, op.N)
+	}
+	return ar, err
+}
+
+// chargeBan starts the ban of a charge that left its key over a limit with
+// a Ban, unless one is under way; the charge is applied.
+func (p *pending) chargeBan(now int64, r *funnel.Result) {
+	if p.ban > 0 || r.Allowed || p.op.N == 0 || p.op.Limit.Ban <= 0 {
+		return
+	}
+	until := now + int64(p.op.Limit.Ban)
+	if until < now {
+		until = math.MaxInt64
+	}
+	p.sh.banUntil(p.op.Key, until)
+	r.Banned, r.Remaining = true, 0
+	r.RetryAfter = max(r.RetryAfter, p.op.Limit.Ban)
+}
+
+// probe ends an OpPeek, which decide decided as a take: nothing is stored
+// and no ban starts; an admitted peek reports the state as it stays, with
+// the Delay the take would get.
+func (p *pending) probe(now int64, r *funnel.Result) {
+	if p.e != nil {
+		p.e.tat.Store(p.old)
+	}
+	if r.Allowed {
+		d := r.Delay
+		*r = p.peek(now)
+		r.Delay = d
+	}
 }
 
 // peek returns the result of a peek at p's key's state as it was before the

@@ -543,3 +543,65 @@ func TestSnapshotManyBlocksInOneShard(t *testing.T) {
 		t.Fatalf("log:7 restored with %+v, want 97 remaining", got)
 	}
 }
+
+// A debt (a charge past the limit) survives a snapshot and its restore: the
+// restored store refuses the key until the debt has drained, to the
+// nanosecond, and forgets it then, on every algorithm that takes a charge.
+func TestSnapshotKeepsDebts(t *testing.T) {
+	debts := []struct {
+		key   string
+		limit funnel.Limit
+		n     int64
+	}{
+		{"gcra", funnel.Limit{Count: 10, Period: time.Minute, Burst: 4}, 100}, // 10 min
+		{"leaky", funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Minute, Burst: 4}, 30},
+		{"fixed", funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Hour}, 500},
+		{"sliding", funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 10, Period: time.Hour}, 500},
+		{"log", funnel.Limit{Algorithm: funnel.SlidingLog, Count: 10, Period: time.Minute}, 500},
+	}
+	a, ca := newStore(t, memstore.Options{SweepInterval: -1})
+	ctx := context.Background()
+	lim := funnel.New(a)
+	for _, d := range debts {
+		if r, err := lim.Charge(ctx, d.key, d.limit, d.n); err != nil || r.Allowed {
+			t.Fatalf("%s: Charge = %+v, %v; want a debt", d.key, r, err)
+		}
+	}
+	ca.Add(3 * time.Second)
+	cb := storetest.NewClock(ca.Now())
+	b := newStoreAt(t, memstore.Options{SweepInterval: -1, Boot: bootOn("one", cb)}, cb)
+	a = restoreInto(t, a, ca, memstore.Options{SweepInterval: -1, Boot: bootOn("one", ca)})
+	if _, err := b.ReadSnapshot(bytes.NewReader(snapshot(t, a))); err != nil {
+		t.Fatal(err)
+	}
+	lb := funnel.New(b)
+	for _, d := range debts {
+		want, err := lim.Peek(ctx, d.key, d.limit)
+		if err != nil || want.Allowed {
+			t.Fatalf("%s: Peek before = %+v, %v; want the debt", d.key, want, err)
+		}
+		got, err := lb.Peek(ctx, d.key, d.limit)
+		if err != nil || got != want {
+			t.Errorf("%s: restored %+v, %v; want %+v", d.key, got, err, want)
+		}
+		ttl, ok, err := b.TTL(ctx, d.key)
+		if err != nil || !ok || ttl != want.ResetAfter {
+			t.Errorf("%s: restored TTL %v, %v, %v; want %v", d.key, ttl, ok, err, want.ResetAfter)
+		}
+		// Refused until the debt has drained, to the nanosecond.
+		at := cb.Now()
+		cb.Set(at + int64(want.RetryAfter) - 1)
+		if r, err := lb.Peek(ctx, d.key, d.limit); err != nil || r.Allowed {
+			t.Errorf("%s: 1ns before the debt has drained: %+v, %v", d.key, r, err)
+		}
+		cb.Set(at + int64(want.RetryAfter))
+		if r, err := lb.Peek(ctx, d.key, d.limit); err != nil || !r.Allowed {
+			t.Errorf("%s: once the debt has drained: %+v, %v", d.key, r, err)
+		}
+		cb.Set(at + int64(want.ResetAfter))
+		if _, ok, err := b.TTL(ctx, d.key); err != nil || ok {
+			t.Errorf("%s: state held once empty: %v, %v", d.key, ok, err)
+		}
+		cb.Set(at)
+	}
+}

@@ -32,8 +32,13 @@ const maxOps = 64
 // opCode returns the script's letters for an op.
 func opCode(op funnel.Op) (kind, alg string) {
 	kind = "t"
-	if op.Kind == funnel.OpRefund {
+	switch op.Kind {
+	case funnel.OpRefund:
 		kind = "r"
+	case funnel.OpCharge:
+		kind = "c"
+	case funnel.OpPeek:
+		kind = "p"
 	}
 	return kind, string("glfsoc"[op.Limit.Algorithm])
 }
@@ -43,9 +48,9 @@ func opCode(op funnel.Op) (kind, alg string) {
 // gcra.lua, batched with the decisions waiting at the same moment; the rest
 // through family.lua. On a Redis Cluster every key of one call must be in one hash
 // slot (share a {hash tag}), or the error wraps funnel.ErrCrossSlot. When
-// Redis cannot be reached in time, takes answer the fail-open or fail-closed
-// fallback (Result.Fallback) and refunds fail with an error wrapping
-// funnel.ErrUnavailable.
+// Redis cannot be reached in time, takes and peeks answer the fail-open or
+// fail-closed fallback (Result.Fallback), and refunds and charges, which
+// are not decisions, fail with an error wrapping funnel.ErrUnavailable.
 func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
 	if len(ops) == 0 {
 		return nil
@@ -108,7 +113,9 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		if err := callerDone(ctx); err != nil {
 			return err
 		}
-		if ops[0].Kind == funnel.OpRefund {
+		if k := ops[0].Kind; k == funnel.OpRefund || k == funnel.OpCharge {
+			// Not decisions: what was given back or spent is not
+			// recorded, and the caller is told so.
 			s.reload()
 			return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
 		}
@@ -137,14 +144,23 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 		cost := int64(math.MaxInt64)
 		if q == 0 || c.GCRA.Interval <= math.MaxInt64/q {
 			cost = c.GCRA.Interval * q
-		} else if op.Kind == funnel.OpTake {
+		} else if op.Kind != funnel.OpRefund {
 			return nil, gcra.ErrOverflow
 		}
 		a[2] = limb(min(q, 1<<52)) // the cost carries it; Lua only tests q > 0
 		a = append(a, limb(cost/1e9), limb(cost%1e9), limb(c.GCRA.Tolerance/1e9), limb(c.GCRA.Tolerance%1e9))
 	case funnel.FixedWindow, funnel.SlidingWindow, funnel.SlidingLog, funnel.Concurrency:
 		// Quantities above the count are refused alike: keep them small.
+		// A charge of a fixed or sliding window is a count, which goes to
+		// Redis whole (bounded by algo.MaxCount, exact in a double); a
+		// sliding log keeps count+1 entries of a charge at most.
 		a[2] = limb(min(q, c.Window.Count+1))
+		if op.Kind == funnel.OpCharge && (c.Algorithm == funnel.FixedWindow || c.Algorithm == funnel.SlidingWindow) {
+			if q > algo.MaxCount {
+				return nil, algo.ErrOverflow
+			}
+			a[2] = limb(q)
+		}
 		a = append(a, limb(c.Window.Count), limb(c.Window.Period))
 		if c.Algorithm == funnel.FixedWindow && c.Calendar != funnel.NoCalendar {
 			// The calendar window is computed here, in Go, which knows time
@@ -211,6 +227,12 @@ func decodeFamily(v []int64, ops []funnel.Op, res []funnel.Result) error {
 		return fmt.Errorf("%w: family script time %v", errInternal, v[:2])
 	}
 	now := v[0]*1e9 + v[1]
+	switch ops[0].Kind {
+	case funnel.OpCharge:
+		return decodeCharge(now, ops[0], v[2:8], &res[0])
+	case funnel.OpPeek:
+		return decodePeek(now, ops[0], v[2:8], &res[0])
+	}
 	if ops[0].Kind == funnel.OpRefund {
 		// Alone in its call; the script answered the state it leaves.
 		f := v[2:8]
@@ -278,6 +300,118 @@ func decodeFamily(v []int64, ops []funnel.Op, res []funnel.Result) error {
 			res[i] = banned(res[i], op.Limit.Ban)
 		}
 	}
+	return nil
+}
+
+// decodeCharge computes the result of an OpCharge (alone in its call) from
+// the state that the script found (f), as memstore computes it: the state
+// the charge leaves, peeked.
+func decodeCharge(now int64, op funnel.Op, f []int64, res *funnel.Result) error {
+	c := &op.Limit
+	q := op.N
+	if f[0] == 2 {
+		if c.Algorithm == funnel.GCRA || c.Algorithm == funnel.LeakyBucket {
+			return gcra.ErrOverflow
+		}
+		return algo.ErrOverflow
+	}
+	r := funnel.Result{Limit: c.Capacity()}
+	var ar algo.Result
+	var err error
+	switch c.Algorithm {
+	case funnel.GCRA, funnel.LeakyBucket:
+		_, d, err := decodeLimbs(0, f[3], f[4])
+		if err != nil {
+			return err
+		}
+		_, g, err := gcra.Charge(0, d, c.GCRA, q)
+		if err != nil {
+			return err
+		}
+		r = funnel.ResultOf(c.GCRA, g)
+	case funnel.FixedWindow:
+		_, ar, err = algo.FixedCharge(now, algo.Fixed{Start: f[3], N: f[5]}, c.Window.Count, algo.Span{Start: f[3], End: f[4]}, q)
+		r = funnel.ResultOfAlgo(r.Limit, ar)
+	case funnel.SlidingWindow:
+		_, ar, err = algo.SlidingCharge(now, algo.Sliding{Start: f[3], Prev: f[4], Cur: f[5]}, c.Window, q)
+		r = funnel.ResultOfAlgo(r.Limit, ar)
+	case funnel.SlidingLog:
+		// n live entries, the entry a charge within the count waits for,
+		// the newest; the charge's entries are at ⌈now⌉ or the newest.
+		n, wait, newest := f[3], f[4], f[5]
+		p := c.Window
+		if q == 0 {
+			if r, err = familyResult(now, op, f, 0); err != nil {
+				return err
+			}
+			break
+		}
+		at := max(algo.CeilMillis(now), newest)
+		if n > p.Count-q {
+			if q > p.Count {
+				wait = at
+			}
+			r.RetryAfter = algo.Until(now, wait+p.Period)
+		} else {
+			r.Allowed = true
+			r.Remaining = p.Count - n - q
+		}
+		r.ResetAfter = algo.Until(now, at+p.Period)
+	default:
+		return fmt.Errorf("%w %v: not charged", funnel.ErrInvalidLimit, c.Limit)
+	}
+	if err != nil {
+		return err
+	}
+	if (f[0] == 1) != r.Allowed && f[0] != 3 {
+		return fmt.Errorf("%w: family script status %d of a charge where Go decides %+v (%+v, %+v)", errInternal, f[0], r, f, op)
+	}
+	switch {
+	case f[0] == 3:
+		_, left, err := decodeLimbs(0, f[1], f[2])
+		if err != nil {
+			return err
+		}
+		r = banned(r, time.Duration(left))
+	case !r.Allowed && q > 0 && c.Ban > 0:
+		r = banned(r, c.Ban)
+	}
+	*res = r
+	return nil
+}
+
+// decodePeek computes the result of an OpPeek (alone in its call) from the
+// state that the script found (f): the take's admission and RetryAfter,
+// and when admitted, the state as it stays with the take's Delay.
+func decodePeek(now int64, op funnel.Op, f []int64, res *funnel.Result) error {
+	if f[0] == 2 {
+		return gcra.ErrOverflow
+	}
+	r, err := familyResult(now, op, f, op.N)
+	if err != nil {
+		return err
+	}
+	if (f[0] == 1) != r.Allowed && f[0] != 3 {
+		return fmt.Errorf("%w: family script status %d of a peek where Go decides %+v (%+v, %+v)", errInternal, f[0], r, f, op)
+	}
+	if r.Allowed {
+		d := r.Delay
+		if r, err = familyResult(now, op, f, 0); err != nil {
+			return err
+		}
+		r.Delay = d
+	}
+	if f[0] == 3 {
+		if r.Allowed {
+			r.Delay = 0
+		}
+		_, left, err := decodeLimbs(0, f[1], f[2])
+		if err != nil {
+			return err
+		}
+		r = banned(r, time.Duration(left))
+	}
+	*res = r
 	return nil
 }
 

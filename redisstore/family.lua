@@ -33,7 +33,9 @@
 -- ARGV     now's seconds ('' to read TIME; '-' to read it with a deadline,
 --          see now.lua) and nanoseconds (or the deadline); milliseconds
 --          added to every expiry (tests only); the number of ops; then per
---          op: kind (t take, r refund), algorithm (g l f s o c), quantity,
+--          op: kind (t take, r refund, c charge, p peek of n units: a take
+--          never charged that starts no ban; c and p alone in their call,
+--          and not for concurrency), algorithm (g l f s o c), quantity,
 --          ban seconds and nanoseconds, and the algorithm's parameters:
 --          g l: cost s, cost ns, tolerance s, tolerance ns
 --          f:   count, period ms (0: calendar), then 6 ms: three spans
@@ -44,8 +46,11 @@
 --
 -- Reply: now's seconds and nanoseconds, then 6 integers per op: status (0
 -- refused, 1 allowed, 2 allowed but the new TAT would overflow int64, 3
--- banned), the ban's remaining seconds and nanoseconds (when banned), and
--- three numbers of the state a take found (of the state a refund leaves):
+-- banned; for a charge, which is applied unless its status is 2: 1 within
+-- the limit after it, 0 over it, 2 a TAT beyond int64 or a window's count
+-- beyond MaxCount (or, for the sliding counter, MaxWeight/period)), the
+-- ban's remaining seconds and nanoseconds (when banned), and three numbers
+-- of the state a take or a charge found (of the state a refund leaves):
 --          g l: TAT - now (>= 0) seconds, nanoseconds, 0
 --          f:   window start ms, window end ms, units in the window
 --          s:   window start ms, previous window's units, current's
@@ -450,6 +455,9 @@ end
 
 local MARK = { o = '\0log', c = '\0conc' }
 
+-- algo.MaxCount and algo.MaxWeight, the bounds of a window's count.
+local MAXCOUNT, MAXWEIGHT = 1099511627776, 9007199254740992
+
 -- zlast returns the score of the highest entry of a sorted set (above its
 -- marker), or -1.
 local function zlast(key)
@@ -580,7 +588,8 @@ local all = true
 
 for i = 1, nops do
   local op = ops[i]
-  local alg, q, take = op.alg, op.q, op.kind == 't'
+  -- a charge and a peek read the state and the ban as a take does
+  local alg, q, take, charge = op.alg, op.q, op.kind ~= 'r', op.kind == 'c'
   local status, r1, r2, r3 = 1, 0, 0, 0
   local bh, bl = 0, 0
   -- A limit with a ban first looks for one.
@@ -601,7 +610,20 @@ for i = 1, nops do
       dh, dl = sub(th, tl, nh, nl)
     end
     r1, r2 = dh, dl
-    if take then
+    if charge then
+      -- The TAT moves by the cost whatever it is: past the tolerance, a
+      -- debt. 1 when it stays within it.
+      local xh, xl = add(dh, dl, op.ch, op.cl)
+      local zh, zl = add(nh, nl, xh, xl)
+      if zh > 9223372036 or (zh == 9223372036 and zl > 854775807) then
+        status = 2
+      else
+        op.nh, op.nl, op.xh, op.xl = zh, zl, xh, xl
+        if status == 1 and less(op.vh, op.vl, xh, xl) then
+          status = 0
+        end
+      end
+    elseif take then
       if status == 1 then
         status = 0
         if not less(op.vh, op.vl, op.ch, op.cl) then
@@ -651,7 +673,19 @@ for i = 1, nops do
       n = op.fn
     end
     r1, r2, r3 = s, e, n
-    if take then
+    if charge then
+      if n + q > MAXCOUNT then
+        status = 2
+      else
+        if status == 1 and n + q > op.count then
+          status = 0
+        end
+        if q > 0 then
+          op.write = string.format('F%d:%d:%d', s, e, n + q)
+          op.px = e - nowms
+        end
+      end
+    elseif take then
       if status == 1 then
         if n + q > op.count then
           status = 0
@@ -686,7 +720,20 @@ for i = 1, nops do
     -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
     local w = prev * (p - el) + p - 1
     local est = cur + (w - w % p) / p
-    if take then
+    if charge then
+      -- the bounds of Go's count: MaxCount, and (cur+1)·p at most MaxWeight
+      if cur + q > MAXCOUNT or cur + q >= (MAXWEIGHT - MAXWEIGHT % p) / p then
+        status = 2
+      else
+        if status == 1 and est + q > op.count then
+          status = 0
+        end
+        if q > 0 then
+          op.write = string.format('S%d:%d:%d:%d', s, p, prev, cur + q)
+          op.px = s + 2 * p - nowms
+        end
+      end
+    elseif take then
       if status == 1 then
         if est + q > op.count then
           status = 0
@@ -747,8 +794,12 @@ for i = 1, nops do
     if n > 0 then
       newest = zlast(op.key)
     end
-    if take and status == 1 and n + q > op.count then
-      status = 0
+    if take and (status == 1 or charge) and n + q > op.count then
+      -- (a charge over the count waits for the same entry: the newest
+      -- count+1 of the log it leaves are kept)
+      if status == 1 then
+        status = 0
+      end
       if q <= op.count then
         wait = zat(op.key, old + n + q - op.count)
       end
@@ -822,7 +873,7 @@ for i = 1, nops do
     r1, r2, r3 = n, held + 2 * unit, wait
     bh, bl = last, others
   end
-  if take and status ~= 1 then
+  if op.kind == 't' and status ~= 1 then
     all = false
   end
   op.status = status
@@ -838,8 +889,10 @@ end
 -- refused limits that have a ban start it.
 for i = 1, nops do
   local op = ops[i]
-  local alg, q, take = op.alg, op.q, op.kind == 't'
-  if take and not all then
+  local alg, q, take, charge = op.alg, op.q, op.kind ~= 'r', op.kind == 'c'
+  if op.kind == 'p' or (charge and op.status == 2) then
+    -- a peek stores nothing; a charge that does not fit changes nothing
+  elseif op.kind == 't' and not all then
     if op.status == 0 and q > 0 and (op.bh > 0 or op.bl > 0) and alg ~= 'c' then
       local uh, ul = add(nh, nl, op.bh, op.bl)
       redis.call('SET', op.bkey, fmt(uh, ul), 'PX', ms(pxOf(op.bh, op.bl) + slack))
@@ -868,6 +921,48 @@ for i = 1, nops do
       elseif op.clear and op.exists then
         redis.call('DEL', op.key)
       end
+    elseif alg == 'o' and charge then
+      -- Recorded as a take's units, but the log keeps its newest count+1
+      -- entries (the units beyond them decide nothing; see algo.LogCharge).
+      -- Entries of one millisecond are numbered 1..k, as takes number
+      -- them: when the kept ones are all of the charge's millisecond, they
+      -- are written afresh.
+      local at = ceilms
+      local e = 0
+      if op.exists then
+        local newest = zlast(op.key)
+        if newest > at then
+          at = newest
+        end
+        e = redis.call('ZCOUNT', op.key, at, at)
+        if op.old > 0 then
+          redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
+        end
+      end
+      local keep = op.count + 1
+      local first, total = e, op.n + q
+      if e + q >= keep then
+        if op.exists then
+          redis.call('ZREMRANGEBYSCORE', op.key, 0, '+inf')
+        end
+        first, q, total = 0, keep, keep
+      end
+      local j = 0
+      local args = { 'ZADD', op.key, -op.period, MARK.o }
+      local k = 1
+      while j < q do
+        while j < q and k < 500 do
+          j, k = j + 1, k + 1
+          args[#args + 1] = at
+          args[#args + 1] = string.format('%d:%08d', at, first + j)
+        end
+        redis.call(unpack(args))
+        args, k = { 'ZADD', op.key }, 0
+      end
+      if total > keep then
+        redis.call('ZREMRANGEBYRANK', op.key, 1, total - keep)
+      end
+      redis.call('PEXPIRE', op.key, ms(at + op.period - nowms + slack))
     elseif alg == 'o' then
       if take then
         -- recorded at the millisecond at or after now, never below the
@@ -914,6 +1009,11 @@ for i = 1, nops do
         redis.call('PEXPIRE', op.key, ms(zlast(op.key) - nowms + slack))
       end
     end
+  end
+  if charge and op.status == 0 and q > 0 and (op.bh > 0 or op.bl > 0) then
+    -- a charge that leaves the key over its limit starts the limit's ban
+    local uh, ul = add(nh, nl, op.bh, op.bl)
+    redis.call('SET', op.bkey, fmt(uh, ul), 'PX', ms(pxOf(op.bh, op.bl) + slack))
   end
 end
 

@@ -78,7 +78,7 @@ func TestFamilyAgainstMemstore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	client := srv.Client()
-	const seed, sequences, steps = 2026, 100, 60
+	const seed, sequences, steps = 2026, 140, 60
 	counts := map[string]int{}
 	for sq := 0; sq < sequences; sq++ {
 		var clock atomic.Int64
@@ -110,7 +110,7 @@ func TestFamilyAgainstMemstore(t *testing.T) {
 		"allowed sliding_log", "refused sliding_log", "allowed concurrency", "refused concurrency",
 		"banned", "refund", "release held", "release not held", "all-or-nothing refused", "all-or-nothing allowed",
 		"delayed concurrency", "release latency", "latency not held",
-		"wrong type", "throttle",
+		"wrong type", "throttle", "charge within", "charge into debt", "peek n allowed", "peek n refused",
 	} {
 		if counts[what] < 10 {
 			t.Errorf("the sequences do not cover %q well: %d times", what, counts[what])
@@ -180,7 +180,7 @@ func (f *familyRun) step() {
 	f.advance()
 	i := f.r.IntN(len(f.keys))
 	key, c := f.keys[i], f.limits[i]
-	switch x := f.r.IntN(20); {
+	switch x := f.r.IntN(24); {
 	case x < 9:
 		f.do(f.take(key, c))
 	case x < 13:
@@ -221,6 +221,12 @@ func (f *familyRun) step() {
 		if got != want || !sameError(gerr, werr) {
 			f.fail("Unban: Redis %v, %v; memstore %v, %v", got, gerr, want, werr)
 		}
+	case x == 20 || x == 21:
+		f.do(f.charge(key, c))
+	case x == 22:
+		// A peek of n units, at times above the limit (or of leases: an
+		// error).
+		f.do(funnel.Op{Kind: funnel.OpPeek, Key: key, Limit: c, N: f.r.Int64N(c.Capacity() + 2)})
 	default:
 		f.do(funnel.Op{Kind: funnel.OpTake, Key: key, Limit: c}) // a peek
 	}
@@ -243,6 +249,20 @@ func (f *familyRun) take(key string, c funnel.Checked) funnel.Op {
 	op.N = 1
 	if f.r.IntN(3) == 0 {
 		op.N = f.r.Int64N(count + 2)
+	}
+	return op
+}
+
+// charge returns a charge of a random quantity: mostly within a few
+// limits, at times far above (a debt of hours), or a fixed window's or a
+// sliding window's count near its bound.
+func (f *familyRun) charge(key string, c funnel.Checked) funnel.Op {
+	op := funnel.Op{Kind: funnel.OpCharge, Key: key, Limit: c, N: f.r.Int64N(3*c.Capacity() + 2)}
+	switch f.r.IntN(12) {
+	case 0:
+		op.N = f.r.Int64N(1 << 20)
+	case 1:
+		op.N = algo.MaxCount - f.r.Int64N(3)
 	}
 	return op
 }
@@ -341,6 +361,10 @@ func (f *familyRun) count(ops []funnel.Op, res []funnel.Result, err error) {
 			f.counts["delayed concurrency"]++
 		case op.Kind == funnel.OpRefund:
 			f.counts["refund"]++
+		case op.Kind == funnel.OpCharge:
+			f.counts[map[bool]string{true: "charge within", false: "charge into debt"}[r.Allowed]]++
+		case op.Kind == funnel.OpPeek:
+			f.counts[map[bool]string{true: "peek n allowed", false: "peek n refused"}[r.Allowed]]++
 		case r.Banned:
 			f.counts["banned"]++
 		case op.N > 0:
@@ -355,7 +379,7 @@ func sameError(a, b error) bool {
 	if (a == nil) != (b == nil) {
 		return false
 	}
-	for _, kind := range []error{funnel.ErrWrongType, funnel.ErrInvalidQuantity, funnel.ErrInvalidLimit, gcra.ErrOverflow, funnel.ErrDuplicateKey, funnel.ErrLeaseNotHeld} {
+	for _, kind := range []error{funnel.ErrWrongType, funnel.ErrInvalidQuantity, funnel.ErrInvalidLimit, gcra.ErrOverflow, algo.ErrOverflow, funnel.ErrDuplicateKey, funnel.ErrLeaseNotHeld} {
 		if errors.Is(a, kind) != errors.Is(b, kind) {
 			return false
 		}
@@ -382,10 +406,7 @@ func describeOps(ops []funnel.Op) string {
 		if i > 0 {
 			s += "; "
 		}
-		verb := "take"
-		if op.Kind == funnel.OpRefund {
-			verb = "refund"
-		}
+		verb := [...]string{funnel.OpTake: "take", funnel.OpRefund: "refund", funnel.OpCharge: "charge", funnel.OpPeek: "peek"}[op.Kind]
 		s += fmt.Sprintf("%s %d of %q under %v", verb, op.N, op.Key, op.Limit.Limit)
 		if op.Lease != "" {
 			s += fmt.Sprintf(" lease %q", op.Lease)

@@ -204,6 +204,14 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 	if err := lim.Refund(ctx, "f", window, 1); !errors.Is(err, funnel.ErrUnavailable) {
 		t.Fatalf("Refund with Redis down: %v", err)
 	}
+	// A charge records what was spent: it is not a decision, and a lost
+	// one is said so.
+	if r, err := lim.Charge(ctx, "f", window, 1); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("Charge with Redis down: %+v, %v", r, err)
+	}
+	if r, err := lim.PeekN(ctx, "f", window, 1); err != nil || r != (funnel.Result{Fallback: true, Limit: 5}) {
+		t.Fatalf("PeekN with Redis down: %+v, %v", r, err)
+	}
 	if _, err := lim.Bans(ctx); !errors.Is(err, funnel.ErrUnavailable) {
 		t.Fatalf("Bans with Redis down: %v", err)
 	}

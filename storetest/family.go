@@ -57,6 +57,11 @@ func RunFamily(t *testing.T, newStore NewStore) {
 		{"ConcurrentMultiLimit", testConcurrentMulti},
 		{"ConcurrentLeases", testConcurrentLeases},
 		{"ConcurrencyQueue", testConcurrencyQueue},
+		{"Charges", testChargeSteps},
+		{"ChargeExpiry", testChargeExpiry},
+		{"ChargeErrors", testChargeErrors},
+		{"ChargeBans", testChargeBans},
+		{"PeekN", testPeekN},
 	} {
 		t.Run(c.name, func(t *testing.T) { t.Parallel(); c.f(t, newStore) })
 	}
@@ -162,10 +167,7 @@ func describe(fops []fop) string {
 		if i > 0 {
 			s += "; "
 		}
-		verb := "take"
-		if f.kind == funnel.OpRefund {
-			verb = "refund"
-		}
+		verb := [...]string{funnel.OpTake: "take", funnel.OpRefund: "refund", funnel.OpCharge: "charge", funnel.OpPeek: "peek"}[f.kind]
 		s += fmt.Sprintf("%s %d of %q under %v", verb, f.n, f.key, f.limit)
 		if f.lease != "" {
 			s += fmt.Sprintf(" lease %q", f.lease)

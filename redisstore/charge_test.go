@@ -1,0 +1,114 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// TestChargeKeyExpiresWithTheDebt checks that a key charged into debt
+// expires in Redis when its state would be empty (the whole debt drained),
+// rounded up to the millisecond, plus the test clock's slack, on every
+// algorithm that takes a charge.
+func TestChargeKeyExpiresWithTheDebt(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client()
+	var clock atomic.Int64
+	clock.Store(storetestDay0 + int64(250*time.Millisecond) + 1)
+	lim := funnel.New(redisstore.New(client, redisstore.Options{Now: clock.Load, Prefix: "debt:"}))
+	ctx := context.Background()
+	for _, c := range []struct {
+		limit funnel.Limit
+		n     int64
+		want  time.Duration // the key's state empties after this
+	}{
+		{funnel.Limit{Count: 10, Period: time.Second, Burst: 4}, 1000, 100 * time.Second},
+		{funnel.Limit{Count: 1, Period: 24 * time.Hour}, 400, 400 * 24 * time.Hour},
+		{funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second}, 1000, 100 * time.Second},
+		{funnel.Limit{Algorithm: funnel.FixedWindow, Count: 3, Period: time.Second}, 1000, 750*time.Millisecond - 1},
+		{funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 3, Period: time.Second}, 1000, 1750*time.Millisecond - 1},
+		{funnel.Limit{Algorithm: funnel.SlidingLog, Count: 3, Period: time.Second}, 1000, time.Second + time.Millisecond - 1},
+	} {
+		key := c.limit.String()
+		r, err := lim.Charge(ctx, key, c.limit, c.n)
+		if err != nil || r.Allowed || r.ResetAfter != c.want {
+			t.Fatalf("%v: Charge = %+v, %v; want over the limit, ResetAfter %v", c.limit, r, err, c.want)
+		}
+		pttl, err := client.PTTL(ctx, "debt:"+key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Rounded up to the millisecond, plus the slack; Redis counts down
+		// from the call.
+		want := c.want.Truncate(time.Millisecond) + time.Millisecond + 10*time.Minute
+		if c.want%time.Millisecond == 0 {
+			want -= time.Millisecond
+		}
+		if pttl > want || pttl < want-time.Second {
+			t.Errorf("%v: the key expires in %v, want %v", c.limit, pttl, want)
+		}
+	}
+}
+
+// BenchmarkChargeRedis is one call at a time on one hot key, per
+// algorithm: a take of one unit (AllowN: gcra.lua for the funnel, the inline
+// paths of family.lua for the others), a charge of one (Charge) and a peek
+// of one (PeekN), both on family.lua's general path. It reports the CPU
+// Redis spends in the script per call (INFO commandstats).
+func BenchmarkChargeRedis(b *testing.B) {
+	srv := redistest.StartServer(b)
+	c := srv.Client()
+	ctx := context.Background()
+	lim := funnel.New(redisstore.New(c, redisstore.Options{Timeout: 10 * time.Second}))
+	for _, l := range []funnel.Limit{
+		funnel.PerSecond(1e8).WithBurst(1 << 30),
+		{Algorithm: funnel.LeakyBucket, Count: 1e8, Period: time.Second, Burst: 1 << 30, Delay: funnel.NoDelay},
+		{Algorithm: funnel.FixedWindow, Count: 1 << 40, Period: time.Hour},
+		{Algorithm: funnel.SlidingWindow, Count: 1 << 39, Period: time.Second},
+		{Algorithm: funnel.SlidingLog, Count: 100, Period: time.Second},
+	} {
+		for _, call := range []struct {
+			name string
+			f    func(key string) error
+		}{
+			{"allow", func(key string) error { _, err := lim.AllowN(ctx, key, l, 1); return err }},
+			{"charge", func(key string) error { _, err := lim.Charge(ctx, key, l, 1); return err }},
+			{"peek", func(key string) error { _, err := lim.PeekN(ctx, key, l, 1); return err }},
+		} {
+			b.Run(l.Algorithm.String()+"/"+call.name, func(b *testing.B) {
+				key := "hot:" + l.Algorithm.String() + ":" + call.name
+				for range 100 {
+					if err := call.f(key); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := c.ConfigResetStat(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := call.f(key); err != nil {
+						b.Fatal(err)
+					}
+				}
+				stats, err := srv.Info("commandstats")
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, kv := range strings.Split(stats["cmdstat_evalsha"], ",") {
+					if k, v, _ := strings.Cut(kv, "="); k == "usec_per_call" {
+						f, _ := strconv.ParseFloat(v, 64)
+						b.ReportMetric(f, "redis-µs/op")
+					}
+				}
+			})
+		}
+	}
+}
