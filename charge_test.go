@@ -86,7 +86,7 @@ func TestChargeWithinIsAllowN(t *testing.T) {
 	ctx := context.Background()
 	for _, l := range []funnel.Limit{
 		funnel.PerSecond(10),
-		{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 4, Delay: funnel.NoDelay},
+		{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second, Burst: 4, DelayUnits: funnel.NoDelay},
 		{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Second},
 		{Algorithm: funnel.SlidingWindow, Count: 10, Period: time.Second},
 		{Algorithm: funnel.SlidingLog, Count: 10, Period: time.Second},

@@ -69,7 +69,7 @@ func BenchmarkCharge(b *testing.B) {
 	ctx := context.Background()
 	for _, l := range []funnel.Limit{
 		funnel.PerSecond(1e8).WithBurst(1 << 30),
-		{Algorithm: funnel.LeakyBucket, Count: 1e8, Period: time.Second, Burst: 1 << 30, Delay: funnel.NoDelay},
+		{Algorithm: funnel.LeakyBucket, Count: 1e8, Period: time.Second, Burst: 1 << 30, DelayUnits: funnel.NoDelay},
 		{Algorithm: funnel.FixedWindow, Count: 1 << 40, Period: time.Hour},
 		{Algorithm: funnel.SlidingWindow, Count: 1 << 39, Period: time.Second},
 		{Algorithm: funnel.SlidingLog, Count: 1000, Period: time.Millisecond},

@@ -69,7 +69,7 @@ func BenchmarkChargeRedis(b *testing.B) {
 	lim := funnel.New(redisstore.New(c, redisstore.Options{Timeout: 10 * time.Second}))
 	for _, l := range []funnel.Limit{
 		funnel.PerSecond(1e8).WithBurst(1 << 30),
-		{Algorithm: funnel.LeakyBucket, Count: 1e8, Period: time.Second, Burst: 1 << 30, Delay: funnel.NoDelay},
+		{Algorithm: funnel.LeakyBucket, Count: 1e8, Period: time.Second, Burst: 1 << 30, DelayUnits: funnel.NoDelay},
 		{Algorithm: funnel.FixedWindow, Count: 1 << 40, Period: time.Hour},
 		{Algorithm: funnel.SlidingWindow, Count: 1 << 39, Period: time.Second},
 		{Algorithm: funnel.SlidingLog, Count: 100, Period: time.Second},
