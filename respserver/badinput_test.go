@@ -281,18 +281,20 @@ func TestServerMaxClients(t *testing.T) {
 func TestServerIdleTimeout(t *testing.T) {
 	t.Parallel()
 	// Long beside the busy client's 50 ms between commands, however loaded
-	// the machine (300 ms was not, once).
-	const idle = time.Second
+	// the machine (300 ms was not, once, nor 1 s under a full test run
+	// beside other builds: the busy client's goroutine was not scheduled
+	// for that long).
+	const idle = 3 * time.Second
 	ts := startServer(t, respserver.Config{IdleTimeout: idle})
 	busy := ts.dial(t)
 	busy.do("PING")
 	// A client that is never idle that long stays: commands 50 ms apart
-	// for twice the timeout.
+	// for one and a half times the timeout.
 	busyDone := make(chan string, 1)
 	go func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
-		for range 2 * idle / (50 * time.Millisecond) {
+		for range 3 * idle / 2 / (50 * time.Millisecond) {
 			<-tick.C
 			busy.send(multibulk("PING"))
 			busy.nc.SetReadDeadline(time.Now().Add(waitFor))
