@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -280,11 +281,14 @@ func TestDaemonConnCaps(t *testing.T) {
 	for _, nc := range held {
 		nc.Close()
 	}
-	want := []string{
-		`funnel_connections_refused_total{listener="grpc"} 1`,
-		`funnel_connections_refused_total{listener="http"} 1`,
-		`funnel_connections_refused_total{listener="resp"} 1`,
-		`funnel_connected_clients{protocol="grpc"}`,
+	// At least one refusal each: a /metrics request that comes before
+	// the server has seen the held connections close is refused too (it
+	// was, once, on a loaded machine: the count was then 2).
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`funnel_connections_refused_total\{listener="grpc"\} [1-9]`),
+		regexp.MustCompile(`funnel_connections_refused_total\{listener="http"\} [1-9]`),
+		regexp.MustCompile(`funnel_connections_refused_total\{listener="resp"\} [1-9]`),
+		regexp.MustCompile(`funnel_connected_clients\{protocol="grpc"\}`),
 	}
 	poll(t, "the refusals in /metrics", func() bool {
 		res, err := http.Get("http://" + d2.HTTPAddr().String() + "/metrics")
@@ -294,7 +298,7 @@ func TestDaemonConnCaps(t *testing.T) {
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		for _, w := range want {
-			if !strings.Contains(string(body), w) {
+			if !w.Match(body) {
 				return false
 			}
 		}
