@@ -66,12 +66,21 @@ func WrapStore(inner funnel.Store, tp trace.TracerProvider) *Store {
 	return &Store{inner: inner, tracer: tp.Tracer(ScopeName)}
 }
 
-// Do makes a span "funnel.decide" (or "funnel.refund") around the wrapped
-// store's Do.
+// Do makes a span around the wrapped store's Do, named by what its ops
+// do: "funnel.decide" (takes), "funnel.refund", "funnel.charge" (a cost
+// recorded afterwards, OpCharge) or "funnel.peek" (OpPeek, which charges
+// nothing).
 func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
 	name := "funnel.decide"
-	if len(ops) > 0 && ops[0].Kind == funnel.OpRefund {
-		name = "funnel.refund"
+	if len(ops) > 0 {
+		switch ops[0].Kind {
+		case funnel.OpRefund:
+			name = "funnel.refund"
+		case funnel.OpCharge:
+			name = "funnel.charge"
+		case funnel.OpPeek:
+			name = "funnel.peek"
+		}
 	}
 	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()

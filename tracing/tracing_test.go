@@ -43,16 +43,22 @@ func TestSpansOfDecisions(t *testing.T) {
 	if _, err := lim.Reset(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := lim.Charge(ctx, "c", limit, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.PeekN(ctx, "c", limit, 1); err != nil {
+		t.Fatal(err)
+	}
 	parent.End()
 	spans := rec.Ended()
 	// The invalid limit never reaches the store: two decisions, a reset,
-	// and the edge's span.
-	if len(spans) != 4 {
+	// a charge into debt, a peek, and the edge's span.
+	if len(spans) != 6 {
 		t.Fatalf("%d spans", len(spans))
 	}
 	for i, want := range []struct {
 		name, outcome string
-	}{{"funnel.decide", "allowed"}, {"funnel.decide", "refused"}, {"funnel.reset", ""}} {
+	}{{"funnel.decide", "allowed"}, {"funnel.decide", "refused"}, {"funnel.reset", ""}, {"funnel.charge", "refused"}, {"funnel.peek", "refused"}} {
 		s := spans[i]
 		a := attrs(s)
 		if s.Name() != want.name || a[tracing.AttrOutcome].AsString() != want.outcome {
