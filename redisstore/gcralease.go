@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math"
 	"strconv"
@@ -10,12 +9,9 @@ import (
 	"github.com/funnelrl/funnel/gcra"
 )
 
-//go:embed gcralease.lua
-var gcraLeaseLua string
-
 // gcraLeaseScript is gcra.LeaseCommand on a key of the GCRA command (see
 // gcralease.lua).
-var gcraLeaseScript = newScript(gcraLeaseLua)
+var gcraLeaseScript = newScript(include("gcralease.lua"))
 
 // CommandGrant is the answer to LeaseGCRA, in the GCRA command's units.
 type CommandGrant struct {

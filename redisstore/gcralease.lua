@@ -33,64 +33,10 @@
 --  -1  the key holds a string that is not an integer (Redis's string2ll)
 --  -2  the key holds an integer that is not positive
 -- and a key of another type is Redis's WRONGTYPE error.
-local key = KEYS[1]
-local nowms
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  nowms = t[1] * 1000 + math.floor(t[2] / 1000)
-else
-  nowms = ARGV[1] + 0
-end
-local nsub = nowms % 1000000
-local nh, nl = (nowms - nsub) / 1000000, nsub * 1000
-
-local exists, th, tl = 0, 0, 0
-local raw = redis.pcall('GET', key)
-if raw then
-  if type(raw) == 'table' and raw.err then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-  end
-  if raw == '0' then
-    return { -2, nowms, 0, 0, 0, 0 }
-  end
-  local n = #raw
-  if n >= 21 or not string.find(raw, '^%-?[1-9]%d*$') then
-    return { -1, nowms, 0, 0, 0, 0 }
-  end
-  local neg = string.byte(raw, 1) == 45 -- '-'
-  local d = raw
-  if neg then
-    d = string.sub(raw, 2)
-  end
-  local m = #d
-  if m > 19 then
-    return { -1, nowms, 0, 0, 0, 0 }
-  end
-  local h, l = 0, d + 0
-  if m > 9 then
-    h, l = string.sub(d, 1, m - 9) + 0, string.sub(d, m - 8) + 0
-  end
-  if h > 9223372036 or (h == 9223372036 and (l > 854775808 or (l == 854775808 and not neg))) then
-    return { -1, nowms, 0, 0, 0, 0 }
-  end
-  if neg then
-    return { -2, nowms, 0, 0, 0, 0 }
-  end
-  exists, th, tl = 1, h, l
-  -- A key whose millisecond has passed is absent, as in gcracmd.lua.
-  local tms = (tl - tl % 1000) / 1000
-  if th < nh or (th == nh and tms < nsub) then
-    if ARGV[2] ~= '' then
-      if redis.call('PTTL', key) >= 0 then
-        exists, th, tl = 0, 0, 0
-      end
-    else
-      local x = redis.pcall('PEXPIRETIME', key)
-      if type(x) == 'number' and x > 0 and (x < nowms or x == th * 1000000 + tms + 1) then
-        exists, th, tl = 0, 0, 0
-      end
-    end
-  end
+local slack = ARGV[2]
+--> cmdkey.lua
+if bad then
+  return { bad, nowms, 0, 0, 0, 0 }
 end
 
 local interval, head = ARGV[3] + 0, ARGV[4] + 0
@@ -151,27 +97,7 @@ if n > 0 then
 end
 
 if changed then
-  local value
-  if sh > 0 then
-    value = string.format('%d%09d', sh, sl)
-  else
-    value = string.format('%d', sl)
-  end
-  -- the expiry, new / 1000 in ms, on limbs: sh * 1e6 + wl (see gcracmd.lua)
-  local wl = (sl - sl % 1000) / 1000
-  if ARGV[2] ~= '' then
-    local px = (sh - nh) * 1000000 + wl - nsub + ARGV[2]
-    if sh == nh and wl == nsub then
-      px = px + 1
-    end
-    redis.call('SET', key, value, 'PX', string.format('%d', px))
-  elseif sh == nh and wl == nsub then
-    redis.call('SET', key, value, 'PXAT', string.format('%d', nowms + 1))
-  elseif sh > 0 then
-    redis.call('SET', key, value, 'PXAT', string.format('%d%06d', sh, wl))
-  else
-    redis.call('SET', key, value, 'PXAT', string.format('%d', wl))
-  end
+  --> cmdwrite.lua
 end
 
 local nodes = 0
