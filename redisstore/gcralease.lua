@@ -58,29 +58,8 @@ end
 
 -- d = max(TAT - now, 0) (an absent key is at now), and the tokens that fit
 -- in head - d.
-local dh, dl = 0, 0
-if exists == 1 and (th > nh or (th == nh and tl > nl)) then
-  dh, dl = th - nh, tl - nl
-  if dl < 0 then
-    dh, dl = dh - 1, dl + 1000000000
-  end
-end
-local n = 0
-local d = dh * 1000000000 + dl
-if dh < 4503600 and d <= head then
-  local room = head - d
-  n = math.floor(room / interval)
-  if n * interval > room then
-    n = n - 1
-  elseif (n + 1) * interval <= room then
-    n = n + 1
-  end
-  n = math.min(n, ARGV[5] + 0)
-  if n < ARGV[6] + 0 then
-    n = 0
-  end
-end
-
+local want, least = ARGV[5] + 0, ARGV[6] + 0
+--> fit.lua
 local sh, sl = th, tl
 if n > 0 then
   -- new = max(TAT, now) + n*interval = now + d + n*interval, within int64
@@ -100,12 +79,6 @@ if changed then
   --> cmdwrite.lua
 end
 
-local nodes = 0
-if KEYS[2] then
-  local win = ARGV[10] + 0
-  redis.call('ZADD', KEYS[2], nowms, ARGV[9])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowms - win)
-  nodes = redis.call('ZCARD', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], 2 * win)
-end
+local node, win = ARGV[9], ARGV[10]
+--> nodes.lua
 return { 1, nowms, n, sh, sl, nodes }

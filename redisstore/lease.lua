@@ -60,31 +60,8 @@ if raw and back > 0 and raw == ARGV[9] then
   changed = true
 end
 
--- d = max(TAT - now, 0), and the units that fit in tolerance - d.
-local dh, dl = 0, 0
-if th > nh or (th == nh and tl > nl) then
-  dh, dl = th - nh, tl - nl
-  if dl < 0 then
-    dh, dl = dh - 1, dl + 1000000000
-  end
-end
-local n = 0
-local d = dh * 1000000000 + dl
-if dh < 4503600 and d <= tol then
-  -- Below 2^52 ns: d, tol - d and the products below are exact.
-  local head = tol - d
-  n = math.floor(head / interval)
-  if n * interval > head then
-    n = n - 1
-  elseif (n + 1) * interval <= head then
-    n = n + 1
-  end
-  n = math.min(n, ARGV[7] + 0)
-  if n < ARGV[8] + 0 then
-    n = 0
-  end
-end
-
+local head, want, least = tol, ARGV[7] + 0, ARGV[8] + 0
+--> fit.lua
 if n > 0 then
   -- The new TAT is max(TAT, now) + n*T = now + d + n*T.
   local x = d + n * interval
@@ -101,13 +78,7 @@ end
 if not raw and n == 0 then
   th, tl = 0, 0
 end
-local nodes = 0
-if KEYS[2] then
-  local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
-  local win = ARGV[12] + 0
-  redis.call('ZADD', KEYS[2], nowms, ARGV[11])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowms - win)
-  nodes = redis.call('ZCARD', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], 2 * win)
-end
+local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
+local node, win = ARGV[11], ARGV[12]
+--> nodes.lua
 return { nh, nl, n, th, tl, nodes }
