@@ -31,13 +31,14 @@ func FuzzBodies(f *testing.F) {
 		f.Add("/v1/acquire", seed)
 		f.Add("/v1/refund", seed)
 		f.Add("/v1/release", seed)
+		f.Add("/v1/charge", seed)
 	}
 	store := memstore.New(memstore.Options{})
 	f.Cleanup(func() { store.Close() })
 	h := httpapi.New(funnel.New(store), httpapi.Options{})
 	f.Fuzz(func(t *testing.T, path, body string) {
 		switch path {
-		case "/v1/throttle", "/v1/acquire", "/v1/refund", "/v1/release":
+		case "/v1/throttle", "/v1/acquire", "/v1/refund", "/v1/release", "/v1/charge":
 		default:
 			return
 		}

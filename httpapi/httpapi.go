@@ -5,7 +5,10 @@
 // Endpoints (times in JSON are milliseconds, in header fields seconds):
 //
 //	POST   /v1/throttle      a decision: 200 if allowed, 429 if refused
-//	                         (503 if the store could not decide: below)
+//	                         (503 if the store could not decide: below);
+//	                         with "peek": true, a probe that charges
+//	                         nothing, 200 whatever it finds
+//	POST   /v1/charge        record units already spent, into debt: 200
 //	POST   /v1/acquire       take a concurrency lease: 200 or 429 (or 503)
 //	POST   /v1/release       give a lease back
 //	POST   /v1/refund        give units back: 204
@@ -141,6 +144,7 @@ func New(lim *funnel.Limiter, opts Options) *Server {
 		s.log = slog.Default()
 	}
 	s.mux.HandleFunc("POST /v1/throttle", s.throttle)
+	s.mux.HandleFunc("POST /v1/charge", s.charge)
 	s.mux.HandleFunc("POST /v1/acquire", s.acquire)
 	s.mux.HandleFunc("POST /v1/release", s.release)
 	s.mux.HandleFunc("POST /v1/refund", s.refund)
@@ -418,22 +422,21 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, inputf("give either key, limit and quantity, or limits, not both"))
 			return
 		}
+		if req.Peek {
+			s.fail(w, r, inputf("peek takes one limit (key, limit and quantity), not limits"))
+			return
+		}
 		s.throttleAll(w, r, req.Limits)
 		return
 	}
-	name, err := checkName(req.Name, httpreply.DefaultName)
-	if err == nil {
-		err = checkKey(req.Key)
-	}
-	var limit funnel.Limit
-	if err == nil {
-		limit, err = req.Limit.Funnel()
-	}
-	if err == nil && limit.Algorithm == funnel.Concurrency {
-		err = inputf("concurrency limits take leases: POST /v1/acquire")
-	}
+	name, limit, err := checkOne(req.Name, req.Key, req.Limit)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if req.Peek {
+		res, err := s.lim.PeekN(r.Context(), storeKey(req.Key), limit, quantity(req.Quantity))
+		s.peeked(w, r, name, limit, res, err)
 		return
 	}
 	res, err := s.lim.AllowN(r.Context(), storeKey(req.Key), limit, quantity(req.Quantity))
@@ -445,6 +448,55 @@ func (s *Server) throttle(w http.ResponseWriter, r *http.Request) {
 	}
 	s.observe(res, nil)
 	decided(w, res, []httpreply.Policy{{Name: name, Limit: limit, Result: res}}, decision(res))
+}
+
+// checkOne checks the name, the key and the limit of a request for one
+// limit, and converts the limit; a concurrency limit is refused.
+func checkOne(name, key string, l *Limit) (string, funnel.Limit, error) {
+	name, err := checkName(name, httpreply.DefaultName)
+	if err == nil {
+		err = checkKey(key)
+	}
+	var limit funnel.Limit
+	if err == nil {
+		limit, err = l.Funnel()
+	}
+	if err == nil && limit.Algorithm == funnel.Concurrency {
+		err = inputf("concurrency limits take leases: POST /v1/acquire")
+	}
+	return name, limit, err
+}
+
+// charge serves POST /v1/charge: Limiter.Charge, units already spent,
+// recorded into debt when they do not fit. It is answered 200 with the
+// decision that a peek finds after it ("allowed": false while the key is
+// over its limit, with Retry-After, the time until its debt has drained).
+// A charge is not a decision: a store that cannot record it is answered
+// 503, never a fallback that would hide the lost cost.
+func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
+	var req ChargeRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name, limit, err := checkOne(req.Name, req.Key, req.Limit)
+	if err == nil && req.Quantity == nil {
+		err = inputf("quantity is missing: the units spent")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.lim.Charge(r.Context(), storeKey(req.Key), limit, *req.Quantity)
+	if err != nil {
+		// The policy is known, the key's state is not.
+		h := w.Header()
+		h.Set(httpreply.HeaderPolicy, string(httpreply.AppendPolicy(nil, name, limit)))
+		s.fail(w, r, err)
+		return
+	}
+	httpreply.SetHeaders(w.Header(), httpreply.Policy{Name: name, Limit: limit, Result: res})
+	writeJSON(w, http.StatusOK, decision(res))
 }
 
 // throttleAll serves POST /v1/throttle with several limits.
@@ -640,6 +692,12 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.lim.Peek(r.Context(), storeKey(key), limit)
+	s.peeked(w, r, name, limit, res, err)
+}
+
+// peeked answers a peek (GET /v1/keys/{key}, or POST /v1/throttle with
+// "peek": true) whose result is res, or err.
+func (s *Server) peeked(w http.ResponseWriter, r *http.Request, name string, limit funnel.Limit, res funnel.Result, err error) {
 	switch {
 	case err == nil:
 	case funnel.Unavailable(r.Context(), err): // as fellBack, but a peek is not observed

@@ -149,11 +149,14 @@ func limitFromQuery(q url.Values) (*Limit, error) {
 	return l, nil
 }
 
-// Decision is the answer to a throttle, a peek or an acquire. Times are in
-// milliseconds, rounded up, so that a client that waits that long has
-// waited enough.
+// Decision is the answer to a throttle, a peek, a charge or an acquire.
+// Times are in milliseconds, rounded up, so that a client that waits that
+// long has waited enough.
 type Decision struct {
-	// Allowed reports whether the request was admitted (and charged).
+	// Allowed reports whether the request was admitted (and charged); for
+	// a peek, whether it would be; for a charge, whether the key is still
+	// within its limit after it (false: it is in debt, refused for
+	// RetryAfterMs).
 	Allowed bool `json:"allowed"`
 	// Limit is the units a full limit admits at once (gcra: burst+1).
 	Limit int64 `json:"limit"`
@@ -225,6 +228,12 @@ type ThrottleRequest struct {
 	Limit *Limit `json:"limit,omitempty"`
 	// Quantity is the units asked for; left out, 1. 0 peeks.
 	Quantity *int64 `json:"quantity,omitempty"`
+	// Peek asks whether Quantity units would be admitted now, and if not
+	// after how long, charging nothing (funnel.Limiter.PeekN); it is
+	// answered 200 whatever it finds ("allowed" says), and a quantity that
+	// no wait would admit has "retry_after_ms": -1. It takes one limit,
+	// not Limits.
+	Peek bool `json:"peek,omitempty"`
 	// Name is the policy's name in the RateLimit-Policy and RateLimit
 	// fields; left out, "default" (for one limit) or "limit<i>" (for the
 	// i-th of several, from 0).
@@ -232,6 +241,21 @@ type ThrottleRequest struct {
 	// Limits, instead of Key and Limit, are checked all-or-nothing: every
 	// one admits the request and all are charged, or none is charged.
 	Limits []Entry `json:"limits,omitempty"`
+}
+
+// ChargeRequest is the body of POST /v1/charge: units of a key already
+// spent, such as the tokens of a response counted when it ends.
+type ChargeRequest struct {
+	// Key is the key charged.
+	Key string `json:"key"`
+	// Limit is the limit the key is charged to (not a concurrency limit).
+	Limit *Limit `json:"limit"`
+	// Quantity is the units spent; it is required, and 0 charges nothing.
+	// Units that do not fit are recorded as a debt: the key is refused
+	// until it has drained.
+	Quantity *int64 `json:"quantity"`
+	// Name is the policy's name in the header fields ("default").
+	Name string `json:"name,omitempty"`
 }
 
 // Entry is one limit of a ThrottleRequest with several.

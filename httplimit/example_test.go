@@ -146,3 +146,41 @@ func ExampleSetHeaders() {
 	// RateLimit: "burst";r=37;t=38, "daily";r=0;t=18000
 	// Retry-After: 18000
 }
+
+// A language model's gateway: 1,000 tokens a minute per API key, checked
+// when a request arrives (a Quantity of 0 admits it while the key is not
+// over its limit) and charged, into debt, with the tokens its handler
+// reports once the response is written.
+func ExampleReportedCost() {
+	store := memstore.New(memstore.Options{Now: fixedClock})
+	defer store.Close()
+	lim := funnel.New(store)
+
+	tokens := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1_000, Period: time.Minute}
+	mw, err := httplimit.New(lim, tokens, httplimit.Header("X-Api-Key"), httplimit.Name("tokens"),
+		httplimit.ReportedCost(), httplimit.Quantity(func(*http.Request) int64 { return 0 }))
+	if err != nil {
+		panic(err)
+	}
+	completion := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "a long answer\n")
+		httplimit.ReportCost(r.Context(), 700) // the tokens of the prompt and the answer
+	})
+	srv := httptest.NewServer(mw(completion))
+	defer srv.Close()
+
+	for range 3 {
+		req, _ := http.NewRequest("POST", srv.URL, nil)
+		req.Header.Set("X-Api-Key", "key-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status, resp.Header.Get("RateLimit"))
+	}
+	// Output:
+	// 200 OK "tokens";r=1000;t=0
+	// 200 OK "tokens";r=300;t=60
+	// 429 Too Many Requests "tokens";r=0;t=60
+}

@@ -18,6 +18,13 @@
 // beyond Count wait their delay first (OpenResty limit.conn), and the
 // latencies reported move the delay.
 //
+// A request whose cost is known only once it has been served (the tokens
+// of a language model's response) is charged after its handler ran: with
+// ReportedCost, the handler reports the cost with ReportCost(r.Context(),
+// n), and the middleware charges it with funnel.Limiter.Charge, into debt
+// when it does not fit, so that the key's next requests are refused until
+// the debt has drained.
+//
 // A key longer than funnel.MaxKeyLen (1024 bytes) is stored under its hash,
 // after the Prefix (funnel.StoreKey), as on every edge.
 //
@@ -70,6 +77,7 @@ type config struct {
 	skip      func(*http.Request) bool
 	skipNoKey bool
 	headers   bool
+	reported  bool // ReportedCost
 	onLimited func(http.ResponseWriter, *http.Request, funnel.Result)
 	fail      funnel.FailMode
 	onError   func(http.ResponseWriter, *http.Request, http.Handler, error) // nil: fail
@@ -242,7 +250,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.observe(res, nil)
 		h.setHeaders(w, res)
 		if res.Allowed {
-			h.next.ServeHTTP(w, r)
+			h.serveCosted(w, r, k, 0) // a fallback took nothing
 		} else {
 			failClosed(w)
 		}
@@ -284,7 +292,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	started = time.Now()
-	h.next.ServeHTTP(w, r)
+	h.serveCosted(w, r, k, n)
 }
 
 // release gives the lease of a request back, even when its client has

@@ -61,8 +61,11 @@ func init() {
 					{name: "period", typ: "integer"}, {name: "quantity", typ: "integer", optional: true}}}},
 		{name: "gcra", arity: -5, flags: []string{"write", "denyoom", "fast"}, firstKey: 1, lastKey: 1, step: 1, run: cmdGCRA, doc: gcraDoc},
 		{name: "funnel.allow", arity: -5, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelAllow,
-			doc: commandDoc{summary: "Applies a limit of the family (gcra, leaky_bucket, fixed_window, sliding_window, sliding_log) to a key. Durations in milliseconds. Reply: allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
-				args: limitArgDocs(true)}},
+			doc: commandDoc{summary: "Applies a limit of the family (gcra, leaky_bucket, fixed_window, sliding_window, sliding_log) to a key. Durations in milliseconds. With PEEK, asks whether QUANTITY units would be admitted, charging nothing (retry_after_ms -1 when no wait would admit them). Reply: allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
+				args: append(limitArgDocs(true), argDoc{name: "peek", typ: "pure-token", token: "PEEK", optional: true})}},
+		{name: "funnel.charge", arity: -7, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelCharge,
+			doc: commandDoc{summary: "Records QUANTITY units of a key already spent under a limit (a cost known afterwards), into debt when they do not fit: the key is refused until the debt has drained. Reply: FUNNEL.ALLOW's; allowed is 0 when the key is now over its limit, retry_after_ms the time until its debt has drained.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
+				args: chargeArgDocs()}},
 		{name: "funnel.allowall", arity: -7, flags: []string{"write", "movablekeys"}, run: cmdFunnelAllowAll,
 			doc: commandDoc{summary: "Applies several limits at once, all-or-nothing: all are charged or none. Reply: allowed, refused_index, retry_after_ms, and each limit's FUNNEL.ALLOW reply.", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of limits",
 				args: []argDoc{{name: "numlimits", typ: "integer"}, {name: "limit", typ: "block", token: "LIMIT", multiple: true, args: limitArgDocs(true)}}}},
@@ -154,6 +157,18 @@ func limitArgDocs(key bool) []argDoc {
 		argDoc{name: "tz", typ: "string", token: "TZ", optional: true},
 		argDoc{name: "ban_ms", typ: "integer", token: "BAN", optional: true},
 	)
+}
+
+// chargeArgDocs documents FUNNEL.CHARGE's arguments: FUNNEL.ALLOW's, with
+// QUANTITY required.
+func chargeArgDocs() []argDoc {
+	a := limitArgDocs(true)
+	for i := range a {
+		if a[i].token == "QUANTITY" {
+			a[i].optional = false
+		}
+	}
+	return a
 }
 
 // commandNames returns the table's names, sorted.

@@ -16,8 +16,10 @@ import (
 // take or return is in milliseconds. Replies have fixed shapes:
 //
 //	FUNNEL.ALLOW key algorithm count period_ms [BURST n] [QUANTITY n]
-//	    [DELAY n | NODELAY] [CALENDAR day|week|month] [TZ zone] [BAN ms]
+//	    [DELAY n | NODELAY] [CALENDAR day|week|month] [TZ zone] [BAN ms] [PEEK]
 //	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned]
+//	FUNNEL.CHARGE key algorithm count period_ms [options] QUANTITY n
+//	  -> FUNNEL.ALLOW's reply, allowed 0 when the key is now over its limit
 //	FUNNEL.ALLOWALL n LIMIT key algorithm count period_ms [options] ... (n times)
 //	  -> [allowed, refused_index, retry_after_ms, [7 integers per limit]...]
 //	FUNNEL.ACQUIRE key count ttl_ms [ID lease_id] [BURST n] [DELAY ms]
@@ -32,12 +34,38 @@ import (
 // durations are rounded up to whole milliseconds, so that waiting that long
 // is always enough. reset_after_ms is -1 only in the reply to a fallback
 // (the store could not decide: see fallbackReset).
+//
+// FUNNEL.ALLOW … PEEK asks whether QUANTITY units would be admitted now
+// (funnel.Limiter.PeekN), charging nothing: a quantity above what the limit
+// ever admits answers allowed 0 and retry_after_ms -1 (never). FUNNEL.CHARGE
+// records QUANTITY units already spent (funnel.Limiter.Charge), into debt
+// when they do not fit: allowed is 0 while the key is over its limit, and
+// retry_after_ms is the time until its debt has drained. A charge is never a
+// fallback: a store that cannot record it answers the fail-closed error.
 
 // famLimit is the limit an argument list describes, with its quantity.
 type famLimit struct {
 	limit funnel.Limit
 	n     int64
+	peek  bool // PEEK: ask, charging nothing
 }
+
+// limitUse says which command's options parseLimitArgs reads: the options
+// are the same for every command, with these differences.
+type limitUse uint8
+
+const (
+	// useAllow is FUNNEL.ALLOW's list, the only one that takes PEEK.
+	useAllow limitUse = iota
+	// useAllowAll is a LIMIT block of FUNNEL.ALLOWALL: it stops at the
+	// next LIMIT.
+	useAllowAll
+	// useRefund is FUNNEL.REFUND's list: no PEEK.
+	useRefund
+	// useCharge is FUNNEL.CHARGE's list: no PEEK, and QUANTITY is
+	// required (a charge of a default of 1 unit would hide a missing cost).
+	useCharge
+)
 
 // errSyntax is the reply to an option that is not understood.
 var errSyntax = errors.New("ERR syntax error")
@@ -66,12 +94,12 @@ func parseMillis(name string, b []byte) (time.Duration, error) {
 	return time.Duration(n) * time.Millisecond, nil
 }
 
-// parseLimitArgs parses "algorithm count period_ms [options]" from args and
-// returns the limit and the number of arguments used; it stops at the first
-// argument that is not an option when stopAtLimit is set and the argument is
-// LIMIT. The options fill a funnel.Spec, which builds the limit as the other
-// edges build theirs.
-func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
+// parseLimitArgs parses "algorithm count period_ms [options]" from args, as
+// the command use reads them, and returns the limit and the number of
+// arguments used; under useAllowAll it stops at an argument LIMIT. The
+// options fill a funnel.Spec, which builds the limit as the other edges
+// build theirs.
+func parseLimitArgs(args [][]byte, use limitUse) (famLimit, int, error) {
 	if len(args) < 3 {
 		return famLimit{}, 0, errSyntax
 	}
@@ -89,14 +117,23 @@ func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 	}
 	spec := funnel.Spec{Algorithm: name, Count: count, Period: period}
 	f := famLimit{n: 1}
+	quantity := false
 	i := 3
 	for i < len(args) {
 		opt := strings.ToUpper(string(args[i]))
-		if stopAtLimit && opt == "LIMIT" {
+		if use == useAllowAll && opt == "LIMIT" {
 			break
 		}
 		if opt == "NODELAY" {
 			spec.NoDelay = true
+			i++
+			continue
+		}
+		if opt == "PEEK" {
+			if use != useAllow {
+				return famLimit{}, 0, errPeek
+			}
+			f.peek = true
 			i++
 			continue
 		}
@@ -111,6 +148,7 @@ func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 			spec.Burst = &b
 		case "QUANTITY":
 			f.n, err = parseFamInt("quantity", v)
+			quantity = true
 		case "DELAY":
 			var d int64
 			d, err = parseFamInt("delay", v)
@@ -129,11 +167,21 @@ func parseLimitArgs(args [][]byte, stopAtLimit bool) (famLimit, int, error) {
 		}
 		i += 2
 	}
+	if use == useCharge && !quantity {
+		return famLimit{}, 0, errChargeQuantity
+	}
 	if f.limit, err = spec.Limit(); err != nil {
 		return famLimit{}, 0, limitError(err)
 	}
 	return f, i, nil
 }
+
+var (
+	// errPeek is the reply to PEEK anywhere but in FUNNEL.ALLOW.
+	errPeek = errors.New("ERR PEEK is an option of FUNNEL.ALLOW only")
+	// errChargeQuantity is the reply to a FUNNEL.CHARGE without QUANTITY.
+	errChargeQuantity = errors.New("ERR FUNNEL.CHARGE needs QUANTITY n, the units spent")
+)
 
 // limitError turns a Validate error into a reply.
 func limitError(err error) error {
@@ -232,9 +280,13 @@ func (c *conn) fallback(r *funnel.Result) bool {
 }
 
 func cmdFunnelAllow(c *conn, args [][]byte) {
-	f, _, err := parseLimitArgs(args[2:], false)
+	f, _, err := parseLimitArgs(args[2:], useAllow)
 	if err != nil {
 		c.wr.WriteError(err.Error())
+		return
+	}
+	if f.peek {
+		c.funnelPeek(args[1], f)
 		return
 	}
 	r, err := c.s.lim.AllowN(context.Background(), storeKey(args[1]), f.limit, f.n)
@@ -245,6 +297,40 @@ func cmdFunnelAllow(c *conn, args [][]byte) {
 		r = c.s.cfg.Fail.Fallback(f.limit)
 	}
 	if c.decided(&r) {
+		return
+	}
+	c.writeFamResult(r)
+}
+
+// funnelPeek answers FUNNEL.ALLOW … PEEK: a probe of f.n units of key that
+// charges nothing and is not counted as a decision. A store that cannot
+// answer gets Config.Fail's fallback, as FUNNEL.ALLOW does.
+func (c *conn) funnelPeek(key []byte, f famLimit) {
+	r, err := c.s.lim.PeekN(context.Background(), storeKey(key), f.limit, f.n)
+	if err != nil {
+		if !c.fellBack(err) {
+			return
+		}
+		r = c.s.cfg.Fail.Fallback(f.limit)
+	}
+	if c.fallback(&r) {
+		return
+	}
+	c.writeFamResult(r)
+}
+
+func cmdFunnelCharge(c *conn, args [][]byte) {
+	f, _, err := parseLimitArgs(args[2:], useCharge)
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	r, err := c.s.lim.Charge(context.Background(), storeKey(args[1]), f.limit, f.n)
+	if err != nil {
+		// A charge is not a decision: a store that cannot record it
+		// answers the fail-closed error, never a fallback that would
+		// hide the lost cost.
+		c.replyError(err)
 		return
 	}
 	c.writeFamResult(r)
@@ -270,7 +356,7 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 			c.wr.WriteError(errSyntax.Error())
 			return
 		}
-		f, used, err := parseLimitArgs(rest[2:], true)
+		f, used, err := parseLimitArgs(rest[2:], useAllowAll)
 		if err != nil {
 			c.wr.WriteError(err.Error())
 			return
@@ -440,7 +526,7 @@ func cmdFunnelRelease(c *conn, args [][]byte) {
 }
 
 func cmdFunnelRefund(c *conn, args [][]byte) {
-	f, _, err := parseLimitArgs(args[2:], false)
+	f, _, err := parseLimitArgs(args[2:], useRefund)
 	if err != nil {
 		c.wr.WriteError(err.Error())
 		return

@@ -2,13 +2,15 @@ package respserver
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// FuzzLimitArgs: the FUNNEL.* limit parser answers every argument list with
-// an ERR reply or a limit that is valid, never a panic, and never uses more
-// arguments than it was given.
+// FuzzLimitArgs: the FUNNEL.* limit parser answers every argument list, as
+// every command reads it, with an ERR reply or a limit that is valid, never
+// a panic, and never uses more arguments than it was given; PEEK is taken
+// by FUNNEL.ALLOW only, and FUNNEL.CHARGE's list has a QUANTITY.
 func FuzzLimitArgs(f *testing.F) {
 	for _, seed := range []string{
 		"fixed_window 3 60000",
@@ -21,12 +23,18 @@ func FuzzLimitArgs(f *testing.F) {
 		"sliding_window 9223372036854775807 9223372036854775807",
 		"gcra -1 1000", "gcra 1 1000 QUANTITY", "FIXED_WINDOW 1 1.5",
 		"concurrency 1 1000", "gcra 1 1000 TZ \x00",
+		"gcra 10 1000 QUANTITY 11 PEEK", "sliding_log 3 1000 PEEK QUANTITY 2 PEEK",
+		"fixed_window 3 1000 QUANTITY 9223372036854775807", "gcra 1 1 QUANTITY 18446744073709551616",
+		"gcra 1 1000 BURST 4 QUANTITY -3", "leaky_bucket 1 1000 QUANTITY 2 QUANTITY",
 	} {
-		f.Add([]byte(seed), true)
+		for use := range useCharge + 1 {
+			f.Add([]byte(seed), uint8(use))
+		}
 	}
-	f.Fuzz(func(t *testing.T, in []byte, stop bool) {
+	f.Fuzz(func(t *testing.T, in []byte, u uint8) {
+		use := limitUse(u % uint8(useCharge+1))
 		args := bytes.Split(in, []byte(" "))
-		fl, used, err := parseLimitArgs(args, stop)
+		fl, used, err := parseLimitArgs(args, use)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "ERR ") {
 				t.Fatalf("%q: reply %q is not an ERR", in, err)
@@ -41,6 +49,12 @@ func FuzzLimitArgs(f *testing.F) {
 		}
 		if fl.n < 0 {
 			t.Fatalf("%q: negative quantity %d", in, fl.n)
+		}
+		if fl.peek && use != useAllow {
+			t.Fatalf("%q: PEEK taken for use %d", in, use)
+		}
+		if use == useCharge && !slices.ContainsFunc(args[:used], func(a []byte) bool { return bytes.EqualFold(a, []byte("QUANTITY")) }) {
+			t.Fatalf("%q: a charge without QUANTITY", in)
 		}
 	})
 }

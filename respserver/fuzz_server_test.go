@@ -37,6 +37,8 @@ func FuzzServer(f *testing.F) {
 		multibulk("FUNNEL.ALLOW", "k", "fixed_window", "3", "1000", "BAN", "10") + multibulk("FUNNEL.BANS") + multibulk("FUNNEL.UNBAN", "k"),
 		multibulk("FUNNEL.ALLOWALL", "2", "LIMIT", "{a}1", "gcra", "1", "1000", "LIMIT", "{a}2", "sliding_log", "2", "1000", "QUANTITY", "3"),
 		multibulk("GCRA", "g", "5", "10", "60") + multibulk("GCRA", "g", "5", "10", "0.25", "TOKENS", "3") + multibulk("GCRA", "g", "0", "1", "1e-7", "TOKENS"),
+		multibulk("FUNNEL.CHARGE", "k", "gcra", "1", "1000", "QUANTITY", "9") + multibulk("FUNNEL.ALLOW", "k", "gcra", "1", "1000", "QUANTITY", "3", "PEEK") +
+			multibulk("FUNNEL.CHARGE", "k", "gcra", "1", "1000", "QUANTITY", "9223372036854775807") + multibulk("FUNNEL.CHARGE", "k", "gcra", "1", "1000", "PEEK"),
 		multibulk("FUNNEL.ACQUIRE", "j", "1", "1000", "ID", "x") + multibulk("FUNNEL.RELEASE", "j", "x") + multibulk("FUNNEL.REFUND", "k", "sliding_window", "3", "1000"),
 	} {
 		f.Add([]byte(seed))

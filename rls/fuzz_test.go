@@ -60,7 +60,9 @@ func fuzzDescriptors(spec string, descHits uint64) []*ratelimit.RateLimitDescrip
 
 // FuzzShouldRateLimit runs requests built from the fuzz input through a
 // server over a memory store and the rules of extRules, and through one with
-// the rules of quotaRules, its dynamic metadata on, on a fake clock that
+// the rules of quotaRules, its dynamic metadata on, and (for domain ext and
+// an odd request hits_addend) through one that charges every hit into debt
+// (Options.ChargeOverLimit), on a fake clock that
 // advances between requests. The server must not panic, and must answer
 // either a response whose overall code and every descriptor's code is OK or
 // OVER_LIMIT, one status per descriptor, or a client's error
@@ -104,6 +106,14 @@ func FuzzShouldRateLimit(f *testing.F) {
 		DynamicMetadata: true,
 	})
 
+	csrv := rls.New(funnel.New(store), rls.Static(set), rls.Options{
+		Now:             func() time.Time { return time.Unix(0, clock.Now()) },
+		Logger:          slog.New(slog.DiscardHandler),
+		ChargeOverLimit: true,
+	})
+	f.Add("ext", uint32(3), "+a=1|b=2|+gcra=3", uint64(1<<40), int64(0))
+	f.Add("ext", uint32(1), "+a=1|+a=1|shadow=s", uint64(0), int64(0))
+
 	f.Fuzz(func(t *testing.T, domain string, hits uint32, spec string, descHits uint64, advance int64) {
 		// Time only moves forward, by at most a day a request.
 		if advance < 0 {
@@ -117,6 +127,10 @@ func FuzzShouldRateLimit(f *testing.F) {
 		}
 		if domain == "q" {
 			checkResponse(t, qsrv, req)
+			return
+		}
+		if hits%2 == 1 {
+			checkResponse(t, csrv, req)
 			return
 		}
 		checkResponse(t, srv, req)

@@ -22,6 +22,19 @@
 // own status. When the request goes on, it is charged to the limits that
 // admitted it (envoy's service charges them all).
 //
+// A rule with charge_over_limit (or every rule, with
+// Options.ChargeOverLimit) charges every hit, as envoy's service does by
+// default: hits that overflow its limit are charged anyway, into debt
+// (funnel.Limiter.Charge), and answered OVER_LIMIT, and the key stays over
+// its limit until the debt has drained. This is what the charges that
+// Envoy sends when a stream ends (apply_on_stream_done, with hits_addend
+// the tokens of a response) need: a cost that is never dropped. Such a
+// rule is charged whatever the request's outcome; when it is over its
+// limit, the request is refused, and its other limits are not charged. A
+// descriptor whose hits_addend is explicitly 0 charges nothing and answers
+// as envoy's service does: OVER_LIMIT only when its key is already above
+// its limit (in debt), OK at the limit (a check at request time).
+//
 // On Redis Cluster, the keys of one request are often in several hash
 // slots, which no script can decide together. Such a request is decided
 // one slot at a time (each slot atomically, the slots at once), and when
@@ -157,6 +170,11 @@ type Options struct {
 	// global SHADOW_MODE); descriptor statuses still say which limit
 	// refused.
 	ShadowMode bool
+	// ChargeOverLimit gives every rule charge_over_limit (see
+	// rules.Rule.ChargeOverLimit): every hit is charged, the hits that
+	// overflow too, as envoyproxy/ratelimit does when
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is false, its default.
+	ChargeOverLimit bool
 	// QuotaMode puts every descriptor in quota mode (envoy's global
 	// QUOTA_MODE): the request is refused only when all of its
 	// descriptors that are not unlimited are over their limits (one that
@@ -391,6 +409,7 @@ type op struct {
 	rule     string // the rule's metric name, for traces
 	enforced bool   // a rule not in shadow mode and not a quota charges it
 	quota    bool   // a quota not in shadow mode charges it
+	debt     bool   // a rule with charge_over_limit: charged whatever it holds
 	res      funnel.Result
 }
 
@@ -584,7 +603,7 @@ func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bo
 			continue
 		}
 		key := funnel.StoreKey(s.opts.Prefix, it.key)
-		ops, byKey = addOp(ops, byKey, len(items), it, key, !shadow && !it.quota, !shadow && it.quota)
+		ops, byKey = addOp(ops, byKey, len(items), it, key, !shadow && !it.quota, !shadow && it.quota, it.rule.ChargeOverLimit || s.opts.ChargeOverLimit)
 		if it.quota && !shadow {
 			quotaOps++
 		}
@@ -598,14 +617,16 @@ func (s *Server) plan(ctx context.Context, items []item, replacing map[string]bo
 // addOp charges the hits of it to key, in ops, and records the op in it.
 // Two descriptors on one key make one op of both quantities (at most
 // math.MaxInt64, which no limit admits: many descriptors must not wrap
-// the sum around to a small charge), enforced or a quota when either is. Past
+// the sum around to a small charge), enforced, a quota or charged into
+// debt (debt: charge_over_limit) when either is. Past
 // smallRequest ops, byKey indexes them, sized for n; addOp returns ops
 // and byKey as they are after it.
-func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced, quota bool) ([]op, map[string]int) {
+func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced, quota, debt bool) ([]op, map[string]int) {
 	if j := findKey(ops, byKey, key); j >= 0 {
 		ops[j].req.N = addHits(ops[j].req.N, it.hits)
 		ops[j].enforced = ops[j].enforced || enforced
 		ops[j].quota = ops[j].quota || quota
+		ops[j].debt = ops[j].debt || debt
 		it.op = j
 		return ops, byKey
 	}
@@ -619,7 +640,7 @@ func addOp(ops []op, byKey map[string]int, n int, it *item, key string, enforced
 		byKey[key] = len(ops)
 	}
 	it.op = len(ops)
-	ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, rule: it.metric, enforced: enforced, quota: quota})
+	ops = append(ops, op{req: funnel.Request{Key: key, Limit: it.rule.Limit, N: it.hits}, rule: it.metric, enforced: enforced, quota: quota, debt: debt})
 	return ops, byKey
 }
 
@@ -769,6 +790,11 @@ func (s *Server) status(it *item, ops []op, clock *lazyNow) *rlsv3.RateLimitResp
 // meanwhile: then the decision is taken again on those that still admit,
 // at most a few times). When denied, the request is refused whatever the
 // store says: the ops are only peeked, for their statuses.
+//
+// The ops of rules with charge_over_limit come first (see chargeDebts):
+// they are charged whatever the request's outcome, and one that leaves an
+// enforced rule over its limit refuses the request, so that the others
+// are only peeked.
 func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) error {
 	if s.opts.Trace != nil {
 		names := make([]string, len(ops))
@@ -777,9 +803,29 @@ func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) er
 		}
 		ctx = s.opts.Trace(ctx, strings.Join(names, ","))
 	}
-	if len(ops) == 1 {
+	debts := 0
+	for i := range ops {
+		if ops[i].debt {
+			debts++
+		}
+	}
+	if debts > 0 {
+		over, err := s.chargeDebts(ctx, ops, q)
+		if err != nil {
+			return err
+		}
+		denied = denied || over
+		if debts == len(ops) {
+			return nil
+		}
+	}
+	if len(ops)-debts == 1 {
 		// One key: the same decision, without AllowAll's bookkeeping.
-		r := ops[0].req
+		i := 0
+		for ops[i].debt {
+			i++
+		}
+		r := ops[i].req
 		if denied {
 			r.N = 0
 		}
@@ -793,12 +839,15 @@ func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) er
 		if res.Fallback && !res.Allowed {
 			return errFallback
 		}
-		ops[0].res = res
+		ops[i].res = res
 		return nil
 	}
 	reqs := make([]funnel.Request, 0, len(ops))
 	idx := make([]int, 0, len(ops))
 	for i := range ops {
+		if ops[i].debt {
+			continue
+		}
 		r := ops[i].req
 		if denied {
 			r.N = 0
@@ -837,6 +886,46 @@ func (s *Server) charge(ctx context.Context, ops []op, q quotas, denied bool) er
 		reqs, idx = reqs[:k], idx[:k]
 	}
 	return nil
+}
+
+// chargeDebts charges each op of a rule with charge_over_limit with
+// Limiter.Charge, into debt when its hits do not fit (a charge is alone in
+// its call: one call per key), and reports whether one of them that is
+// enforced is now over its limit, or that the request's quotas are all
+// charged here and all over, either of which refuses the request. A store that
+// cannot record a charge is answered as one that cannot decide: the
+// fallback, said in the response (a fail-open one is in its dynamic
+// metadata), and the charge is lost.
+func (s *Server) chargeDebts(ctx context.Context, ops []op, q quotas) (over bool, _ error) {
+	quotaLeft, quotaPassed := false, false
+	for i := range ops {
+		if !ops[i].debt {
+			continue
+		}
+		r := ops[i].req
+		res, err := s.lim.Charge(ctx, r.Key, r.Limit, r.N)
+		if err != nil {
+			if !s.fellBack(ctx, err) {
+				return false, err
+			}
+			res = s.opts.Fail.Fallback(r.Limit)
+		}
+		if res.Fallback && !res.Allowed {
+			return false, errFallback
+		}
+		ops[i].res = res
+		over = over || !res.Allowed && ops[i].enforced
+	}
+	for i := range ops {
+		switch {
+		case !ops[i].quota:
+		case !ops[i].debt:
+			quotaLeft = true
+		case ops[i].res.Allowed:
+			quotaPassed = true
+		}
+	}
+	return over || q.decisive() && !quotaLeft && !quotaPassed, nil
 }
 
 // fellBack reports whether err, the error of a charge, is a store that

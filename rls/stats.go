@@ -25,7 +25,10 @@ const DefaultNearLimitRatio = 0.8
 // counts as envoy counts it, although Funnel charges nothing: n over the
 // limit when r is 0, else n - r over and the hits from the threshold up to
 // l near it. The limit is the result's (Burst+1 for the funnel), else
-// requests_per_unit.
+// requests_per_unit. The hits of a rule with charge_over_limit that leave
+// its key over its limit are charged, and all counted over the limit: the
+// charge's result does not say what was left before it, so the hits that
+// still fitted are not told apart (upstream counts them near the limit).
 type Counts struct {
 	TotalHits   uint64
 	OverLimit   uint64

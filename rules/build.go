@@ -233,6 +233,7 @@ func (b *builder) descriptor(parent *node, d *fileDescriptor, path, domain, pare
 		n.rule = b.rateLimit(&d.RateLimit.V, d.RateLimit.At, join(path, "rate_limit"), domain, full)
 		if n.rule != nil {
 			n.rule.ShadowMode, n.rule.QuotaMode, n.rule.Metadata = d.ShadowMode.V, d.QuotaMode.V, d.Metadata.V
+			n.rule.ChargeOverLimit = d.ChargeOverLimit.V
 			n.rule.DetailedMetric = n.detailedMetric
 			n.rule.File, n.rule.Line = b.name, int(d.at.line)
 			n.rule.Path = n.path

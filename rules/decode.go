@@ -29,18 +29,20 @@ type descriptorList []fileDescriptor
 
 // fileDescriptor is one descriptor.
 type fileDescriptor struct {
-	at             pos                   // where the descriptor starts
-	bad            bool                  // not a descriptor (its problem reported)
-	Key            field[string]         `yaml:"key"`
-	Value          field[string]         `yaml:"value"`
-	RateLimit      field[fileRateLimit]  `yaml:"rate_limit"`
-	Descriptors    field[descriptorList] `yaml:"descriptors"`
-	ShadowMode     field[bool]           `yaml:"shadow_mode"`
-	QuotaMode      field[bool]           `yaml:"quota_mode"`
-	DetailedMetric field[bool]           `yaml:"detailed_metric"`
-	ValueToMetric  field[bool]           `yaml:"value_to_metric"`
-	ShareThreshold field[bool]           `yaml:"share_threshold"`
-	Metadata       field[metadata]       `yaml:"metadata"`
+	at          pos                   // where the descriptor starts
+	bad         bool                  // not a descriptor (its problem reported)
+	Key         field[string]         `yaml:"key"`
+	Value       field[string]         `yaml:"value"`
+	RateLimit   field[fileRateLimit]  `yaml:"rate_limit"`
+	Descriptors field[descriptorList] `yaml:"descriptors"`
+	ShadowMode  field[bool]           `yaml:"shadow_mode"`
+	QuotaMode   field[bool]           `yaml:"quota_mode"`
+	// ChargeOverLimit is Funnel's: see Rule.ChargeOverLimit.
+	ChargeOverLimit field[bool]     `yaml:"charge_over_limit"`
+	DetailedMetric  field[bool]     `yaml:"detailed_metric"`
+	ValueToMetric   field[bool]     `yaml:"value_to_metric"`
+	ShareThreshold  field[bool]     `yaml:"share_threshold"`
+	Metadata        field[metadata] `yaml:"metadata"`
 }
 
 // fileRateLimit is a descriptor's rate_limit: envoy's fields, then

@@ -109,6 +109,14 @@ type Rule struct {
 	// over too, as envoy's service decides. Its descriptor status still
 	// says OVER_LIMIT.
 	QuotaMode bool
+	// ChargeOverLimit (charge_over_limit, Funnel's) charges every hit of
+	// the rule, the hits that overflow its limit too, as envoyproxy/ratelimit
+	// counts hits by default (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	// false): the key goes into debt (funnel.Limiter.Charge) and its
+	// descriptor status says OVER_LIMIT while it is over its limit. It is
+	// meant for costs known afterwards, such as the tokens of a response
+	// that Envoy sends when its stream ends (apply_on_stream_done).
+	ChargeOverLimit bool
 	// Metadata is the descriptor's metadata, which the rate-limit service
 	// can merge into its response's dynamic metadata when the rule passes.
 	// Its values are as encoding/json decodes into an any: nil, bool,
@@ -168,7 +176,8 @@ type Match struct {
 // (each '*' in it matches any run of characters, so that "foo*" is a
 // prefix, "/api/*/action" a prefix and a suffix, and "foo*bar*baz" three
 // parts in order), rate_limit, descriptors, shadow_mode, quota_mode,
-// metadata, detailed_metric, value_to_metric and share_threshold;
+// metadata, detailed_metric, value_to_metric and share_threshold (and
+// Funnel's charge_over_limit: see Rule.ChargeOverLimit);
 // rate_limit with unit (second, minute, hour, day, week, month, year),
 // requests_per_unit, unlimited, name and replaces. A rule written in that
 // format is a fixed window of one unit aligned to the Unix epoch (a month is

@@ -357,6 +357,31 @@ descriptors:
 	}
 }
 
+// charge_over_limit is read on a descriptor, as shadow_mode is; left out,
+// it is false.
+func TestChargeOverLimit(t *testing.T) {
+	set, err := Parse(strings.NewReader(`domain: llm
+descriptors:
+  - key: api_key
+    charge_over_limit: true
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`), "rules.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{{"api_key", true}, {"user", false}} {
+		m, ok := set.Match("llm", []Entry{{Key: c.key, Value: "x"}})
+		if !ok || m.Rule.ChargeOverLimit != c.want {
+			t.Errorf("%s: matched %v, ChargeOverLimit %v; want %v", c.key, ok, m.Rule != nil && m.Rule.ChargeOverLimit, c.want)
+		}
+	}
+}
+
 func TestRuleErrors(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"domain: d\nbogus: 1\n", "rules.yaml:2:1: bogus: unknown field"},
@@ -381,6 +406,8 @@ func TestRuleErrors(t *testing.T) {
 			`descriptors[0].share_threshold: only a wildcard value`},
 		{"domain: d\ndescriptors:\n  - value: b\n", `rules.yaml:3:5: descriptors[0].key: a descriptor needs a key`},
 		{"domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes\n", `descriptors[0].shadow_mode: want true or false, not str "yes"`},
+		{"domain: d\ndescriptors:\n  - key: a\n    charge_over_limit: 1\n", `descriptors[0].charge_over_limit: want true or false, not int "1"`},
+		{"domain: d\ndescriptors:\n  - key: a\n    charge_over_limit: true\n    charge_over_limit: false\n", `charge_over_limit`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, period: 1s, requests_per_unit: 1}\n",
 			`descriptors[0].rate_limit: give only one of unit, period and calendar`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {period: soon, requests_per_unit: 1}\n",

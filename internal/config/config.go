@@ -232,6 +232,11 @@ type Config struct {
 	// quota mode (envoy's QUOTA_MODE): a request is refused only when all
 	// of its descriptors are over their limits.
 	QuotaMode bool
+	// ChargeOverLimit makes Envoy's rate-limit service charge every hit of
+	// every rule, the hits that overflow too, into debt (a rule's
+	// charge_over_limit): envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	// false, its default.
+	ChargeOverLimit bool
 	// RLSDynamicMetadata makes the rate-limit service answer with dynamic
 	// metadata, the rules' metadata among it (envoy's
 	// RESPONSE_DYNAMIC_METADATA).

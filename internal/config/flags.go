@@ -37,6 +37,7 @@ func Flags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.RulesXDSMaxMsgSize, "rules-xds-max-msg-size", c.RulesXDSMaxMsgSize, "bound on a response of the xDS server, in `bytes` (0: gRPC's 4 MiB)")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "the rate-limit service answers OK where it would answer OVER_LIMIT")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every descriptor is a quota: the rate-limit service refuses a request only when all its descriptors are over")
+	fs.BoolVar(&c.ChargeOverLimit, "charge-over-limit", c.ChargeOverLimit, "the rate-limit service charges every hit, the hits over a limit too, into debt, as envoy's service does by default (every rule's charge_over_limit)")
 	fs.BoolVar(&c.RLSDynamicMetadata, "rls-dynamic-metadata", c.RLSDynamicMetadata, "the rate-limit service answers with dynamic metadata, the rules' metadata of the descriptors that passed among it")
 	fs.BoolVar(&c.RLSHeaders, "rls-headers", c.RLSHeaders, "add rate-limit headers to the rate-limit service's answers (see --rls-header-* and --rls-headers-format)")
 	fs.StringVar(&c.RLSHeaderLimit, "rls-header-limit", c.RLSHeaderLimit, "`name` of the header of the limit, with --rls-headers")

@@ -96,6 +96,8 @@ func (d *Daemon) openGRPC() error {
 		// envoy's QUOTA_MODE and RESPONSE_DYNAMIC_METADATA
 		QuotaMode:       d.cfg.QuotaMode,
 		DynamicMetadata: d.cfg.RLSDynamicMetadata,
+		// envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false
+		ChargeOverLimit: d.cfg.ChargeOverLimit,
 		Observe: func(rule string, r funnel.Result, err error) {
 			if err != nil {
 				d.metrics.ObserveError(rule)

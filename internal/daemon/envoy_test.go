@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -225,6 +226,35 @@ descriptors:
 	for _, never := range []string{"alice", "bob", "carol", `"/a"`} {
 		if strings.Contains(body, never) {
 			t.Errorf("/metrics has a request value, %s", never)
+		}
+	}
+}
+
+// TestDaemonChargeOverLimit: --charge-over-limit charges every hit, the
+// hits over the limit too, as envoy's service does by default; without it
+// only what fits is charged.
+func TestDaemonChargeOverLimit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		charge bool
+		want   string
+	}{{false, "OK 2 OVER_LIMIT 2 OK 1"}, {true, "OK 2 OVER_LIMIT 0 OVER_LIMIT 0"}} {
+		cfg := envoyConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 4}\n")
+		cfg.ChargeOverLimit = c.charge
+		d, _, _ := start(t, cfg)
+		client := dialRLS(t, d.GRPCAddr().String())
+		var got []string
+		for _, hits := range []uint32{2, 3, 1} {
+			req := userRequest("bob")
+			req.HitsAddend = hits
+			r, err := client.ShouldRateLimit(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r.OverallCode.String(), strconv.Itoa(int(r.Statuses[0].LimitRemaining)))
+		}
+		if s := strings.Join(got, " "); s != c.want {
+			t.Errorf("--charge-over-limit=%v: %s, want %s", c.charge, s, c.want)
 		}
 	}
 }
