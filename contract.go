@@ -7,6 +7,11 @@ import (
 	"github.com/funnelrl/funnel/algo"
 )
 
+// MaxLeaseIDLen is the longest lease id of a concurrency limit, in bytes:
+// every store refuses a longer one (CheckOps), and every edge says so in
+// its own words before it asks.
+const MaxLeaseIDLen = 1024
+
 // errAlone is CheckOps's error for a refund, a charge or a peek of N units
 // among other ops, by op kind.
 var errAlone = [...]error{
@@ -23,7 +28,8 @@ var errAlone = [...]error{
 // a charge or an OpPeek of a Concurrency limit (ErrInvalidLimit); a
 // negative N anywhere
 // but in a funnel's (GCRA's) lone take without a ban, or a release's
-// latency out of range (both wrap ErrInvalidQuantity); a key that repeats
+// latency out of range (both wrap ErrInvalidQuantity); a lease id longer
+// than MaxLeaseIDLen (ErrInvalidLimit); a key that repeats
 // (ErrDuplicateKey). Every store calls it before it applies a call, so that
 // both stores refuse the same calls with the same errors; a store's path
 // for the commonest call (one funnel take without a ban) may test the same
@@ -72,6 +78,9 @@ func (op *Op) check(alone bool) error {
 	}
 	if c.Algorithm == Concurrency && (op.Latency < 0 || op.Latency > algo.MaxUnitDelay) {
 		return fmt.Errorf("%w: latency %v is not within 0 to %v", ErrInvalidQuantity, op.Latency, algo.MaxUnitDelay)
+	}
+	if c.Algorithm == Concurrency && len(op.Lease) > MaxLeaseIDLen {
+		return fmt.Errorf("%w: a lease id is at most %d bytes, got %d", ErrInvalidLimit, MaxLeaseIDLen, len(op.Lease))
 	}
 	if c.Algorithm == Concurrency && op.Kind == OpRefund {
 		return nil // a release needs only the lease's key and id, and its latency

@@ -357,8 +357,9 @@ func checkKey(key string) error {
 // every edge.
 func storeKey(key string) string { return funnel.StoreKey("", key) }
 
-// maxLeaseID bounds a lease id, in bytes.
-const maxLeaseID = 1024
+// maxLeaseID bounds a lease id, in bytes: the stores' (every edge takes
+// the same).
+const maxLeaseID = funnel.MaxLeaseIDLen
 
 // checkName validates a policy name, defaulting it.
 func checkName(name, def string) (string, error) {

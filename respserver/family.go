@@ -401,8 +401,9 @@ func cmdFunnelAllowAll(c *conn, args [][]byte) {
 	}
 }
 
-// maxLeaseID is the longest lease id FUNNEL.ACQUIRE accepts.
-const maxLeaseID = 256
+// maxLeaseID is the longest lease id FUNNEL.ACQUIRE accepts: the stores'
+// (every edge takes the same).
+const maxLeaseID = funnel.MaxLeaseIDLen
 
 // acquireArgs are FUNNEL.ACQUIRE's arguments.
 type acquireArgs struct {

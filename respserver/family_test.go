@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/respserver"
 )
 
@@ -185,7 +186,8 @@ func TestFunnelBadInput(t *testing.T) {
 		{cmd("FUNNEL.ALLOWALL", "2", "LIMIT", "a", "gcra", "1", "1000", "LIMIT", "a", "gcra", "1", "1000"), `ERR a key appears twice in one call: "a"`},
 		{cmd("FUNNEL.ACQUIRE", "k", "0", "1000"), "ERR invalid limit concurrency 0, lease 1s: algo: count and period must be positive"},
 		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "ID"), "ERR wrong number of arguments for 'funnel.acquire' command"},
-		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "ID", ""), "ERR lease id must be 1 to 256 bytes"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "ID", ""), "ERR lease id must be 1 to 1024 bytes"},
+		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "ID", strings.Repeat("i", funnel.MaxLeaseIDLen+1)), "ERR lease id must be 1 to 1024 bytes"},
 		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "NAME", "x"), "ERR syntax error"},
 		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "BURST", "-1"), "ERR burst must not be negative"},
 		{cmd("FUNNEL.ACQUIRE", "k", "1", "1000", "BURST", "1099511627776"), "ERR invalid limit concurrency 1, lease 1s, burst 1099511627776, unit delay 0s: algo: count or count×period is too large"},

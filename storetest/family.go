@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -920,6 +921,11 @@ func testConcurrencyQueue(t *testing.T, newStore NewStore) {
 	expectErr(t, e, clock, s, ops(releaseAfter("none", "a", 300*ms)), funnel.ErrLeaseNotHeld)
 	expectErr(t, e, clock, s, ops(releaseAfter("q", "b", -1)), funnel.ErrInvalidQuantity)
 	expectErr(t, e, clock, s, ops(releaseAfter("q", "b", algo.MaxUnitDelay+1)), funnel.ErrInvalidQuantity)
+	// A lease id longer than funnel.MaxLeaseIDLen is refused, taking or
+	// releasing, and changes nothing.
+	long := strings.Repeat("i", funnel.MaxLeaseIDLen+1)
+	expectErr(t, e, clock, s, ops(acquire("q", q, long)), funnel.ErrInvalidLimit)
+	expectErr(t, e, clock, s, ops(release("q", long)), funnel.ErrInvalidLimit)
 	expect(t, e, clock, s, ops(peek), delayed(5, 1, 9*s, 400*ms))
 	// A release without a latency keeps the unit delay.
 	expect(t, e, clock, 2*s, ops(release("q", "b")), funnel.Result{Allowed: true, ResetAfter: 8 * s})
