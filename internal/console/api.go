@@ -304,7 +304,10 @@ type RuleReply struct {
 	Deny      bool   `json:"deny,omitempty"`
 	Shadow    bool   `json:"shadow_mode,omitempty"`
 	Quota     bool   `json:"quota_mode,omitempty"`
-	Where     string `json:"where,omitempty"`
+	// ChargeOverLimit is the rule's charge_over_limit: hits that overflow
+	// are charged anyway (see rules.Rule.ChargeOverLimit).
+	ChargeOverLimit bool   `json:"charge_over_limit,omitempty"`
+	Where           string `json:"where,omitempty"`
 }
 
 // DomainReply is one domain of RulesReply.
@@ -398,7 +401,7 @@ func (s *Server) rulesReply() RulesReply {
 				continue
 			}
 			rr := RuleReply{FullKey: ru.FullKey, Name: ru.Name, Unlimited: ru.Unlimited, Deny: ru.Deny(),
-				Shadow: ru.ShadowMode, Quota: ru.QuotaMode}
+				Shadow: ru.ShadowMode, Quota: ru.QuotaMode, ChargeOverLimit: ru.ChargeOverLimit}
 			switch {
 			case ru.Unlimited:
 				rr.Limit, rr.Rate = "unlimited", "unlimited"
@@ -412,7 +415,7 @@ func (s *Server) rulesReply() RulesReply {
 			if ru.File != "" {
 				rr.Where = fmt.Sprintf("%s:%d", ru.File, ru.Line)
 			}
-			fmt.Fprintf(h, "%s\x00%s\x00%t%t\n", rr.FullKey, rr.Limit, rr.Shadow, rr.Quota)
+			fmt.Fprintf(h, "%s\x00%s\x00%t%t%t\n", rr.FullKey, rr.Limit, rr.Shadow, rr.Quota, rr.ChargeOverLimit)
 			dr.Rules = append(dr.Rules, rr)
 			dr.Tree = insert(dr.Tree, ru.Path, &rr)
 		}

@@ -100,7 +100,7 @@ func TestBrowser(t *testing.T) {
 	})()`))
 	wantTree := []string{"message_type = marketing", "true",
 		"to_number (any value) | 5 per 24h0m0s | fixed_window | ",
-		"from_number (any value) | 10 per 1m0s, burst 2 | gcra | quota mode",
+		"from_number (any value) | 10 per 1m0s, burst 2 | gcra | quota mode,charge over limit",
 		"auth = login | 3 per 1s | sliding_window | shadow mode"}
 	if err != nil || strings.Join(tree, "\n") != strings.Join(wantTree, "\n") {
 		t.Fatalf("rules tree = %q, %v; want %q", tree, err, wantTree)

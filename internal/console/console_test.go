@@ -34,7 +34,7 @@ type stack struct {
 const password = "s3cret-pass"
 
 // stackRules are the rules of the stack's console: nested descriptors,
-// each algorithm's name, shadow and quota mode.
+// each algorithm's name, shadow and quota mode, charge_over_limit.
 const stackRules = `domain: messaging
 descriptors:
   - key: message_type
@@ -44,6 +44,7 @@ descriptors:
         rate_limit: {unit: day, requests_per_unit: 5}
       - key: from_number
         quota_mode: true
+        charge_over_limit: true
         rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 10, burst: 2}
   - key: auth
     value: login
