@@ -921,70 +921,39 @@ for i = 1, nops do
       elseif op.clear and op.exists then
         redis.call('DEL', op.key)
       end
-    elseif alg == 'o' and charge then
-      -- Recorded as a take's units, but the log keeps its newest count+1
-      -- entries (the units beyond them decide nothing; see algo.LogCharge).
-      -- Entries of one millisecond are numbered 1..k, as takes number
-      -- them: when the kept ones are all of the charge's millisecond, they
-      -- are written afresh.
-      local at = ceilms
-      local e = 0
-      if op.exists then
-        local newest = zlast(op.key)
-        if newest > at then
-          at = newest
-        end
-        e = redis.call('ZCOUNT', op.key, at, at)
-        if op.old > 0 then
-          redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
-        end
-      end
-      local keep = op.count + 1
-      local first, total = e, op.n + q
-      if e + q >= keep then
-        if op.exists then
-          redis.call('ZREMRANGEBYSCORE', op.key, 0, '+inf')
-        end
-        first, q, total = 0, keep, keep
-      end
-      local j = 0
-      local args = { 'ZADD', op.key, -op.period, MARK.o }
-      local k = 1
-      while j < q do
-        while j < q and k < 500 do
-          j, k = j + 1, k + 1
-          args[#args + 1] = at
-          args[#args + 1] = string.format('%d:%08d', at, first + j)
-        end
-        redis.call(unpack(args))
-        args, k = { 'ZADD', op.key }, 0
-      end
-      if total > keep then
-        redis.call('ZREMRANGEBYRANK', op.key, 1, total - keep)
-      end
-      redis.call('PEXPIRE', op.key, ms(at + op.period - nowms + slack))
     elseif alg == 'o' then
-      if take then
-        -- recorded at the millisecond at or after now, never below the
-        -- newest entry (a clock that went back)
+      if take or charge then
+        -- Recorded at the millisecond at or after now, never below the
+        -- newest entry (a clock that went back). A charge's units may go
+        -- past the count, and the log then keeps its newest count+1
+        -- entries (the units beyond them decide nothing; see
+        -- algo.LogCharge); an admitted take's never reach that bound.
+        -- Entries of one millisecond are numbered 1..k: when the kept ones
+        -- are all of the charge's millisecond, they are written afresh.
+        -- ZADD takes at most 500 members at a time (Lua's C stack). The
+        -- first also sets the marker's score to this limit's period (a
+        -- limit may change: the state is empty a period after its newest
+        -- entry, under the limit that wrote it last).
         local at = ceilms
+        local e = 0
         if op.exists then
           local newest = zlast(op.key)
           if newest > at then
             at = newest
           end
-        end
-        local base = 0
-        if op.exists then
-          base = redis.call('ZCOUNT', op.key, at, at)
+          e = redis.call('ZCOUNT', op.key, at, at)
           if op.old > 0 then
             redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
           end
         end
-        -- ZADD takes at most 500 members at a time (Lua's C stack). The
-        -- first also sets the marker's score to this limit's period (a
-        -- limit may change: the state is empty a period after its newest
-        -- entry, under the limit that wrote it last).
+        local keep = op.count + 1
+        local first, total = e, op.n + q
+        if e + q >= keep then
+          if op.exists then
+            redis.call('ZREMRANGEBYSCORE', op.key, 0, '+inf')
+          end
+          first, q, total = 0, keep, keep
+        end
         local j = 0
         local args = { 'ZADD', op.key, -op.period, MARK.o }
         local k = 1
@@ -992,10 +961,13 @@ for i = 1, nops do
           while j < q and k < 500 do
             j, k = j + 1, k + 1
             args[#args + 1] = at
-            args[#args + 1] = string.format('%d:%08d', at, base + j)
+            args[#args + 1] = string.format('%d:%08d', at, first + j)
           end
           redis.call(unpack(args))
           args, k = { 'ZADD', op.key }, 0
+        end
+        if total > keep then
+          redis.call('ZREMRANGEBYRANK', op.key, 1, total - keep)
         end
         redis.call('PEXPIRE', op.key, ms(at + op.period - nowms + slack))
       end
