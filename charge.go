@@ -67,7 +67,7 @@ func (l *Limiter) byQuantity(ctx context.Context, kind OpKind, key string, limit
 		return Result{}, err
 	}
 	if c.Algorithm == Concurrency {
-		return Result{}, fmt.Errorf("%w %v: a concurrency limit is not charged or peeked by quantity (take leases with Acquire)", ErrInvalidLimit, limit)
+		return Result{}, errByQuantity(&limit)
 	}
 	if err := checkN(n); err != nil {
 		return Result{}, err

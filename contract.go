@@ -64,6 +64,12 @@ func CheckOps(ops []Op, res []Result) error {
 	return nil
 }
 
+// errByQuantity is the error of a charge or a peek of N units of a
+// concurrency limit l, which takes leases instead.
+func errByQuantity(l *Limit) error {
+	return fmt.Errorf("%w %v: a concurrency limit is not charged or peeked by quantity (take leases with Acquire)", ErrInvalidLimit, *l)
+}
+
 // check is CheckOps's test of one op, alone in its call or not.
 func (op *Op) check(alone bool) error {
 	if op.Kind > OpPeek {
@@ -74,7 +80,7 @@ func (op *Op) check(alone bool) error {
 	}
 	c := &op.Limit
 	if (op.Kind == OpCharge || op.Kind == OpPeek) && c.Algorithm == Concurrency {
-		return fmt.Errorf("%w %v: a concurrency limit is not charged or peeked by quantity (take leases with Acquire)", ErrInvalidLimit, c.Limit)
+		return errByQuantity(&c.Limit)
 	}
 	if c.Algorithm == Concurrency && (op.Latency < 0 || op.Latency > algo.MaxUnitDelay) {
 		return fmt.Errorf("%w: latency %v is not within 0 to %v", ErrInvalidQuantity, op.Latency, algo.MaxUnitDelay)
