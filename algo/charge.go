@@ -78,10 +78,7 @@ func LogCharge(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 	}
 	times = trimLog(times, Millis(now)-p.Period)
 	if q > 0 {
-		at := CeilMillis(now)
-		if n := len(times); n > 0 && times[n-1] > at {
-			at = times[n-1] // the clock went back: keep the log ascending
-		}
+		at := logAt(now, times)
 		keep := p.Count + 1
 		add := min(q, keep)
 		if drop := int64(len(times)) + add - keep; drop > 0 {

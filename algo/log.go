@@ -33,10 +33,7 @@ func LogDecide(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 		r.RetryAfter = Until(now, times[n+q-p.Count-1]+p.Period)
 	default:
 		r.Allowed = true
-		at := CeilMillis(now)
-		if n > 0 && times[n-1] > at {
-			at = times[n-1] // the clock went back: keep the log ascending
-		}
+		at := logAt(now, times)
 		for i := int64(0); i < q; i++ {
 			times = append(times, at)
 		}
@@ -69,6 +66,17 @@ func LogProbe(now int64, times []int64, p WindowParams, q int64) (Result, error)
 		r.Allowed, r.RetryAfter = false, Until(now, times[n+q-p.Count-1]+p.Period)
 	}
 	return r, nil
+}
+
+// logAt is the millisecond at which units are recorded in the log times
+// at now: now's, rounded up, or the newest entry's if later (the clock went
+// back: the log stays ascending).
+func logAt(now int64, times []int64) int64 {
+	at := CeilMillis(now)
+	if n := len(times); n > 0 && times[n-1] > at {
+		at = times[n-1]
+	}
+	return at
 }
 
 // trimLog drops the entries at or before cutoff.
