@@ -88,7 +88,7 @@ func ClassOf(err error) Class {
 		return ClassWrongType
 	case errors.Is(err, ErrCrossSlot):
 		return ClassCrossSlot
-	case errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidQuantity), errors.Is(err, ErrDuplicateKey), errors.Is(err, ErrLeaseNotHeld),
+	case errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidQuantity), errors.Is(err, ErrDuplicateKey), errors.Is(err, ErrLeaseNotHeld), errors.Is(err, ErrUnknownReservation),
 		errors.Is(err, gcra.ErrZeroRate), errors.Is(err, gcra.ErrNegative), errors.Is(err, gcra.ErrOverflow),
 		errors.Is(err, algo.ErrZeroSize), errors.Is(err, algo.ErrNegative), errors.Is(err, algo.ErrPeriodTooShort),
 		errors.Is(err, algo.ErrOverflow), errors.Is(err, algo.ErrTooManyEvents), isGCRACommandError(err):
