@@ -1,0 +1,123 @@
+-- A part of family.lua, written into it where a line says "--> settle.lua"
+-- (see include in scripts.go), before the ops are parsed: a reservation's
+-- call (see reserve.go). Kind 'v' reserves: a take of the estimate whose
+-- admission records the reservation under KEYS[3] (see record.lua). Kind
+-- 'e' settles reservation KEYS[3] at the actual units ARGV[6], ARGV[7] (on
+-- two limbs): it reads the record and makes the op that the general path
+-- then applies, from the record's limit, into A (the general path's
+-- arguments, ARGV for every other call): a charge of what the actual
+-- exceeds the estimate by, or a charge of 0 (a peek) after giveback.lua
+-- has given back what the estimate exceeds the actual by (gh, gl). A
+-- reservation that is absent, or whose TTL has ended at now, answers
+-- { now's seconds, nanoseconds, -1 }.
+--
+-- A record is one line of numbers, then the limit (funnel.EncodeLimit):
+-- "<settled: 0 or 1> <actual s> <actual ns> <end s> <end ns> <ms>
+-- <estimate s> <estimate ns> <interval s> <interval ns> <algorithm>
+-- <ban s> <ban ns> <parameters>\n<limit>", amounts on two limbs (s: the
+-- quotient by 10^9, ns: the remainder) and the parameters of the
+-- algorithm as the take's (g l: the tolerance; f s o: count and period,
+-- and for a calendar's fixed window four spans: the take's three and the
+-- next) but for the cost of a funnel's op, which is the interval times
+-- its units.
+local A, settle = ARGV, ARGV[5] == 'e'
+local rec, limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
+if settle then
+  rec = redis.call('GET', KEYS[3])
+  if not rec then
+    return { nh, nl, -1 }
+  end
+  local f = {}
+  local head
+  head, limit = string.match(rec, '^([^\n]*)\n(.*)$')
+  if head then
+    for w in string.gmatch(head, '%S+') do
+      f[#f + 1] = w
+    end
+  end
+  if #f < 15 then
+    return redis.error_reply('ERR funnel: reservation ' .. KEYS[3] .. ' holds a record that is not ours')
+  end
+  if not less(nh, nl, f[4] + 0, f[5] + 0) then
+    -- its TTL has ended (a test clock ahead of Redis's expiry)
+    return { nh, nl, -1 }
+  end
+  -- mul returns a × b on two limbs, exactly, or false past 2^63 - 1: in
+  -- digits of 10^6, whose products stay exact in a double.
+  mul = function(xh, xl, yh, yl)
+    local function digits(h, l)
+      local l0 = l % 1000000
+      local h0 = h % 1000
+      local top = (h - h0) / 1000
+      local d2 = top % 1000000
+      return { l0, (l - l0) / 1000000 + h0 * 1000, d2, (top - d2) / 1000000 }
+    end
+    local x, y, c = digits(xh, xl), digits(yh, yl), {}
+    for k = 1, 7 do
+      c[k] = 0
+    end
+    for i = 1, 4 do
+      for j = 1, 4 do
+        c[i + j - 1] = c[i + j - 1] + x[i] * y[j]
+      end
+    end
+    for k = 1, 6 do
+      local r = c[k] % 1000000
+      c[k + 1] = c[k + 1] + (c[k] - r) / 1000000
+      c[k] = r
+    end
+    if c[5] > 0 or c[6] > 0 or c[7] > 0 then
+      return false
+    end
+    local r1 = c[2] % 1000
+    local h, l = (c[2] - r1) / 1000 + c[3] * 1000 + c[4] * E9, c[1] + r1 * 1000000
+    if h > 9223372036 or (h == 9223372036 and l > 854775807) then
+      return false
+    end
+    return h, l
+  end
+  again = f[1] == '1'
+  sm, eh, el, ih, il = f[6] + 0, f[7] + 0, f[8] + 0, f[9] + 0, f[10] + 0
+  if again then
+    ah, al = f[2] + 0, f[3] + 0
+  else
+    ah, al = ARGV[6] + 0, ARGV[7] + 0
+  end
+  local alg = f[11]
+  local q, ch, cl = 0, 0, 0
+  if not again and less(eh, el, ah, al) then
+    -- a charge of the difference
+    local dh, dl = sub(ah, al, eh, el)
+    if alg == 'g' or alg == 'l' then
+      q, ch, cl = 1, mul(ih, il, dh, dl)
+      if not ch then
+        -- beyond any TAT: the charge answers that it does not fit
+        ch, cl = 9223372037, 0
+      end
+    else
+      q = dh * E9 + dl
+      if alg == 'o' and q > f[14] + 1 then
+        -- a log keeps count+1 entries of a charge at most
+        q = f[14] + 1
+      end
+    end
+  elseif not again and less(ah, al, eh, el) then
+    gh, gl = sub(eh, el, ah, al)
+  end
+  A = { '', '', '', '', 'c', alg, q, f[12], f[13] }
+  if alg == 'g' or alg == 'l' then
+    A[10], A[11], A[12], A[13] = ch, cl, f[14], f[15]
+  else
+    A[10], A[11] = f[14], f[15]
+    if alg == 'f' and f[15] == '0' then
+      -- the three spans around now: the take's, or the next three
+      local j = 16
+      if f[24] and nowms >= f[20] + 0 then
+        j = 18
+      end
+      for k = 0, 5 do
+        A[12 + k] = f[j + k]
+      end
+    end
+  end
+end
