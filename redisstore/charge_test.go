@@ -59,8 +59,10 @@ func TestChargeKeyExpiresWithTheDebt(t *testing.T) {
 
 // BenchmarkChargeRedis is one call at a time on one hot key, per
 // algorithm: a take of one unit (AllowN: gcra.lua for the funnel, the inline
-// paths of family.lua for the others), a charge of one (Charge) and a peek
-// of one (PeekN), both on family.lua's general path. It reports the CPU
+// paths of family.lua for the others), a charge of one (Charge), a peek
+// of one (PeekN) and a reservation of one (Reserve), all three on
+// family.lua's general path; then settles (Settle) of reservations made
+// before, one a call. It reports the CPU
 // Redis spends in the script per call (INFO commandstats).
 func BenchmarkChargeRedis(b *testing.B) {
 	srv := redistest.StartServer(b)
@@ -81,6 +83,7 @@ func BenchmarkChargeRedis(b *testing.B) {
 			{"allow", func(key string) error { _, err := lim.AllowN(ctx, key, l, 1); return err }},
 			{"charge", func(key string) error { _, err := lim.Charge(ctx, key, l, 1); return err }},
 			{"peek", func(key string) error { _, err := lim.PeekN(ctx, key, l, 1); return err }},
+			{"reserve", func(key string) error { _, _, err := lim.Reserve(ctx, key, l, 1, time.Minute); return err }},
 		} {
 			b.Run(l.Algorithm.String()+"/"+call.name, func(b *testing.B) {
 				key := "hot:" + l.Algorithm.String() + ":" + call.name
@@ -98,17 +101,58 @@ func BenchmarkChargeRedis(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				stats, err := srv.Info("commandstats")
-				if err != nil {
+				reportScriptTime(b, srv)
+			})
+		}
+		// A settle below its estimate (a give back) and above it (a
+		// charge), each of a reservation made before, on a key of its own
+		// (a hot log would refuse the reservations).
+		for _, settle := range []struct {
+			name             string
+			estimate, actual int64
+		}{{"settle-below", 2, 1}, {"settle-above", 1, 2}} {
+			b.Run(l.Algorithm.String()+"/"+settle.name, func(b *testing.B) {
+				keys := make([]string, b.N)
+				ids := make([]string, b.N)
+				for i := range b.N {
+					keys[i] = "settle:" + l.Algorithm.String() + ":" + strconv.Itoa(i)
+					rsv, r, err := lim.Reserve(ctx, keys[i], l, settle.estimate, time.Minute)
+					if err != nil || !r.Allowed {
+						b.Fatal(r, err)
+					}
+					ids[i] = rsv.ID
+				}
+				if err := c.ConfigResetStat(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
-				for _, kv := range strings.Split(stats["cmdstat_evalsha"], ",") {
-					if k, v, _ := strings.Cut(kv, "="); k == "usec_per_call" {
-						f, _ := strconv.ParseFloat(v, 64)
-						b.ReportMetric(f, "redis-µs/op")
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					if _, err := lim.Settle(ctx, keys[i], ids[i], settle.actual); err != nil {
+						b.Fatal(err)
 					}
 				}
+				b.StopTimer()
+				reportScriptTime(b, srv)
+				if err := c.FlushAll(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
 			})
+		}
+	}
+}
+
+// reportScriptTime reports the CPU Redis spent per script call since its
+// statistics were reset (INFO commandstats).
+func reportScriptTime(b *testing.B, srv *redistest.Server) {
+	stats, err := srv.Info("commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, kv := range strings.Split(stats["cmdstat_evalsha"], ",") {
+		if k, v, _ := strings.Cut(kv, "="); k == "usec_per_call" {
+			f, _ := strconv.ParseFloat(v, 64)
+			b.ReportMetric(f, "redis-µs/op")
 		}
 	}
 }

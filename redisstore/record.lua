@@ -7,8 +7,8 @@
 -- with its TTL. A settle that applied its op marks the record settled at
 -- its actual units, keeping its expiry, and adds to the reply whether the
 -- reservation was settled before, the actual units (the first settle's
--- when it was), the estimate (both on two limbs) and the bytes of the
--- limit.
+-- when it was), the estimate (both on two limbs) and the limit, a string
+-- (which the client returns as its bytes).
 if ARGV[5] == 'v' then
   if all then
     local ttl = ARGV[a] + 0
@@ -23,7 +23,7 @@ if ARGV[5] == 'v' then
 elseif settle then
   if not again and ops[1].status ~= 2 then
     local px = redis.call('PTTL', KEYS[3])
-    local v = string.format('1 %d %d ', ah, al) .. string.match(rec, '^%S+ %S+ %S+ (.*)$')
+    local v = string.format('1 %d %d ', ah, al) .. rest
     if px > 0 then
       redis.call('SET', KEYS[3], v, 'PX', px)
     else
@@ -39,7 +39,5 @@ elseif settle then
   out[#out + 1] = al
   out[#out + 1] = eh
   out[#out + 1] = el
-  for i = 1, #limit do
-    out[#out + 1] = string.byte(limit, i)
-  end
+  out[#out + 1] = limit
 end

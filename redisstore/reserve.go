@@ -172,7 +172,7 @@ func (s *Store) Settle(ctx context.Context, key, id string, actual int64) (funne
 // decodeSettle computes the Settlement from a settle's reply: now, the six
 // integers of a charge (of the units the actual exceeds the estimate by,
 // or of 0), whether the reservation was settled before, the actual units
-// and the estimate on two limbs, and the bytes of the limit.
+// and the estimate on two limbs, and the limit (its bytes: see runner).
 func decodeSettle(v []int64, key, id string, actual int64) (funnel.Settlement, error) {
 	if len(v) == 3 && v[2] == -1 {
 		return funnel.Settlement{}, fmt.Errorf("%w: %q of key %q", funnel.ErrUnknownReservation, id, key)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
 )
@@ -70,7 +71,7 @@ func do1(t *testing.T, s *redisstore.Store, op funnel.Op) funnel.Result {
 	return res[0]
 }
 
-// TestReserveSettleAsTakeAndCharge checks a reservation against the ops it
+// TestReserveSettleAsTakeAndCharge checks, on both clients, a reservation against the ops it
 // is made of, on a twin key that gets them through Do at the same
 // instants: a Reserve answers as the take of its estimate, a Settle above
 // the estimate as the charge of the difference, at the estimate as a
@@ -78,7 +79,20 @@ func do1(t *testing.T, s *redisstore.Store, op funnel.Op) funnel.Result {
 // full in the window it was taken in, as the refund of the difference
 // then a charge of 0.
 func TestReserveSettleAsTakeAndCharge(t *testing.T) {
-	s, _, clock := reserveStore(t)
+	t.Run("go-redis", func(t *testing.T) {
+		s, _, clock := reserveStore(t)
+		testReserveSettleAsTakeAndCharge(t, s, clock)
+	})
+	t.Run("rueidis", func(t *testing.T) {
+		srv := redistest.StartServer(t)
+		var clock atomic.Int64
+		clock.Store(storetestDay0)
+		s := redisstore.NewRueidis(newRueidis(t, srv.Addr), redisstore.Options{Now: clock.Load, Prefix: "rsv-test:"})
+		testReserveSettleAsTakeAndCharge(t, s, &clock)
+	})
+}
+
+func testReserveSettleAsTakeAndCharge(t *testing.T, s *redisstore.Store, clock *atomic.Int64) {
 	ctx := context.Background()
 	for _, l := range reserveLimits {
 		c := mustCheck(t, l)
@@ -336,5 +350,79 @@ func TestSettleFunnelExact(t *testing.T) {
 		if _, err := s.Settle(ctx, key, "id", actual); !errors.Is(err, funnel.ErrInvalidQuantity) {
 			t.Errorf("%v: Settle past int64 = %v, want ErrInvalidQuantity", l, err)
 		}
+	}
+}
+
+// TestReserveSlots checks that a reservation lives in its key's hash slot
+// on a Redis Cluster, and in its key's shard on a Ring, whatever the key
+// (with or without a hash tag), and that it settles there.
+func TestReserveSlots(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { cc.Close() })
+	a, b := redistest.StartServer(t), redistest.StartServer(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { ring.Close() })
+	ctx := context.Background()
+	c := mustCheck(t, funnel.Limit{Algorithm: funnel.SlidingLog, Count: 10, Period: time.Minute, Ban: time.Second})
+	for _, client := range []redisstore.Client{cc, ring} {
+		s := redisstore.New(client, redisstore.Options{Prefix: "p:", Timeout: 10 * time.Second})
+		for i := range 40 {
+			key := "key" + strconv.Itoa(i)
+			if i%3 == 0 {
+				key = "{tag" + strconv.Itoa(i) + "}k"
+			}
+			r, err := s.Reserve(ctx, key, c, 4, "id"+strconv.Itoa(i), time.Minute)
+			if err != nil || !r.Allowed || r.Remaining != 6 {
+				t.Fatalf("Reserve(%s) = %+v, %v", key, r, err)
+			}
+			st, err := s.Settle(ctx, key, "id"+strconv.Itoa(i), 1)
+			if err != nil || st.Remaining != 9 || st.Again {
+				t.Fatalf("Settle(%s) = %+v, %v", key, st, err)
+			}
+			st, err = s.Settle(ctx, key, "id"+strconv.Itoa(i), 2)
+			if err != nil || st.Remaining != 9 || !st.Again || st.Actual != 1 {
+				t.Fatalf("a second Settle(%s) = %+v, %v", key, st, err)
+			}
+		}
+	}
+}
+
+// TestReserveUnavailable checks that a Reserve that cannot reach Redis
+// answers the fallback and records nothing, and that a Settle fails with
+// an error that wraps ErrUnavailable, after which the reservation settles
+// once Redis is back.
+func TestReserveUnavailable(t *testing.T) {
+	srv := redistest.StartServer(t, "--save", "", "--appendonly", "yes")
+	ctx := context.Background()
+	c := mustCheck(t, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Hour})
+	closed := redisstore.New(srv.Client(), redisstore.Options{Timeout: time.Second})
+	open := redisstore.New(srv.Client(), redisstore.Options{Timeout: time.Second, Fail: funnel.FailOpen})
+	if r, err := closed.Reserve(ctx, "k", c, 3, "kept", time.Hour); err != nil || !r.Allowed || r.Fallback {
+		t.Fatalf("Reserve with Redis up = %+v, %v", r, err)
+	}
+	srv.Stop()
+	for _, s := range []*redisstore.Store{closed, open} {
+		r, err := s.Reserve(ctx, "k", c, 3, "lost", time.Hour)
+		if want := (funnel.Result{Fallback: true, Allowed: s == open, Limit: 10}); err != nil || r != want {
+			t.Fatalf("Reserve with Redis down = %+v, %v; want %+v", r, err, want)
+		}
+		if _, err := s.Settle(ctx, "k", "kept", 1); !errors.Is(err, funnel.ErrUnavailable) {
+			t.Fatalf("Settle with Redis down = %v, want ErrUnavailable", err)
+		}
+	}
+	srv.MustStart()
+	var st funnel.Settlement
+	var err error
+	eventually.True(t, "a settle once Redis is back", func() bool {
+		st, err = closed.Settle(ctx, "k", "kept", 1)
+		return !errors.Is(err, funnel.ErrUnavailable)
+	})
+	if err != nil || st.Again || st.Remaining != 9 {
+		t.Fatalf("Settle with Redis back = %+v, %v; want settled, 9 remaining", st, err)
+	}
+	if _, err := closed.Settle(ctx, "k", "lost", 1); !errors.Is(err, funnel.ErrUnknownReservation) {
+		t.Fatalf("Settle of the reservation made while Redis was down = %v, want ErrUnknownReservation", err)
 	}
 }

@@ -21,24 +21,22 @@
 -- next) but for the cost of a funnel's op, which is the interval times
 -- its units.
 local A, settle = ARGV, ARGV[5] == 'e'
-local rec, limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
+local rest, limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
 if settle then
-  rec = redis.call('GET', KEYS[3])
+  local rec = redis.call('GET', KEYS[3])
   if not rec then
     return { nh, nl, -1 }
   end
-  local f = {}
-  local head
-  head, limit = string.match(rec, '^([^\n]*)\n(.*)$')
-  if head then
-    for w in string.gmatch(head, '%S+') do
-      f[#f + 1] = w
-    end
+  local flag, h1, l1, uh, ul, alg, bh, bl, p1, p2, spans
+  flag, h1, l1, rest = string.match(rec, '^([01]) (%d+) (%d+) (.*)$')
+  if rest then
+    uh, ul, sm, eh, el, ih, il, alg, bh, bl, p1, p2, spans, limit = string.match(rest,
+      '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%a) (%d+) (%d+) (%d+) (%d+)([^\n]*)\n(.*)$')
   end
-  if #f < 15 then
+  if not limit then
     return redis.error_reply('ERR funnel: reservation ' .. KEYS[3] .. ' holds a record that is not ours')
   end
-  if not less(nh, nl, f[4] + 0, f[5] + 0) then
+  if not less(nh, nl, uh + 0, ul + 0) then
     -- its TTL has ended (a test clock ahead of Redis's expiry)
     return { nh, nl, -1 }
   end
@@ -76,14 +74,13 @@ if settle then
     end
     return h, l
   end
-  again = f[1] == '1'
-  sm, eh, el, ih, il = f[6] + 0, f[7] + 0, f[8] + 0, f[9] + 0, f[10] + 0
+  again = flag == '1'
+  sm, eh, el, ih, il = sm + 0, eh + 0, el + 0, ih + 0, il + 0
   if again then
-    ah, al = f[2] + 0, f[3] + 0
+    ah, al = h1 + 0, l1 + 0
   else
     ah, al = ARGV[6] + 0, ARGV[7] + 0
   end
-  local alg = f[11]
   local q, ch, cl = 0, 0, 0
   if not again and less(eh, el, ah, al) then
     -- a charge of the difference
@@ -96,27 +93,31 @@ if settle then
       end
     else
       q = dh * E9 + dl
-      if alg == 'o' and q > f[14] + 1 then
+      if alg == 'o' and q > p1 + 1 then
         -- a log keeps count+1 entries of a charge at most
-        q = f[14] + 1
+        q = p1 + 1
       end
     end
   elseif not again and less(ah, al, eh, el) then
     gh, gl = sub(eh, el, ah, al)
   end
-  A = { '', '', '', '', 'c', alg, q, f[12], f[13] }
+  A = { '', '', '', '', 'c', alg, q, bh, bl }
   if alg == 'g' or alg == 'l' then
-    A[10], A[11], A[12], A[13] = ch, cl, f[14], f[15]
+    A[10], A[11], A[12], A[13] = ch, cl, p1, p2
   else
-    A[10], A[11] = f[14], f[15]
-    if alg == 'f' and f[15] == '0' then
+    A[10], A[11] = p1, p2
+    if alg == 'f' and p2 == '0' then
       -- the three spans around now: the take's, or the next three
-      local j = 16
-      if f[24] and nowms >= f[20] + 0 then
-        j = 18
+      local sp = {}
+      for w in string.gmatch(spans, '%d+') do
+        sp[#sp + 1] = w
+      end
+      local j = 1
+      if sp[8] and nowms >= sp[5] + 0 then
+        j = 3
       end
       for k = 0, 5 do
-        A[12 + k] = f[j + k]
+        A[12 + k] = sp[j + k]
       end
     end
   end
