@@ -213,7 +213,7 @@ type shard struct {
 	famPeak int                // the most keys fam held since it was made
 	bans    map[string]int64   // banned keys: the instant each ban ends
 	banPeak int
-	keys    *atomic.Int64 // the store's count of keys when bounded, else nil
+	keys    *atomic.Int64            // the store's count of keys when bounded, else nil
 	resv    map[resvKey]*reservation // reservations of the shard's keys (reserve.go)
 	resPeak int
 	// Keep neighbouring shards' locks on separate cache lines (a shard is
