@@ -892,6 +892,10 @@ type Stats struct {
 	// Bans is the number of bans held, including any that have ended but
 	// have not been dropped yet.
 	Bans int
+	// Reservations is the number of reservations held (Reserve), settled
+	// or not, including any whose TTL has ended but that have not been
+	// dropped yet.
+	Reservations int
 	// Expired counts keys dropped because their state was empty.
 	Expired uint64
 	// Evicted counts keys dropped to respect MaxKeys while still limited.
@@ -922,6 +926,7 @@ func (s *Store) Stats() Stats {
 		sh.mu.Lock()
 		st.Keys += sh.live + len(sh.fam)
 		st.Bans += len(sh.bans)
+		st.Reservations += len(sh.resv)
 		st.Expired += sh.expired
 		st.Evicted += sh.evicted
 		t := sh.table.Load()
