@@ -40,8 +40,10 @@ func (s *Store) reserveKey(key, id string) (string, error) {
 // Reserve takes estimate units of key under limit as Do takes them (one
 // OpTake: bans, a leaky bucket's Delay, the same errors) and, when they
 // are admitted, records reservation id for ttl beside the key, in the
-// same script call (see funnel.ReserveStore). When Redis cannot be
-// reached in time it answers the fallback and records nothing.
+// same script call (see funnel.ReserveStore). An id that a live
+// reservation of key holds, settled or not, is refused (ErrInvalidLimit)
+// and nothing changes. When Redis cannot be reached in time it answers
+// the fallback and records nothing.
 func (s *Store) Reserve(ctx context.Context, key string, limit funnel.Checked, estimate int64, id string, ttl time.Duration) (funnel.Result, error) {
 	if err := funnel.CheckReserve(key, &limit, estimate, id, ttl); err != nil {
 		return funnel.Result{}, err
@@ -85,6 +87,9 @@ func (s *Store) Reserve(ctx context.Context, key string, limit funnel.Checked, e
 		s.fallbacks.Add(1)
 		s.failed(err)
 		return funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: limit.Capacity()}, nil
+	}
+	if len(v) == 3 && v[2] == -2 {
+		return funnel.Result{}, fmt.Errorf("%w: reservation id %q of key %q is in use", funnel.ErrInvalidLimit, id, key)
 	}
 	res := make([]funnel.Result, 1)
 	if err := decodeFamily(v, ops, res); err != nil {

@@ -426,3 +426,32 @@ func TestReserveUnavailable(t *testing.T) {
 		t.Fatalf("Settle of the reservation made while Redis was down = %v, want ErrUnknownReservation", err)
 	}
 }
+
+// TestReserveIDInUse checks that a reserve under an id that a live
+// reservation of the key holds (pending or settled) is refused and changes
+// nothing, as the memory store refuses it, and that the id may be used
+// again once its TTL has ended.
+func TestReserveIDInUse(t *testing.T) {
+	s, _, clock := reserveStore(t)
+	ctx := context.Background()
+	c := mustCheck(t, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Hour})
+	if _, err := s.Reserve(ctx, "k", c, 3, "id", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, settled := range []bool{false, true} {
+		if _, err := s.Reserve(ctx, "k", c, 2, "id", time.Minute); !errors.Is(err, funnel.ErrInvalidLimit) {
+			t.Fatalf("a reserve under an id in use (settled %v): %v, want ErrInvalidLimit", settled, err)
+		}
+		if st, err := s.Settle(ctx, "k", "id", 3); err != nil || st.Remaining != 7 || st.Estimate != 3 {
+			t.Fatalf("Settle after the refused reserve: %+v, %v; want 7 remaining, estimate 3", st, err)
+		}
+	}
+	// Another key's reservation of the same id.
+	if r, err := s.Reserve(ctx, "k2", c, 2, "id", time.Minute); err != nil || !r.Allowed {
+		t.Fatalf("the same id on another key: %+v, %v", r, err)
+	}
+	clock.Add(int64(time.Second))
+	if r, err := s.Reserve(ctx, "k", c, 2, "id", time.Minute); err != nil || r.Remaining != 5 {
+		t.Fatalf("the id once its TTL has ended: %+v, %v; want 5 remaining", r, err)
+	}
+}

@@ -1,7 +1,9 @@
 -- A part of family.lua, written into it where a line says "--> settle.lua"
 -- (see include in scripts.go), before the ops are parsed: a reservation's
 -- call (see reserve.go). Kind 'v' reserves: a take of the estimate whose
--- admission records the reservation under KEYS[3] (see record.lua). Kind
+-- admission records the reservation under KEYS[3] (see record.lua), unless
+-- a live reservation holds that key already, when it answers { now's
+-- seconds, nanoseconds, -2 } and changes nothing. Kind
 -- 'e' settles reservation KEYS[3] at the actual units ARGV[6], ARGV[7] (on
 -- two limbs): it reads the record and makes the op that the general path
 -- then applies, from the record's limit, into A (the general path's
@@ -22,7 +24,17 @@
 -- its units.
 local A, settle = ARGV, ARGV[5] == 'e'
 local rest, limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
-if settle then
+if ARGV[5] == 'v' then
+  -- An id that a live reservation of the key holds is refused:
+  -- { now's seconds, nanoseconds, -2 }.
+  local rec = redis.call('GET', KEYS[3])
+  if rec then
+    local uh, ul = string.match(rec, '^[01] %d+ %d+ (%d+) (%d+) ')
+    if not uh or less(nh, nl, uh + 0, ul + 0) then
+      return { nh, nl, -2 }
+    end
+  end
+elseif settle then
   local rec = redis.call('GET', KEYS[3])
   if not rec then
     return { nh, nl, -1 }
