@@ -10,6 +10,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/redisstore"
 )
 
@@ -153,6 +154,45 @@ func reportScriptTime(b *testing.B, srv *redistest.Server) {
 		if k, v, _ := strings.Cut(kv, "="); k == "usec_per_call" {
 			f, _ := strconv.ParseFloat(v, 64)
 			b.ReportMetric(f, "redis-µs/op")
+		}
+	}
+}
+
+// TestRefundOfADebt checks that a refund of more units than a window's
+// count gives them all back from a window charged into debt, as memstore
+// does: 1 taken and 9 charged into a window of 4, then 6 refunded, leave 4
+// (within the limit), not 5.
+func TestRefundOfADebt(t *testing.T) {
+	srv := redistest.StartServer(t)
+	var clock atomic.Int64
+	clock.Store(storetestDay0 + int64(250*time.Millisecond) + 1)
+	redis := redisstore.New(srv.Client(), redisstore.Options{Now: clock.Load, Prefix: "refund-debt:"})
+	mem := memstore.New(memstore.Options{Now: clock.Load})
+	defer mem.Close()
+	ctx := context.Background()
+	for _, l := range []funnel.Limit{
+		{Algorithm: funnel.FixedWindow, Count: 4, Period: time.Second},
+		{Algorithm: funnel.FixedWindow, Count: 4, Calendar: funnel.Daily, Location: kolkata},
+		{Algorithm: funnel.SlidingWindow, Count: 4, Period: time.Second},
+		{Algorithm: funnel.SlidingLog, Count: 4, Period: time.Second},
+	} {
+		c, err := l.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := l.String()
+		for _, op := range []funnel.Op{
+			{Kind: funnel.OpTake, Key: key, Limit: c, N: 1},
+			{Kind: funnel.OpCharge, Key: key, Limit: c, N: 9},
+			{Kind: funnel.OpRefund, Key: key, Limit: c, N: 6},
+			{Kind: funnel.OpTake, Key: key, Limit: c, N: 0},
+		} {
+			got, want := make([]funnel.Result, 1), make([]funnel.Result, 1)
+			gerr := redis.Do(ctx, []funnel.Op{op}, got)
+			werr := mem.Do(ctx, []funnel.Op{op}, want)
+			if gerr != nil || werr != nil || got[0] != want[0] {
+				t.Fatalf("%v: %v %d: Redis %+v, %v; memstore %+v, %v", l, op.Kind, op.N, got[0], gerr, want[0], werr)
+			}
 		}
 	}
 }
