@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
+	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/redisstore"
@@ -193,6 +196,45 @@ func TestRefundOfADebt(t *testing.T) {
 			if gerr != nil || werr != nil || got[0] != want[0] {
 				t.Fatalf("%v: %v %d: Redis %+v, %v; memstore %+v, %v", l, op.Kind, op.N, got[0], gerr, want[0], werr)
 			}
+		}
+	}
+}
+
+// TestChargeOverflowOfAnotherKind checks that a funnel's charge whose cost
+// does not fit in int64 on a key that holds another algorithm's state is
+// refused as memstore refuses it, for the state (ErrWrongType) rather than
+// the quantity, and for the quantity on a key of its own kind.
+func TestChargeOverflowOfAnotherKind(t *testing.T) {
+	srv := redistest.StartServer(t)
+	var clock atomic.Int64
+	clock.Store(storetestDay0)
+	redis := redisstore.New(srv.Client(), redisstore.Options{Now: clock.Load, Prefix: "overflow-kind:"})
+	mem := memstore.New(memstore.Options{Now: clock.Load})
+	defer mem.Close()
+	ctx := context.Background()
+	log, err := funnel.Limit{Algorithm: funnel.SlidingLog, Count: 4, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaky, err := funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 4, Period: 900 * time.Millisecond, Burst: 3}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []funnel.Op{
+		{Kind: funnel.OpTake, Key: "k", Limit: log, N: 1},
+		{Kind: funnel.OpCharge, Key: "k", Limit: leaky, N: algo.MaxCount},
+		{Kind: funnel.OpCharge, Key: "k2", Limit: leaky, N: algo.MaxCount},
+	} {
+		got, want := make([]funnel.Result, 1), make([]funnel.Result, 1)
+		gerr := redis.Do(ctx, []funnel.Op{op}, got)
+		werr := mem.Do(ctx, []funnel.Op{op}, want)
+		for _, kind := range []error{funnel.ErrWrongType, gcra.ErrOverflow} {
+			if errors.Is(gerr, kind) != errors.Is(werr, kind) {
+				t.Fatalf("%v %d of %q: Redis %v; memstore %v", op.Kind, op.N, op.Key, gerr, werr)
+			}
+		}
+		if werr == nil && got[0] != want[0] {
+			t.Fatalf("%v %d of %q: Redis %+v; memstore %+v", op.Kind, op.N, op.Key, got[0], want[0])
 		}
 	}
 }

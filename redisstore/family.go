@@ -141,10 +141,12 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 	a := []string{kind, alg, "", limb(int64(ban / time.Second)), limb(int64(ban % time.Second))}
 	switch c.Algorithm {
 	case funnel.GCRA, funnel.LeakyBucket:
+		// A cost beyond int64 refunds everything, and a charge of it does
+		// not fit (the script says so once it has read the key's kind).
 		cost := int64(math.MaxInt64)
 		if q == 0 || c.GCRA.Interval <= math.MaxInt64/q {
 			cost = c.GCRA.Interval * q
-		} else if op.Kind != funnel.OpRefund {
+		} else if op.Kind != funnel.OpRefund && op.Kind != funnel.OpCharge {
 			return nil, gcra.ErrOverflow
 		}
 		a[2] = limb(min(q, 1<<52)) // the cost carries it; Lua only tests q > 0
