@@ -10,7 +10,6 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/algo"
-	"github.com/funnelrl/funnel/gcra"
 )
 
 // Reservations (funnel.ReserveStore). A reservation is a string key of
@@ -212,13 +211,8 @@ func decodeSettle(v []int64, key, id string, actual int64) (funnel.Settlement, e
 	} else if actual > estimate {
 		op.N = actual - estimate
 	}
-	if v[2] == 2 {
-		err := error(algo.ErrOverflow)
-		if c.Algorithm == funnel.GCRA || c.Algorithm == funnel.LeakyBucket {
-			err = gcra.ErrOverflow
-		}
-		return funnel.Settlement{}, fmt.Errorf("%w %d: %w", funnel.ErrInvalidQuantity, actual, err)
-	}
+	// (A charge that does not fit is gcra's or algo's ErrOverflow, which
+	// Limiter.Settle wraps in ErrInvalidQuantity.)
 	res := make([]funnel.Result, 1)
 	if err := decodeFamily(v[:8], []funnel.Op{op}, res); err != nil {
 		return funnel.Settlement{}, err

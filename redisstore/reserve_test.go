@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/eventually"
 	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/redisstore"
@@ -253,8 +254,8 @@ func TestSettleErrors(t *testing.T) {
 		t.Errorf("Settle(-1) = %v, want ErrInvalidQuantity", err)
 	}
 	before := do1(t, s, funnel.Op{Kind: funnel.OpCharge, Key: "k", Limit: c, N: 0})
-	if _, err := s.Settle(ctx, "k", "id", math.MaxInt64); !errors.Is(err, funnel.ErrInvalidQuantity) {
-		t.Errorf("Settle(MaxInt64) = %v, want ErrInvalidQuantity", err)
+	if _, err := s.Settle(ctx, "k", "id", math.MaxInt64); !errors.Is(err, gcra.ErrOverflow) {
+		t.Errorf("Settle(MaxInt64) = %v, want gcra.ErrOverflow", err)
 	}
 	if after := do1(t, s, funnel.Op{Kind: funnel.OpCharge, Key: "k", Limit: c, N: 0}); after != before {
 		t.Errorf("a debt that does not fit changed the key: %+v, then %+v", before, after)
@@ -347,8 +348,8 @@ func TestSettleFunnelExact(t *testing.T) {
 		if c.GCRA.Interval > 1 {
 			actual = math.MaxInt64/c.GCRA.Interval + 2
 		}
-		if _, err := s.Settle(ctx, key, "id", actual); !errors.Is(err, funnel.ErrInvalidQuantity) {
-			t.Errorf("%v: Settle past int64 = %v, want ErrInvalidQuantity", l, err)
+		if _, err := s.Settle(ctx, key, "id", actual); !errors.Is(err, gcra.ErrOverflow) {
+			t.Errorf("%v: Settle past int64 = %v, want gcra.ErrOverflow", l, err)
 		}
 	}
 }
