@@ -553,16 +553,6 @@ const banPrefix = "ban:"
 // string of the key's slot on Redis Cluster and a single node, and on a Ring
 // the key's own hash tag, or the whole key when it has none.
 func (s *Store) banKey(key string) (string, error) {
-	tag, err := s.slotTag(key)
-	if err != nil {
-		return "", err
-	}
-	return "{" + tag + "}" + s.prefix + banPrefix + key, nil
-}
-
-// slotTag returns the hash tag that puts a key of its own in the hash slot
-// (or the Ring shard) of prefix + key (see banKey).
-func (s *Store) slotTag(key string) (string, error) {
 	full := s.prefix + key
 	if s.runner.grouping() == groupNone {
 		tag := hashTag(full)
@@ -572,9 +562,9 @@ func (s *Store) slotTag(key string) (string, error) {
 			}
 			tag = full
 		}
-		return tag, nil
+		return "{" + tag + "}" + s.prefix + banPrefix + key, nil
 	}
-	return banTags()[keySlot(full)], nil
+	return "{" + banTags()[keySlot(full)] + "}" + s.prefix + banPrefix + key, nil
 }
 
 // hashTag returns key's hash tag (what lies between its first '{' and the

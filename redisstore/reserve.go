@@ -29,11 +29,12 @@ const reservePrefix = "rsv:"
 // "{tag}" + prefix + "rsv:" + len(id) + ":" + id + key, which no other
 // pair of a key and an id shares.
 func (s *Store) reserveKey(key, id string) (string, error) {
-	tag, err := s.slotTag(key)
+	bk, err := s.banKey(key)
 	if err != nil {
 		return "", err
 	}
-	return "{" + tag + "}" + s.prefix + reservePrefix + strconv.Itoa(len(id)) + ":" + id + key, nil
+	tag := bk[:len(bk)-len(s.prefix)-len(banPrefix)-len(key)] // "{tag}"
+	return tag + s.prefix + reservePrefix + strconv.Itoa(len(id)) + ":" + id + key, nil
 }
 
 // Reserve takes estimate units of key under limit as Do takes them (one
