@@ -81,19 +81,19 @@ func do1(t *testing.T, s *redisstore.Store, op funnel.Op) funnel.Result {
 // then a charge of 0.
 func TestReserveSettleAsTakeAndCharge(t *testing.T) {
 	t.Run("go-redis", func(t *testing.T) {
-		s, _, clock := reserveStore(t)
-		testReserveSettleAsTakeAndCharge(t, s, clock)
+		s, c, clock := reserveStore(t)
+		testReserveSettleAsTakeAndCharge(t, s, c, clock)
 	})
 	t.Run("rueidis", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		var clock atomic.Int64
 		clock.Store(storetestDay0)
 		s := redisstore.NewRueidis(newRueidis(t, srv.Addr), redisstore.Options{Now: clock.Load, Prefix: "rsv-test:"})
-		testReserveSettleAsTakeAndCharge(t, s, &clock)
+		testReserveSettleAsTakeAndCharge(t, s, srv.Client(), &clock)
 	})
 }
 
-func testReserveSettleAsTakeAndCharge(t *testing.T, s *redisstore.Store, clock *atomic.Int64) {
+func testReserveSettleAsTakeAndCharge(t *testing.T, s *redisstore.Store, client *redis.Client, clock *atomic.Int64) {
 	ctx := context.Background()
 	for _, l := range reserveLimits {
 		c := mustCheck(t, l)
@@ -138,6 +138,13 @@ func testReserveSettleAsTakeAndCharge(t *testing.T, s *redisstore.Store, clock *
 			d2, ok2, err2 := s.TTL(ctx, twin)
 			if d1 != d2 || ok1 != ok2 || err1 != nil || err2 != nil {
 				t.Fatalf("%v: TTL = %v, %v, %v; the twin's %v, %v, %v", l, d1, ok1, err1, d2, ok2, err2)
+			}
+			// Redis expires the key with its state, as the twin's (Redis
+			// counts down in its own time, between the two calls).
+			p1, err1 := client.PTTL(ctx, "rsv-test:"+key).Result()
+			p2, err2 := client.PTTL(ctx, "rsv-test:"+twin).Result()
+			if err1 != nil || err2 != nil || p1-p2 > time.Second || p2-p1 > time.Second {
+				t.Fatalf("%v: the key expires in %v, %v; the twin in %v, %v", l, p1, err1, p2, err2)
 			}
 		}
 	}
