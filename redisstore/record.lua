@@ -5,7 +5,8 @@
 -- fields from the estimate on; its millisecond is the one a sliding log's
 -- entries were recorded at, now's rounded down for the others. It expires
 -- with its TTL. A settle that applied its op marks the record settled at
--- its actual units, keeping its expiry, and adds to the reply whether the
+-- its actual units (written over the first fields, of a fixed width, so
+-- that the record keeps its expiry), and adds to the reply whether the
 -- reservation was settled before, the actual units (the first settle's
 -- when it was), the estimate (both on two limbs) and the limit, a string
 -- (which the client returns as its bytes).
@@ -18,17 +19,13 @@ if ARGV[5] == 'v' then
     if ops[1].alg == 'o' then
       at = zlast(ops[1].key)
     end
-    redis.call('SET', KEYS[3], string.format('0 0 0 %d %d %d ', uh, ul, at) .. ARGV[a + 1], 'PX', ms(ttl + slack))
+    redis.call('SET', KEYS[3], string.format('0 0000000000 000000000 %d %d %d ', uh, ul, at) .. ARGV[a + 1], 'PX',
+      ms(ttl + slack))
   end
 elseif settle then
   if not again and ops[1].status ~= 2 then
-    local px = redis.call('PTTL', KEYS[3])
-    local v = string.format('1 %d %d ', ah, al) .. rest
-    if px > 0 then
-      redis.call('SET', KEYS[3], v, 'PX', px)
-    else
-      redis.call('SET', KEYS[3], v)
-    end
+    -- in place: the record's expiry stays
+    redis.call('SETRANGE', KEYS[3], 0, string.format('1 %010d %09d', ah, al))
   end
   local again1 = 0
   if again then

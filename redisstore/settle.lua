@@ -14,7 +14,8 @@
 -- { now's seconds, nanoseconds, -1 }.
 --
 -- A record is one line of numbers, then the limit (funnel.EncodeLimit):
--- "<settled: 0 or 1> <actual s> <actual ns> <end s> <end ns> <ms>
+-- "<settled: 0 or 1> <actual s: 10 digits> <actual ns: 9 digits> <end s>
+-- <end ns> <ms>
 -- <estimate s> <estimate ns> <interval s> <interval ns> <algorithm>
 -- <ban s> <ban ns> <parameters>\n<limit>", amounts on two limbs (s: the
 -- quotient by 10^9, ns: the remainder) and the parameters of the
@@ -23,7 +24,7 @@
 -- next) but for the cost of a funnel's op, which is the interval times
 -- its units.
 local A, settle = ARGV, ARGV[5] == 'e'
-local rest, limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
+local limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
 if ARGV[5] == 'v' then
   -- An id that a live reservation of the key holds is refused:
   -- { now's seconds, nanoseconds, -2 }.
@@ -39,7 +40,7 @@ elseif settle then
   if not rec then
     return { nh, nl, -1 }
   end
-  local flag, h1, l1, uh, ul, alg, bh, bl, p1, p2, spans
+  local flag, h1, l1, rest, uh, ul, alg, bh, bl, p1, p2, spans
   flag, h1, l1, rest = string.match(rec, '^([01]) (%d+) (%d+) (.*)$')
   if rest then
     uh, ul, sm, eh, el, ih, il, alg, bh, bl, p1, p2, spans, limit = string.match(rest,
