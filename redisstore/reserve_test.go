@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -357,6 +358,41 @@ func TestSettleFunnelExact(t *testing.T) {
 		}
 		if _, err := s.Settle(ctx, key, "id", actual); !errors.Is(err, gcra.ErrOverflow) {
 			t.Errorf("%v: Settle past int64 = %v, want gcra.ErrOverflow", l, err)
+		}
+	}
+	// Random intervals, estimates and actual amounts, of every magnitude
+	// (log-uniform), below and above the estimate: the settle leaves the
+	// key as the take of the estimate then the refund or the charge of the
+	// difference leave a twin key, to the nanosecond.
+	r := rand.New(rand.NewPCG(24, 2))
+	logUniform := func(most int64) int64 {
+		return max(1, int64(math.Exp(r.Float64()*math.Log(float64(most)))))
+	}
+	for i := range 300 {
+		interval := logUniform(1e13)
+		est := logUniform(1 << 61 / interval)
+		c := mustCheck(t, funnel.Limit{Count: 1, Period: time.Duration(interval), Burst: est})
+		actual := r.Int64N(est)
+		if i%2 == 0 {
+			actual = est + logUniform(1<<61/interval)
+		}
+		key, twin := "rx"+itoa(int64(i)), "ry"+itoa(int64(i))
+		if r, err := s.Reserve(ctx, key, c, est, "id", time.Minute); err != nil || !r.Allowed {
+			t.Fatalf("%v: Reserve(%d) = %+v, %v", c.Limit, est, r, err)
+		}
+		do1(t, s, funnel.Op{Kind: funnel.OpTake, Key: twin, Limit: c, N: est})
+		st, err := s.Settle(ctx, key, "id", actual)
+		if actual < est {
+			do1(t, s, funnel.Op{Kind: funnel.OpRefund, Key: twin, Limit: c, N: est - actual})
+		}
+		want := do1(t, s, funnel.Op{Kind: funnel.OpCharge, Key: twin, Limit: c, N: max(actual-est, 0)})
+		if err != nil || st.Result != want {
+			t.Fatalf("%v: Settle(%d) of %d = %+v, %v; want %+v", c.Limit, actual, est, st, err, want)
+		}
+		ttl1, _, _ := s.TTL(ctx, key)
+		ttl2, _, _ := s.TTL(ctx, twin)
+		if ttl1 != ttl2 {
+			t.Fatalf("%v: TTL after Settle(%d) of %d = %v, the twin's %v", c.Limit, actual, est, ttl1, ttl2)
 		}
 	}
 }
