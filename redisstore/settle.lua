@@ -54,34 +54,32 @@ elseif settle then
     return { nh, nl, -1 }
   end
   -- mul returns a × b on two limbs, exactly, or false past 2^63 - 1: in
-  -- digits of 10^6, whose products stay exact in a double.
+  -- digits of 10^6 (four for each), whose products and their sums stay
+  -- exact in a double.
   mul = function(xh, xl, yh, yl)
-    local function digits(h, l)
-      local l0 = l % 1000000
-      local h0 = h % 1000
-      local top = (h - h0) / 1000
-      local d2 = top % 1000000
-      return { l0, (l - l0) / 1000000 + h0 * 1000, d2, (top - d2) / 1000000 }
+    local x0, y0 = xl % 1000000, yl % 1000000
+    local x1, y1 = (xl - x0) / 1000000 + xh % 1000 * 1000, (yl - y0) / 1000000 + yh % 1000 * 1000
+    local xt, yt = (xh - xh % 1000) / 1000, (yh - yh % 1000) / 1000
+    local x2, y2 = xt % 1000000, yt % 1000000
+    local x3, y3 = (xt - x2) / 1000000, (yt - y2) / 1000000
+    if x1 * y3 + x2 * y2 + x3 * y1 + x2 * y3 + x3 * y2 + x3 * y3 > 0 then
+      return false -- 10^24 or more
     end
-    local x, y, c = digits(xh, xl), digits(yh, yl), {}
-    for k = 1, 7 do
-      c[k] = 0
-    end
-    for i = 1, 4 do
-      for j = 1, 4 do
-        c[i + j - 1] = c[i + j - 1] + x[i] * y[j]
-      end
-    end
-    for k = 1, 6 do
-      local r = c[k] % 1000000
-      c[k + 1] = c[k + 1] + (c[k] - r) / 1000000
-      c[k] = r
-    end
-    if c[5] > 0 or c[6] > 0 or c[7] > 0 then
+    local c0 = x0 * y0
+    local r = c0 % 1000000
+    local c1 = x0 * y1 + x1 * y0 + (c0 - r) / 1000000
+    c0 = r
+    r = c1 % 1000000
+    local c2 = x0 * y2 + x1 * y1 + x2 * y0 + (c1 - r) / 1000000
+    c1 = r
+    r = c2 % 1000000
+    local c3 = x0 * y3 + x1 * y2 + x2 * y1 + x3 * y0 + (c2 - r) / 1000000
+    c2 = r
+    if c3 >= 1000000 then
       return false
     end
-    local r1 = c[2] % 1000
-    local h, l = (c[2] - r1) / 1000 + c[3] * 1000 + c[4] * E9, c[1] + r1 * 1000000
+    r = c1 % 1000
+    local h, l = (c1 - r) / 1000 + c2 * 1000 + c3 * E9, c0 + r * 1000000
     if h > 9223372036 or (h == 9223372036 and l > 854775807) then
       return false
     end
