@@ -2,13 +2,16 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
 
@@ -90,4 +93,42 @@ return out
 			}
 		}
 	}
+}
+
+// FuzzDecodeSettle decodes any reply as a settle's: it never panics, and
+// a reply it takes is one whose limit decodes and whose numbers are in
+// range.
+func FuzzDecodeSettle(f *testing.F) {
+	limit := []byte(funnel.EncodeLimit(funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Second}))
+	reply := func(v ...int64) []byte {
+		var b []byte
+		for _, n := range v {
+			b = binary.AppendVarint(b, n)
+		}
+		for _, c := range limit {
+			b = binary.AppendVarint(b, int64(c))
+		}
+		return b
+	}
+	f.Add(reply(1795392000, 5, 1, 0, 0, 1795392000000, 1795392001000, 3, 0, 0, 4, 0, 5))
+	f.Add(reply(1795392000, 5, 3, 2, 0, 1795392000000, 1795392001000, 3, 1, 0, 4, 0, 5))
+	f.Add(reply(1795392000, 5, -1))
+	f.Add(reply(-1, 5, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var v []int64
+		for len(b) > 0 {
+			n, k := binary.Varint(b)
+			if k <= 0 {
+				return
+			}
+			v, b = append(v, n), b[k:]
+		}
+		st, err := decodeSettle(v, "k", "id", 7)
+		if err != nil {
+			return
+		}
+		if len(v) < 13 || st.Estimate < 0 || st.Actual < 0 || st.Result.Limit <= 0 {
+			t.Fatalf("decodeSettle(%v) = %+v", v, st)
+		}
+	})
 }
