@@ -13,7 +13,7 @@ import (
 )
 
 // Reservations (funnel.ReserveStore). A reservation is a string key of
-// its own in its key's hash slot (see reserveKey), written by the take
+// its own in its key's hash slot (see reserveKeys), written by the take
 // that admits it and read by its settles, in the same calls of
 // family.lua (kinds 'v' and 'e': see settle.lua, giveback.lua and
 // record.lua). Redis forgets it when its TTL ends.
@@ -24,17 +24,17 @@ var _ funnel.ReserveStore = (*Store)(nil)
 // store prefix.
 const reservePrefix = "rsv:"
 
-// reserveKey returns the key of key's reservation id, in the hash slot (or
-// the Ring shard) of prefix + key as a ban key is (see banKey):
-// "{tag}" + prefix + "rsv:" + len(id) + ":" + id + key, which no other
-// pair of a key and an id shares.
-func (s *Store) reserveKey(key, id string) (string, error) {
-	bk, err := s.banKey(key)
+// reserveKeys returns the ban key of key (see banKey) and the key of its
+// reservation id, in the same hash slot (or Ring shard): "{tag}" + prefix
+// + "rsv:" + len(id) + ":" + id + key, which no other pair of a key and an
+// id shares.
+func (s *Store) reserveKeys(key, id string) (bk, rk string, err error) {
+	bk, err = s.banKey(key)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	tag := bk[:len(bk)-len(s.prefix)-len(banPrefix)-len(key)] // "{tag}"
-	return tag + s.prefix + reservePrefix + strconv.Itoa(len(id)) + ":" + id + key, nil
+	return bk, tag + s.prefix + reservePrefix + strconv.Itoa(len(id)) + ":" + id + key, nil
 }
 
 // Reserve takes estimate units of key under limit as Do takes them (one
@@ -56,11 +56,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit funnel.Checked, e
 		}
 	}
 	ops := []funnel.Op{{Kind: funnel.OpTake, Key: key, Limit: limit, N: estimate}}
-	bk, err := s.banKey(key)
-	if err != nil {
-		return funnel.Result{}, err
-	}
-	rk, err := s.reserveKey(key, id)
+	bk, rk, err := s.reserveKeys(key, id)
 	if err != nil {
 		return funnel.Result{}, err
 	}
@@ -147,11 +143,7 @@ func (s *Store) Settle(ctx context.Context, key, id string, actual int64) (funne
 	if id == "" || len(id) > funnel.MaxLeaseIDLen {
 		return funnel.Settlement{}, fmt.Errorf("%w: an id of %d bytes, of key %q", funnel.ErrUnknownReservation, len(id), key)
 	}
-	bk, err := s.banKey(key)
-	if err != nil {
-		return funnel.Settlement{}, err
-	}
-	rk, err := s.reserveKey(key, id)
+	bk, rk, err := s.reserveKeys(key, id)
 	if err != nil {
 		return funnel.Settlement{}, err
 	}
@@ -181,6 +173,9 @@ func (s *Store) Settle(ctx context.Context, key, id string, actual int64) (funne
 func decodeSettle(v []int64, key, id string, actual int64) (funnel.Settlement, error) {
 	if len(v) == 3 && v[2] == -1 {
 		return funnel.Settlement{}, fmt.Errorf("%w: %q of key %q", funnel.ErrUnknownReservation, id, key)
+	}
+	if len(v) == 3 && v[2] == -3 {
+		return funnel.Settlement{}, fmt.Errorf("%w: reservation %q of key %q: its Redis key holds something else", errInternal, id, key)
 	}
 	if len(v) < 13 {
 		return funnel.Settlement{}, fmt.Errorf("%w: settle reply %v", errInternal, v)

@@ -285,6 +285,20 @@ func TestSettleErrors(t *testing.T) {
 	if st, err := s.Settle(ctx, "k", "id", 4); err != nil || st.Again || st.Actual != 4 || st.Remaining != 9 {
 		t.Errorf("Settle(4) after the refusals = %+v, %v; want settled now, 9 remaining", st, err)
 	}
+	// A reservation's key that holds something else: an internal error,
+	// not unavailability.
+	if _, err := s.Reserve(ctx, "k", c, 1, "junk", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	junk, err := client.Keys(ctx, "*rsv-test:rsv:4:junkk").Result()
+	if err != nil || len(junk) != 1 {
+		t.Fatalf("reservation key %q, %v", junk, err)
+	}
+	client.Set(ctx, junk[0], "not a record", time.Minute)
+	if _, err := s.Settle(ctx, "k", "junk", 1); err == nil || errors.Is(err, funnel.ErrUnavailable) || errors.Is(err, funnel.ErrUnknownReservation) {
+		t.Errorf("Settle of a key that holds something else: %v", err)
+	}
+	client.Del(ctx, junk[0])
 	// The TTL: known until it ends, then unknown; Redis forgets it.
 	if _, err := s.Reserve(ctx, "k", c, 1, "short", 1500*time.Millisecond); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,8 @@
 -- exceeds the estimate by, or a charge of 0 (a peek) after giveback.lua
 -- has given back what the estimate exceeds the actual by (gh, gl). A
 -- reservation that is absent, or whose TTL has ended at now, answers
--- { now's seconds, nanoseconds, -1 }.
+-- { now's seconds, nanoseconds, -1 }; a key that holds anything else than
+-- a record, -3 for -1.
 --
 -- A record is one line of numbers, then the limit (funnel.EncodeLimit):
 -- "<settled: 0 or 1> <actual s: 10 digits> <actual ns: 9 digits> <end s>
@@ -47,7 +48,8 @@ elseif settle then
       '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%a) (%d+) (%d+) (%d+) (%d+)([^\n]*)\n(.*)$')
   end
   if not limit then
-    return redis.error_reply('ERR funnel: reservation ' .. KEYS[3] .. ' holds a record that is not ours')
+    -- not a record of ours
+    return { nh, nl, -3 }
   end
   if not less(nh, nl, uh + 0, ul + 0) then
     -- its TTL has ended (a test clock ahead of Redis's expiry)
