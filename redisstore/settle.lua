@@ -1,29 +1,31 @@
 -- A part of family.lua, written into it where a line says "--> settle.lua"
 -- (see include in scripts.go), before the ops are parsed: a reservation's
--- call (see reserve.go). Kind 'v' reserves: a take of the estimate whose
--- admission records the reservation under KEYS[3] (see record.lua), unless
--- a live reservation holds that key already, when it answers { now's
--- seconds, nanoseconds, -2 } and changes nothing. Kind
--- 'e' settles reservation KEYS[3] at the actual units ARGV[6], ARGV[7] (on
--- two limbs): it reads the record and makes the op that the general path
--- then applies, from the record's limit, into A (the general path's
--- arguments, ARGV for every other call): a charge of what the actual
--- exceeds the estimate by, or a charge of 0 (a peek) after giveback.lua
--- has given back what the estimate exceeds the actual by (gh, gl). A
--- reservation that is absent, or whose TTL has ended at now, answers
--- { now's seconds, nanoseconds, -1 }; a key that holds anything else than
--- a record, -3 for -1.
+-- call (see reserve.go).
+--
+-- Kind 'v' reserves: a take of the estimate whose admission records the
+-- reservation under KEYS[3] (see record.lua), unless a live reservation
+-- holds that key already: then it answers { now's seconds, nanoseconds,
+-- -2 } and changes nothing.
+--
+-- Kind 'e' settles reservation KEYS[3] at the actual units ARGV[6],
+-- ARGV[7] (on two limbs): it reads the record and makes, from the record's
+-- limit, the op that the general path then applies, into A (the general
+-- path's arguments, ARGV for every other call): a charge of what the
+-- actual exceeds the estimate by, or a charge of 0 (a peek) after
+-- giveback.lua has given back what the estimate exceeds the actual by
+-- (gh, gl). A reservation that is absent, or whose TTL has ended at now,
+-- answers { now's seconds, nanoseconds, -1 }; a key that holds anything
+-- else than a record, -3 for -1.
 --
 -- A record is one line of numbers, then the limit (funnel.EncodeLimit):
--- "<settled: 0 or 1> <actual s: 10 digits> <actual ns: 9 digits> <end s>
--- <end ns> <ms>
--- <estimate s> <estimate ns> <interval s> <interval ns> <algorithm>
--- <ban s> <ban ns> <parameters>\n<limit>", amounts on two limbs (s: the
--- quotient by 10^9, ns: the remainder) and the parameters of the
--- algorithm as the take's (g l: the tolerance; f s o: count and period,
--- and for a calendar's fixed window four spans: the take's three and the
--- next) but for the cost of a funnel's op, which is the interval times
--- its units.
+-- "<settled: 0 or 1> <actual s: 10 digits> <actual ns: 9 digits>
+-- <end s> <end ns> <ms> <estimate s> <estimate ns> <interval s>
+-- <interval ns> <algorithm> <ban s> <ban ns> <parameters>\n<limit>",
+-- amounts on two limbs (s: the quotient by 10^9, ns: the remainder), and
+-- the parameters of the algorithm as the take's (g l: the tolerance; f s
+-- o: count and period, and for a calendar's fixed window four spans: the
+-- take's three and the next) but for the cost of a funnel's op, which is
+-- the interval times its units.
 local A, settle = ARGV, ARGV[5] == 'e'
 local limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
 if ARGV[5] == 'v' then
