@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -511,5 +512,39 @@ func TestReserveIDInUse(t *testing.T) {
 	clock.Add(int64(time.Second))
 	if r, err := s.Reserve(ctx, "k", c, 2, "id", time.Minute); err != nil || r.Remaining != 5 {
 		t.Fatalf("the id once its TTL has ended: %+v, %v; want 5 remaining", r, err)
+	}
+}
+
+// TestSettleConcurrently checks that concurrent settles of one
+// reservation settle it once: one is the first, the others say Again with
+// its actual amount, and the key is charged once.
+func TestSettleConcurrently(t *testing.T) {
+	s, _, _ := reserveStore(t)
+	ctx := context.Background()
+	c := mustCheck(t, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 100, Period: time.Hour})
+	if _, err := s.Reserve(ctx, "k", c, 10, "id", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	var first atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := s.Settle(ctx, "k", "id", int64(20+i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !st.Again {
+				first.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	st, err := s.Settle(ctx, "k", "id", 0)
+	if err != nil || !st.Again || st.Actual < 20 || st.Remaining != 100-st.Actual || first.Load() != 1 {
+		t.Fatalf("after %d concurrent settles: %+v, %v; %d firsts; want one, and the key charged once", n, st, err, first.Load())
 	}
 }
