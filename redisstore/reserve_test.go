@@ -548,3 +548,55 @@ func TestSettleConcurrently(t *testing.T) {
 		t.Fatalf("after %d concurrent settles: %+v, %v; %d firsts; want one, and the key charged once", n, st, err, first.Load())
 	}
 }
+
+// TestReserveSettleNotMadeWhenLate checks that a reserve that fell back
+// and a settle that failed because Redis was frozen (SIGSTOP) were not
+// made once it resumes: their scripts, run after their deadline, change
+// nothing.
+func TestReserveSettleNotMadeWhenLate(t *testing.T) { runOutage(t, testReserveSettleNotMadeWhenLate) }
+
+func testReserveSettleNotMadeWhenLate(t *testing.T, oc outageClient) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	s, closeS := oc.open(t, srv.Addr, redisstore.Options{Timeout: 50 * time.Millisecond})
+	defer closeS()
+	if err := s.Check(ctx); err != nil { // the offset of Redis's clock
+		t.Fatal(err)
+	}
+	c := mustCheck(t, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: 24 * time.Hour})
+	// A loaded machine may delay a call past the 50 ms timeout: ask again.
+	for i := 0; ; i++ {
+		r, err := s.Reserve(ctx, "w", c, 4, "a", time.Hour)
+		if err != nil || (!r.Fallback && r.Remaining != 6) || i == 100 {
+			t.Fatalf("reserve with Redis up: %+v, %v", r, err)
+		}
+		if !r.Fallback {
+			break
+		}
+	}
+	srv.Pause()
+	if r, err := s.Reserve(ctx, "w", c, 2, "late", time.Hour); err != nil || !r.Fallback {
+		t.Errorf("reserve with Redis frozen: %+v, %v", r, err)
+	}
+	if _, err := s.Settle(ctx, "w", "a", 9); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Errorf("settle with Redis frozen: %v", err)
+	}
+	srv.Resume()
+	waitFor(t, "the late scripts", 10*time.Second, func() bool {
+		info, err := srv.Info("errorstats")
+		return err == nil && info["errorstat_DEADLINE"] != ""
+	})
+	for i := 0; ; i++ {
+		st, err := s.Settle(ctx, "w", "a", 1)
+		if errors.Is(err, funnel.ErrUnavailable) && i < 100 {
+			continue
+		}
+		if err != nil || st.Again || st.Actual != 1 || st.Remaining != 9 {
+			t.Fatalf("settle after: %+v, %v; want the first settle, 9 remaining", st, err)
+		}
+		break
+	}
+	if _, err := s.Settle(ctx, "w", "late", 1); !errors.Is(err, funnel.ErrUnknownReservation) {
+		t.Fatalf("the reserve made while Redis was frozen: %v, want ErrUnknownReservation", err)
+	}
+}
