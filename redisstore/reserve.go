@@ -48,13 +48,6 @@ func (s *Store) Reserve(ctx context.Context, key string, limit funnel.Checked, e
 	if err := funnel.CheckReserve(key, &limit, estimate, id, ttl); err != nil {
 		return funnel.Result{}, err
 	}
-	if loc := limit.Location; loc != nil && loc != time.UTC {
-		// The record names the zone (funnel.EncodeLimit), for a settle to
-		// load it.
-		if _, err := funnel.LoadLocation(loc.String()); err != nil {
-			return funnel.Result{}, fmt.Errorf("%w %v: a reservation's limit needs a time zone known by its name", funnel.ErrInvalidLimit, limit.Limit)
-		}
-	}
 	ops := []funnel.Op{{Kind: funnel.OpTake, Key: key, Limit: limit, N: estimate}}
 	bk, rk, err := s.reserveKeys(key, id)
 	if err != nil {
