@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -58,7 +59,9 @@ func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, est
 				// The newest entries are the take's.
 				at = one[0].st.times[len(one[0].st.times)-1]
 			}
-			sh.addReservation(rk, &reservation{limit: limit, estimate: estimate, at: at, expires: now + int64(ttl)})
+			// The key and the id may alias a buffer the caller reuses.
+			kept := resvKey{strings.Clone(key), strings.Clone(id)}
+			sh.addReservation(kept, &reservation{limit: limit, estimate: estimate, at: at, expires: now + int64(ttl)})
 		}
 		sh.mu.Unlock()
 		if err != errNoRoom {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/memstore"
@@ -85,3 +86,29 @@ func TestConcurrentSettles(t *testing.T) {
 		t.Fatalf("after the settles: %+v, %v; want 90 remaining", res, err)
 	}
 }
+
+// The store keeps its own copy of a reservation's key and id: a caller
+// may pass them in a buffer it reuses (a server's read buffer).
+func TestReserveCopiesItsKey(t *testing.T) {
+	s, _ := newStore(t, memstore.Options{})
+	ctx := context.Background()
+	c, err := funnel.PerMinute(10).Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := []byte("key-1")
+	id := []byte("id-1")
+	key, rid := unsafeString(buf), unsafeString(id)
+	if _, err := s.Reserve(ctx, key, c, 3, rid, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "key-2")
+	copy(id, "id-2")
+	if st, err := s.Settle(ctx, "key-1", "id-1", 1); err != nil || st.Remaining != 9 {
+		t.Fatalf("Settle after the caller's buffers changed: %+v, %v", st, err)
+	}
+}
+
+// unsafeString is b as a string that aliases it, as a server passes keys
+// from its read buffer.
+func unsafeString(b []byte) string { return unsafe.String(&b[0], len(b)) }
