@@ -81,6 +81,13 @@ func TestDecoratorsForwardOptionalInterfaces(t *testing.T) {
 			if _, err := funnel.ForwardGCRA(ctx, s, "g", p); err != nil {
 				t.Errorf("GCRA through the decorator: %v", err)
 			}
+			c, _ := funnel.PerSecond(10).Check()
+			if r, err := funnel.ForwardReserve(ctx, s, "r", c, 3, "id", time.Second); err != nil || !r.Allowed {
+				t.Errorf("Reserve through the decorator: %+v, %v", r, err)
+			}
+			if st, err := funnel.ForwardSettle(ctx, s, "r", "id", 1); err != nil || st.Remaining != 9 {
+				t.Errorf("Settle through the decorator: %+v, %v", st, err)
+			}
 			if _, ok := s.(funnel.FunnelTaker); ok {
 				t.Error("the decorator offers a FunnelTaker")
 			}

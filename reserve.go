@@ -91,8 +91,9 @@ type Settlement struct {
 // The Settlement's Result is then what an OpCharge of 0 (a peek) at now
 // answers under the recorded limit. A key that now holds another
 // algorithm's state is an error that wraps ErrWrongType; a debt that does
-// not fit is an error that wraps ErrInvalidQuantity; both change nothing
-// and leave the reservation unsettled.
+// not fit is an error that wraps gcra's or algo's ErrOverflow (which
+// Limiter.Settle wraps in ErrInvalidQuantity); both change nothing and
+// leave the reservation unsettled.
 type ReserveStore interface {
 	// Reserve takes estimate units of key under limit as OpTake does
 	// (bans, a leaky bucket's Delay and every error included) and, when

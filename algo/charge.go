@@ -78,7 +78,7 @@ func LogCharge(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 	}
 	times = trimLog(times, Millis(now)-p.Period)
 	if q > 0 {
-		at := logAt(now, times)
+		at := LogAt(now, times)
 		keep := p.Count + 1
 		add := min(q, keep)
 		if drop := int64(len(times)) + add - keep; drop > 0 {

@@ -33,7 +33,7 @@ func LogDecide(now int64, times []int64, p WindowParams, q int64) ([]int64, Resu
 		r.RetryAfter = Until(now, times[n+q-p.Count-1]+p.Period)
 	default:
 		r.Allowed = true
-		at := logAt(now, times)
+		at := LogAt(now, times)
 		for i := int64(0); i < q; i++ {
 			times = append(times, at)
 		}
@@ -68,10 +68,10 @@ func LogProbe(now int64, times []int64, p WindowParams, q int64) (Result, error)
 	return r, nil
 }
 
-// logAt is the millisecond at which units are recorded in the log times
+// LogAt is the millisecond at which units are recorded in the log times
 // at now: now's, rounded up, or the newest entry's if later (the clock went
 // back: the log stays ascending).
-func logAt(now int64, times []int64) int64 {
+func LogAt(now int64, times []int64) int64 {
 	at := CeilMillis(now)
 	if n := len(times); n > 0 && times[n-1] > at {
 		at = times[n-1]

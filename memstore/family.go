@@ -85,6 +85,10 @@ type pending struct {
 	cut  bool    // the op would add its key, but the bound is smaller than the call
 	st   fstate  // the family state after the op
 	ban  int64   // time left in the key's ban, when positive
+	// give, for the refund of a settle (reserve.go), gives back only what
+	// the key still counts of the units taken at the millisecond at.
+	give bool
+	at   int64
 }
 
 // Do applies ops at the store's current time and writes their results into
@@ -777,15 +781,29 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		return nil
 	case kindFixed:
 		span := op.Limit.Span(now)
-		st := algo.FixedRefund(p.fixed(), span, op.N)
+		var st algo.Fixed
+		if p.give {
+			st = algo.FixedGiveBack(p.fixed(), span, p.at, op.N)
+		} else {
+			st = algo.FixedRefund(p.fixed(), span, op.N)
+		}
 		p.st.a, p.st.b = st.Start, st.N
 		_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
 	case kindSliding:
-		st := algo.SlidingRefund(now, p.sliding(), w, op.N)
+		var st algo.Sliding
+		if p.give {
+			st = algo.SlidingGiveBack(now, p.sliding(), w, p.at, op.N)
+		} else {
+			st = algo.SlidingRefund(now, p.sliding(), w, op.N)
+		}
 		p.st.a, p.st.b, p.st.c = st.Start, st.Prev, st.Cur
 		_, ar, _ = algo.SlidingDecide(now, st, w, 0)
 	case kindLog:
-		p.st.times = algo.LogRefund(now, p.times(), w, op.N)
+		if p.give {
+			p.st.times = algo.LogGiveBack(now, p.times(), w, p.at, op.N)
+		} else {
+			p.st.times = algo.LogRefund(now, p.times(), w, op.N)
+		}
 		_, ar, _ = algo.LogDecide(now, p.st.times, w, 0)
 	case kindConc:
 		unit := p.unit()
@@ -899,12 +917,12 @@ func (s *Store) Unban(_ context.Context, key string) (bool, error) {
 
 // shrink returns m, or a copy of it sized for what it holds when it holds
 // far less than it once did (a Go map never shrinks), and its new peak.
-func shrink[V any](m map[string]V, peak int) (map[string]V, int) {
+func shrink[K comparable, V any](m map[K]V, peak int) (map[K]V, int) {
 	switch n := len(m); {
 	case n == 0:
 		return nil, 0
 	case peak >= 64 && n*8 < peak:
-		c := make(map[string]V, n)
+		c := make(map[K]V, n)
 		for k, v := range m {
 			c[k] = v
 		}

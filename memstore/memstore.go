@@ -213,10 +213,12 @@ type shard struct {
 	famPeak int                // the most keys fam held since it was made
 	bans    map[string]int64   // banned keys: the instant each ban ends
 	banPeak int
-	keys    *atomic.Int64 // the store's count of keys when bounded, else nil
+	keys    *atomic.Int64            // the store's count of keys when bounded, else nil
+	resv    map[resvKey]*reservation // reservations of the shard's keys (reserve.go)
+	resPeak int
 	// Keep neighbouring shards' locks on separate cache lines (a shard is
 	// 144 bytes, its table and lock at the same offsets as before keys).
-	_ [48]byte
+	_ [32]byte
 }
 
 // New returns a Store configured by opts. Call Close when done with it.
@@ -835,8 +837,14 @@ func (sh *shard) sweep(now int64) int {
 			delete(sh.bans, k)
 		}
 	}
+	for k, rv := range sh.resv {
+		if rv.expires <= now {
+			delete(sh.resv, k)
+		}
+	}
 	sh.fam, sh.famPeak = shrink(sh.fam, sh.famPeak)
 	sh.bans, sh.banPeak = shrink(sh.bans, sh.banPeak)
+	sh.resv, sh.resPeak = shrink(sh.resv, sh.resPeak)
 	sh.expired += uint64(n)
 	sh.release(n)
 	if len(t.slots) > minSlots && (sh.live*8 < len(t.slots) || sh.tombs*4 > len(t.slots)) {

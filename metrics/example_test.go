@@ -48,7 +48,9 @@ func Example() {
 	// funnel_store_duration_seconds_count{op="bans"} 0
 	// funnel_store_duration_seconds_count{op="do"} 0
 	// funnel_store_duration_seconds_count{op="gcra"} 0
+	// funnel_store_duration_seconds_count{op="reserve"} 0
 	// funnel_store_duration_seconds_count{op="reset"} 0
+	// funnel_store_duration_seconds_count{op="settle"} 0
 	// funnel_store_duration_seconds_count{op="throttle"} 3
 	// funnel_store_duration_seconds_count{op="ttl"} 0
 	// funnel_store_duration_seconds_count{op="unban"} 0

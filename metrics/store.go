@@ -16,11 +16,13 @@ const (
 	opDo
 	opBans
 	opUnban
-	opGCRA // Redis's GCRA command (gcra.go)
+	opGCRA    // Redis's GCRA command (gcra.go)
+	opReserve // reservations (reserve.go)
+	opSettle
 	numOps
 )
 
-var opNames = [numOps]string{"throttle", "reset", "ttl", "do", "bans", "unban", "gcra"}
+var opNames = [numOps]string{"throttle", "reset", "ttl", "do", "bans", "unban", "gcra", "reserve", "settle"}
 
 // Kinds of store errors, the values of the kind label.
 const (

@@ -52,7 +52,8 @@ func (c *Clock) Set(ns int64) { c.ns.Store(ns) }
 func (c *Clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
 
 // Run runs the conformance suite against stores built by newStore, the
-// limiter family's (RunFamily), and Redis's GCRA command's (RunGCRA) when
+// limiter family's (RunFamily), reservations (RunReserve) when they
+// implement funnel.ReserveStore, and Redis's GCRA command's (RunGCRA) when
 // they implement funnel.GCRAStore.
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Steps", func(t *testing.T) {
@@ -72,6 +73,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("RefundState", func(t *testing.T) { t.Parallel(); testRefundState(t, newStore) })
 	t.Run("Differential", func(t *testing.T) { t.Parallel(); testDifferential(t, newStore) })
 	t.Run("Family", func(t *testing.T) { RunFamily(t, newStore) })
+	t.Run("Reserve", func(t *testing.T) { RunReserve(t, newStore) })
 	t.Run("GCRACommand", func(t *testing.T) {
 		if _, ok := funnel.GCRAOf(newStore(t, NewClock(Epoch).Now)); !ok {
 			t.Skip("the store does not run the GCRA command")

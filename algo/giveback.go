@@ -1,0 +1,60 @@
+package algo
+
+// Giving back part of a reservation (funnel.ReserveStore's settle rule):
+// only what the key still counts of the units taken at the millisecond at,
+// so that a settle never gives back units that the window no longer
+// counts, nor units that other requests took.
+
+// FixedGiveBack gives back q units taken at the millisecond at to a
+// fixed-window key in state st, where span is the window that holds now:
+// only when at is in span (FixedRefund), else nothing.
+func FixedGiveBack(st Fixed, span Span, at, q int64) Fixed {
+	if at < span.Start || at >= span.End {
+		q = 0
+	}
+	return FixedRefund(st, span, q)
+}
+
+// SlidingGiveBack gives back q units taken at the millisecond at to a
+// sliding-window counter key at now: from the current window's units when
+// at is in the current window, from the previous window's when it is in
+// the previous one (never below zero), and nothing when at is older. The
+// state is rolled to now's window either way.
+func SlidingGiveBack(now int64, st Sliding, p WindowParams, at, q int64) Sliding {
+	ms := Millis(now)
+	start := ms - mod(ms, p.Period)
+	cur := st.roll(start, p.Period)
+	q = max(q, 0)
+	switch at - mod(at, p.Period) {
+	case start:
+		cur.Cur = max(cur.Cur-q, 0)
+	case start - p.Period:
+		cur.Prev = max(cur.Prev-q, 0)
+	}
+	if cur.Cur == 0 && cur.Prev == 0 {
+		return Sliding{}
+	}
+	return cur
+}
+
+// LogGiveBack gives back q units recorded at the millisecond at to a
+// sliding-log key at now: it drops up to q entries of at (those that the
+// log still holds, after trimming the old ones). Like LogDecide, it never
+// modifies the entries of times.
+func LogGiveBack(now int64, times []int64, p WindowParams, at, q int64) []int64 {
+	times = trimLog(times, Millis(now)-p.Period)
+	i := 0
+	for i < len(times) && times[i] < at {
+		i++
+	}
+	j := i
+	for j < len(times) && times[j] == at && int64(j-i) < q {
+		j++
+	}
+	if j == i {
+		return times
+	}
+	out := make([]int64, 0, len(times)-(j-i))
+	out = append(out, times[:i]...)
+	return append(out, times[j:]...)
+}
