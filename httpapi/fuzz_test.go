@@ -40,7 +40,7 @@ func FuzzBodies(f *testing.F) {
 		f.Add("/v1/reserve", seed)
 		f.Add("/v1/settle", seed)
 	}
-	store := &interimStore{Store: memstore.New(memstore.Options{})}
+	store := memstore.New(memstore.Options{})
 	f.Cleanup(func() { store.Close() })
 	h := httpapi.New(funnel.New(store), httpapi.Options{})
 	f.Fuzz(func(t *testing.T, path, body string) {

@@ -8,18 +8,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/httpapi"
-	"github.com/funnelrl/funnel/memstore"
 )
-
-// newReserveAPI serves the HTTP API over a memory store that keeps
-// reservations, with a fake clock.
-func newReserveAPI(t *testing.T, opts httpapi.Options) *api {
-	t.Helper()
-	c := newClock()
-	st := &interimStore{Store: memstore.New(memstore.Options{Now: c.now})}
-	t.Cleanup(func() { st.Close() })
-	return serveAPI(t, funnel.New(st), c, opts)
-}
 
 // reserveStep is one request at an offset from the clock's start, as a
 // chargeStep. An admitted reserve's id is kept under save, and "<save>"
@@ -153,7 +142,7 @@ func runReserveSteps(t *testing.T, a *api) {
 
 func TestReserveAndSettle(t *testing.T) {
 	t.Parallel()
-	runReserveSteps(t, newReserveAPI(t, httpapi.Options{}))
+	runReserveSteps(t, newAPI(t, httpapi.Options{}))
 }
 
 // A store that cannot reserve answers the fallback, without a reservation;

@@ -17,23 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// startReserveServer starts a server over a memory store that keeps
-// reservations.
-func startReserveServer(t testing.TB, cfg respserver.Config) *testServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.EventLoops == 0 {
-		cfg.EventLoops = testEventLoops
-	}
-	clock := storetest.NewClock(storetest.Epoch)
-	st := &interimStore{Store: memstore.New(memstore.Options{Now: clock.Now})}
-	t.Cleanup(func() { st.Close() })
-	return serveStore(t, ln, cfg, st, clock)
-}
-
 // reservationID matches the reply of an admitted FUNNEL.RESERVE: seven
 // integers, then the id as a bulk string.
 var reservationID = regexp.MustCompile(`^\*8\r\n(?::-?\d+\r\n){7}\$(\d+)\r\n([^\r\n]+)\r\n$`)
@@ -61,7 +44,7 @@ func withAgain(want string, again int64) string {
 // (T = 100 ms, 10 at once).
 func TestFunnelReserveAndSettle(t *testing.T) {
 	t.Parallel()
-	ts := startReserveServer(t, respserver.Config{})
+	ts := startServer(t, respserver.Config{})
 	c := ts.dial(t)
 	lim := []string{"gcra", "10", "1000", "BURST", "9"}
 	args := func(key string, extra ...string) []string { return append(append([]string{key}, lim...), extra...) }
@@ -112,7 +95,7 @@ func TestFunnelReserveAndSettle(t *testing.T) {
 // (below it) leave on a twin key that took the estimate with FUNNEL.ALLOW.
 func TestFunnelSettleLikeChargeAndRefund(t *testing.T) {
 	t.Parallel()
-	ts := startReserveServer(t, respserver.Config{})
+	ts := startServer(t, respserver.Config{})
 	c := ts.dial(t)
 	for i, tc := range []struct {
 		limit            []string
@@ -149,7 +132,7 @@ func TestFunnelSettleLikeChargeAndRefund(t *testing.T) {
 // nothing, and a reservation whose settle failed can still be settled.
 func TestFunnelReserveBadInput(t *testing.T) {
 	t.Parallel()
-	ts := startReserveServer(t, respserver.Config{})
+	ts := startServer(t, respserver.Config{})
 	c := ts.dial(t)
 	r := func(extra ...string) []string {
 		return append([]string{"FUNNEL.RESERVE", "k", "gcra", "10", "1000"}, extra...)
@@ -263,7 +246,7 @@ func TestGoRedisReserve(t *testing.T) {
 	t.Parallel()
 	for _, proto := range []int{2, 3} {
 		ctx := testContext(t)
-		ts := startReserveServer(t, respserver.Config{})
+		ts := startServer(t, respserver.Config{})
 		rdb := ts.goRedis(t, redis.Options{Protocol: proto})
 		got, err := rdb.Do(ctx, "FUNNEL.RESERVE", "tokens:alice", "sliding_window", 10000, 60000, "QUANTITY", 4096, "TTL", 120000).Slice()
 		if err != nil || len(got) != 8 || got[0] != int64(1) || got[2] != int64(10000-4096) {
@@ -301,7 +284,7 @@ func TestGoRedisReserve(t *testing.T) {
 // DOCS's entries for them.
 func TestRedisCLIReserve(t *testing.T) {
 	t.Parallel()
-	ts := startReserveServer(t, respserver.Config{})
+	ts := startServer(t, respserver.Config{})
 	out, code := ts.run(t, "redis-cli", "", "--no-raw", "FUNNEL.RESERVE", "u", "fixed_window", "3", "1000", "QUANTITY", "2")
 	m := regexp.MustCompile(`^1\) \(integer\) 1\n2\) \(integer\) 3\n3\) \(integer\) 1\n4\) \(integer\) -1\n5\) \(integer\) 29\n6\) \(integer\) 0\n7\) \(integer\) 0\n8\) "([0-9a-f]+)"\n$`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
