@@ -92,7 +92,10 @@ func TestFunnelReserveAndSettle(t *testing.T) {
 
 // The reservation's limit is the one Settle applies: the reply of a settle
 // is what FUNNEL.CHARGE (above the estimate) or FUNNEL.REFUND and a probe
-// (below it) leave on a twin key that took the estimate with FUNNEL.ALLOW.
+// (below it) leave on a twin key that took the estimate with FUNNEL.ALLOW,
+// on every algorithm. The settle comes at the reserve's instant, where each
+// algorithm's give-back is a refund (the store's conformance cases hold the
+// later instants).
 func TestFunnelSettleLikeChargeAndRefund(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, respserver.Config{})
@@ -105,6 +108,14 @@ func TestFunnelSettleLikeChargeAndRefund(t *testing.T) {
 		{[]string{"gcra", "10", "1000", "BURST", "2"}, "3", "1"},
 		{[]string{"gcra", "100", "60000"}, "100", "0"},
 		{[]string{"gcra", "100", "60000"}, "50", "50"},
+		{[]string{"leaky_bucket", "10", "1000", "BURST", "5"}, "3", "1"},
+		{[]string{"leaky_bucket", "10", "1000", "BURST", "5", "NODELAY"}, "3", "8"},
+		{[]string{"fixed_window", "10", "1000"}, "6", "2"},
+		{[]string{"fixed_window", "10", "1000", "BAN", "5000"}, "6", "12"},
+		{[]string{"sliding_window", "10", "1000"}, "6", "1"},
+		{[]string{"sliding_window", "10", "1000"}, "6", "30"},
+		{[]string{"sliding_log", "10", "1000"}, "6", "4"},
+		{[]string{"sliding_log", "10", "1000"}, "6", "11"},
 	} {
 		k, twin := "r"+string(rune('a'+i)), "t"+string(rune('a'+i))
 		on := func(cmd, key string, extra ...string) []string {
