@@ -302,7 +302,7 @@ func TestServerConnectionCommands(t *testing.T) {
 		{[]string{"CONFIG", "GET"}, errr("ERR wrong number of arguments for 'config|get' command")},
 		{[]string{"CONFIG", "SET", "maxclients", "1"}, errr("ERR CONFIG SET is not supported: Funnel is configured by its flags and configuration file")},
 		{[]string{"CONFIG", "FOO"}, errr("ERR unknown subcommand 'FOO'. Try CONFIG HELP.")},
-		{[]string{"COMMAND", "COUNT"}, integer(26)},
+		{[]string{"COMMAND", "COUNT"}, integer(28)},
 		{[]string{"COMMAND", "FOO"}, errr("ERR unknown subcommand 'FOO'. Try COMMAND HELP.")},
 		{[]string{"COMMAND", "INFO", "nosuch"}, "*1\r\n*-1\r\n"},
 		{[]string{"COMMAND", "DOCS", "nosuch"}, array()},
