@@ -48,7 +48,9 @@
 // reads only the status retries later. The RateLimit field, which would
 // describe the key's state, is left out of fallbacks. This holds for every
 // answer that carries a decision: throttles with one or several limits,
-// acquires and peeks.
+// acquires, peeks and reserves (a reserve's fallback records no
+// reservation). A charge and a settle are not decisions: a store that
+// cannot record them is answered 503 with a problem, never a fallback.
 //
 // Every request gets a status chosen for it, never an empty 200: a body
 // that does not arrive within the http.Server's ReadTimeout is 408 Request
