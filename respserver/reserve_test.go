@@ -44,7 +44,11 @@ func withAgain(want string, again int64) string {
 // (T = 100 ms, 10 at once).
 func TestFunnelReserveAndSettle(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, respserver.Config{})
+	runReserveAndSettle(t, startServer(t, respserver.Config{}))
+}
+
+func runReserveAndSettle(t *testing.T, ts *testServer) {
+	t.Helper()
 	c := ts.dial(t)
 	lim := []string{"gcra", "10", "1000", "BURST", "9"}
 	args := func(key string, extra ...string) []string { return append(append([]string{key}, lim...), extra...) }
@@ -98,7 +102,11 @@ func TestFunnelReserveAndSettle(t *testing.T) {
 // later instants).
 func TestFunnelSettleLikeChargeAndRefund(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, respserver.Config{})
+	runSettleLikeChargeAndRefund(t, startServer(t, respserver.Config{}))
+}
+
+func runSettleLikeChargeAndRefund(t *testing.T, ts *testServer) {
+	t.Helper()
 	c := ts.dial(t)
 	for i, tc := range []struct {
 		limit            []string
@@ -143,7 +151,11 @@ func TestFunnelSettleLikeChargeAndRefund(t *testing.T) {
 // nothing, and a reservation whose settle failed can still be settled.
 func TestFunnelReserveBadInput(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, respserver.Config{})
+	runReserveBadInput(t, startServer(t, respserver.Config{}))
+}
+
+func runReserveBadInput(t *testing.T, ts *testServer) {
+	t.Helper()
 	c := ts.dial(t)
 	r := func(extra ...string) []string {
 		return append([]string{"FUNNEL.RESERVE", "k", "gcra", "10", "1000"}, extra...)
