@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/respserver"
 	"github.com/funnelrl/funnel/storetest"
 	"github.com/redis/go-redis/v9"
@@ -340,3 +342,38 @@ func atoi(t *testing.T, s string) int64 {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// needReserve skips a test over a store that keeps no reservations.
+func needReserve(t *testing.T, st funnel.Store) {
+	t.Helper()
+	if _, ok := funnel.ReserveOf(st); !ok {
+		t.Skipf("%T keeps no reservations", st)
+	}
+}
+
+func TestFunnelReserveRedis(t *testing.T) {
+	t.Parallel()
+	needReserve(t, (*redisstore.Store)(nil))
+	srv := redistest.StartServer(t)
+	t.Run("ReserveAndSettle", func(t *testing.T) { runReserveAndSettle(t, startRedisServer(t, srv, respserver.Config{})) })
+	t.Run("SettleLikeChargeAndRefund", func(t *testing.T) { runSettleLikeChargeAndRefund(t, startRedisServer(t, srv, respserver.Config{})) })
+	t.Run("BadInput", func(t *testing.T) { runReserveBadInput(t, startRedisServer(t, srv, respserver.Config{})) })
+}
+
+// With Redis down, a reserve answers the store's fallback (here fail-open:
+// allowed, with no reservation) and a settle the fail-closed error.
+func TestFunnelReserveRedisDown(t *testing.T) {
+	t.Parallel()
+	needReserve(t, (*redisstore.Store)(nil))
+	srv := redistest.StartServer(t)
+	ts := startRedisServerOpts(t, srv, respserver.Config{}, redisstore.Options{Timeout: 2 * time.Second, Fail: funnel.FailOpen})
+	c := ts.dial(t)
+	id := reserve(t, c, ints(1, 10, 9, -1, 100, 0, 0), "k", "gcra", "10", "1000", "QUANTITY", "1")
+	srv.Stop()
+	if got, want := c.do("FUNNEL.RESERVE", "k", "gcra", "10", "1000", "QUANTITY", "1"), "*8\r\n"+strings.TrimPrefix(ints(1, 10, 0, -1, -1, 0, 0), "*7\r\n")+"$-1\r\n"; got != want {
+		t.Errorf("FUNNEL.RESERVE with Redis down:\n got %q\nwant %q", got, want)
+	}
+	if got := c.do("FUNNEL.SETTLE", "k", id, "1"); got != storeDown {
+		t.Errorf("FUNNEL.SETTLE with Redis down: %q, want the fail-closed error", got)
+	}
+}
