@@ -17,6 +17,7 @@ import (
 	"github.com/funnelrl/funnel/respserver"
 	"github.com/funnelrl/funnel/storetest"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // reservationID matches the reply of an admitted FUNNEL.RESERVE: seven
@@ -375,5 +376,39 @@ func TestFunnelReserveRedisDown(t *testing.T) {
 	}
 	if got := c.do("FUNNEL.SETTLE", "k", id, "1"); got != storeDown {
 		t.Errorf("FUNNEL.SETTLE with Redis down: %q, want the fail-closed error", got)
+	}
+}
+
+// rueidis (RESP3 only) reads FUNNEL.RESERVE's id, and its nil when
+// refused, and FUNNEL.SETTLE's reply.
+func TestRueidisReserve(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ts := startServer(t, respserver.Config{})
+	c, err := ts.rueidis(t, rueidis.ClientOption{})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	do := func(cmd, key string, args ...string) rueidis.RedisResult {
+		return c.Do(ctx, c.B().Arbitrary(cmd).Keys(key).Args(args...).Build())
+	}
+	got, err := do("FUNNEL.RESERVE", "tokens:alice", "gcra", "100", "60000", "QUANTITY", "40").ToArray()
+	if err != nil || len(got) != 8 {
+		t.Fatalf("FUNNEL.RESERVE: %v, %v", got, err)
+	}
+	id, err := got[7].ToString()
+	if err != nil || id == "" {
+		t.Fatalf("FUNNEL.RESERVE's id: %q, %v", id, err)
+	}
+	st, err := do("FUNNEL.SETTLE", "tokens:alice", id, "10").AsIntSlice()
+	if want := []int64{1, 100, 90, -1, 6000, 0, 0, 0}; err != nil || !slices.Equal(st, want) {
+		t.Fatalf("FUNNEL.SETTLE: %v, %v; want %v", st, err, want)
+	}
+	refused, err := do("FUNNEL.RESERVE", "tokens:alice", "gcra", "100", "60000", "QUANTITY", "101").ToArray()
+	if err != nil || len(refused) != 8 || !refused[7].IsNil() {
+		t.Fatalf("a refused FUNNEL.RESERVE: %v, %v", refused, err)
+	}
+	if err := do("FUNNEL.SETTLE", "tokens:alice", "nosuch", "1").Error(); err == nil || !strings.HasPrefix(err.Error(), "unknown or expired reservation") { // rueidis drops the ERR
+		t.Fatalf("an unknown reservation: %v", err)
 	}
 }
