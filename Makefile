@@ -6,6 +6,8 @@ SHELL := bash
 .PHONY: test vet staticcheck fmt-check deps fuzz bench chaos
 test: deps fmt-check vet staticcheck
 	$(GO) test -race -count=1 ./...
+	# Allocations are counted without the race detector (alloc_test.go).
+	$(GO) test -count=1 -run 'Alloc' .
 
 vet:
 	$(GO) vet ./...

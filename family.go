@@ -372,6 +372,18 @@ func checkN(n int64) error {
 // Redis Cluster they must share a {hash tag}. Concurrency limits are not
 // taken here (use Acquire).
 func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, error) {
+	return l.AllowAllInto(ctx, reqs, make([]Result, len(reqs)))
+}
+
+// AllowAllInto is AllowAll writing each request's result into results,
+// which must hold at least len(reqs), and which MultiResult.Results then
+// is (results[:len(reqs)]): a caller that keeps a buffer of results (one
+// per connection, or pooled) asks for several limits at once with no
+// allocation for up to 8 requests. results is written only by this call.
+func (l *Limiter) AllowAllInto(ctx context.Context, reqs []Request, results []Result) (MultiResult, error) {
+	if len(results) < len(reqs) {
+		return MultiResult{}, fmt.Errorf("funnel: %d results for %d requests", len(results), len(reqs))
+	}
 	var ops []Op
 	if len(reqs) <= len(manyOp{}.ops) {
 		// Few requests, the common case: the ops go to the store in a
@@ -414,7 +426,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs []Request) (MultiResult, er
 		}
 		ops[i] = Op{Kind: OpTake, Key: r.Key, Limit: c, N: r.N}
 	}
-	m := MultiResult{Results: make([]Result, len(reqs)), Refused: -1}
+	m := MultiResult{Results: results[:len(reqs)], Refused: -1}
 	if err := l.store.Do(ctx, ops, m.Results); err != nil {
 		if errors.Is(err, gcra.ErrOverflow) {
 			err = fmt.Errorf("%w: %w", ErrInvalidQuantity, err)

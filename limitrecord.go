@@ -22,7 +22,7 @@ func EncodeLimit(l Limit) string {
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, v, 10)
 	}
-	if l.Location != nil && l.Location != time.UTC {
+	if l.Location != nil {
 		b = append(b, ' ')
 		b = append(b, l.Location.String()...)
 	}

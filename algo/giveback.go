@@ -39,8 +39,8 @@ func SlidingGiveBack(now int64, st Sliding, p WindowParams, at, q int64) Sliding
 
 // LogGiveBack gives back q units recorded at the millisecond at to a
 // sliding-log key at now: it drops up to q entries of at (those that the
-// log still holds, after trimming the old ones). Like LogDecide, it never
-// modifies the entries of times.
+// log still holds, after trimming the old ones). Unlike LogDecide, it
+// moves the newer entries down in times' array, which the caller gives up.
 func LogGiveBack(now int64, times []int64, p WindowParams, at, q int64) []int64 {
 	times = trimLog(times, Millis(now)-p.Period)
 	i := 0
@@ -54,7 +54,5 @@ func LogGiveBack(now int64, times []int64, p WindowParams, at, q int64) []int64 
 	if j == i {
 		return times
 	}
-	out := make([]int64, 0, len(times)-(j-i))
-	out = append(out, times[:i]...)
-	return append(out, times[j:]...)
+	return append(times[:i], times[j:]...)
 }

@@ -75,15 +75,24 @@ func familyDecide(c familyCase, lim *funnel.Limiter) func(ctx context.Context, k
 		}
 	case c.multi != nil:
 		pairs := taggedPairs()
+		// A caller's buffers, kept from call to call (AllowAllInto).
+		type bufs struct {
+			reqs [2]funnel.Request
+			res  [2]funnel.Result
+		}
+		pool := sync.Pool{New: func() any { return new(bufs) }}
 		return func(ctx context.Context, key string) (bool, error) {
 			pair, ok := pairs[key]
 			if !ok { // a key of neither scenario (the warm-up's)
 				pair = [2]string{"{" + key + "}:s", "{" + key + "}:d"}
 			}
-			m, err := lim.AllowAll(ctx, []funnel.Request{
+			b := pool.Get().(*bufs)
+			b.reqs = [2]funnel.Request{
 				{Key: pair[0], Limit: c.limit, N: 1},
 				{Key: pair[1], Limit: *c.multi, N: 1},
-			})
+			}
+			m, err := lim.AllowAllInto(ctx, b.reqs[:], b.res[:])
+			pool.Put(b)
 			return m.Allowed, err
 		}
 	}

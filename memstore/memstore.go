@@ -48,11 +48,21 @@
 // those that have ended; Reset forgets a key's state but not its ban. Bans
 // are not counted against MaxKeys: evicting one would lift it.
 //
+// # Reservations
+//
+// A reservation (Reserve, Settle) is a record in its key's shard, beside
+// the key's state, read and written under the shard's lock: a settle
+// gives back or charges the difference and marks the record settled in
+// one step. The sweep drops it when its TTL ends. Reservations are not
+// counted against MaxKeys: each holds at least a unit of its key's limit,
+// so the limits bound them.
+//
 // # Snapshots
 //
-// WriteSnapshot writes the live states of every algorithm and the bans to
-// an io.Writer without stopping decisions; ReadSnapshot restores them into
-// a new store, so that a restart does not hand every key a fresh burst.
+// WriteSnapshot writes the live states of every algorithm, the bans and
+// the reservations to an io.Writer without stopping decisions;
+// ReadSnapshot restores them into a new store, so that a restart does not
+// hand every key a fresh burst, nor forget a reservation.
 // Making the file durable is the caller's part: write to a temporary file
 // in the same directory, fsync it, rename it over the old snapshot and
 // fsync the directory (funnel serve does).
@@ -89,6 +99,10 @@
 //	kind 7 GCRA command            instant: state empty; the TAT in µs, after the write's time in µs
 //	kind 8 clock                   boot id (length, bytes); time since the boot, ns (uvarint): the
 //	                               first record, when the writer knew its boot (see Options.Boot)
+//	kind 9 reservation             instant: the end of its TTL; id (length, bytes); estimate;
+//	                               its ms (after the header's for windows, else after the write's);
+//	                               settled (1) or pending (0); actual; limit (length, bytes:
+//	                               funnel.EncodeLimit)
 //	kind 0 end                     number of key records; number of ban records
 //
 // Instants are nanoseconds after the store's time at the write, so a
@@ -878,6 +892,10 @@ type Stats struct {
 	// Bans is the number of bans held, including any that have ended but
 	// have not been dropped yet.
 	Bans int
+	// Reservations is the number of reservations held (Reserve), settled
+	// or not, including any whose TTL has ended but that have not been
+	// dropped yet.
+	Reservations int
 	// Expired counts keys dropped because their state was empty.
 	Expired uint64
 	// Evicted counts keys dropped to respect MaxKeys while still limited.
@@ -908,6 +926,7 @@ func (s *Store) Stats() Stats {
 		sh.mu.Lock()
 		st.Keys += sh.live + len(sh.fam)
 		st.Bans += len(sh.bans)
+		st.Reservations += len(sh.resv)
 		st.Expired += sh.expired
 		st.Evicted += sh.evicted
 		t := sh.table.Load()

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/algo"
 )
 
@@ -324,6 +325,12 @@ func (sr *snapReader) records(payload []byte) (bool, error) {
 			}
 			continue
 		}
+		if kind == recResv {
+			if err := sr.reservation(c, at); err != nil {
+				return false, err
+			}
+			continue
+		}
 		if err := sr.record(c, kind, ver, at); err != nil {
 			return false, err
 		}
@@ -369,6 +376,46 @@ func (sr *snapReader) record(c *cursor, kind, ver uint8, at int64) error {
 	case full:
 		sr.st.Dropped++
 	}
+	return nil
+}
+
+// reservation restores a reservation record (see snapWriter.resv), unless
+// its TTL has ended.
+func (sr *snapReader) reservation(c *cursor, at int64) error {
+	key := c.bytes()
+	end := addSat(sr.base, c.varint())
+	id := c.bytes()
+	estimate := c.count()
+	d := c.varint()
+	settled := c.uvarint()
+	actual := c.count()
+	enc := c.bytes()
+	bad := c.bad
+	var limit funnel.Checked
+	if bad == "" {
+		l, err := funnel.DecodeLimit(string(enc))
+		if err == nil {
+			limit, err = l.Check()
+		}
+		switch {
+		case err != nil:
+			bad = err.Error()
+		case estimate < 1 || len(id) == 0 || settled > 1 || limit.Algorithm == funnel.Concurrency:
+			bad = "a reservation out of range"
+		}
+	}
+	if bad != "" {
+		return sr.fail(at, "reservation record: %s", bad)
+	}
+	if end <= sr.now {
+		return nil // its TTL has ended
+	}
+	rv := &reservation{limit: limit, estimate: estimate, at: resvBase(limit.Algorithm, sr.basems, sr.wms) + d, expires: end, settled: settled == 1, actual: actual}
+	_, sh := sr.s.hash(view(key))
+	sh.mu.Lock()
+	sh.addReservation(resvKey{string(key), string(id)}, rv)
+	sh.mu.Unlock()
+	sr.st.Reservations++
 	return nil
 }
 

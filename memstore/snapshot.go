@@ -9,6 +9,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/algo"
 )
 
@@ -43,16 +44,17 @@ const (
 	recBan     = 6
 	recCmd     = 7 // a key of Redis's GCRA command
 	recClock   = 8 // the boot and the time since it at the write: the first record, if any
-	numRecs    = 9
+	recResv    = 9 // a reservation (reserve.go)
+	numRecs    = 10
 )
 
 // recVersions[k] is the newest version of record kind k that this package
 // writes and reads. A record kind gains a version when its fields change;
 // the reader keeps reading the older versions. Concurrency records are at
 // version 2: the key's unit delay (ns, 0 when none) follows the leases.
-var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1, 1, 1}
+var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1, 1, 1, 1}
 
-var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban", "gcra_command", "clock"}
+var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban", "gcra_command", "clock", "reservation"}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -90,6 +92,10 @@ type SnapshotStats struct {
 	// read counts the keys and bans restored: those that were still live
 	// and fit under MaxKeys.
 	Keys, Bans int64
+	// Reservations is the number of reservations (Store.Reserve) in the
+	// snapshot; on a read, of those restored: those whose TTL had not
+	// ended.
+	Reservations int64
 	// Dropped counts, on a read, the keys restored neither because their
 	// state was empty by then nor because MaxKeys was reached.
 	Dropped int64
@@ -134,6 +140,7 @@ type snapWriter struct {
 	wms      int64 // the wall time at the write, in ms: the base of window starts
 	keys     int64
 	bans     int64
+	resvs    int64
 	writeErr error
 }
 
@@ -189,7 +196,7 @@ func (s *Store) WriteSnapshot(w io.Writer) (SnapshotStats, error) {
 }
 
 func (sw *snapWriter) stats(wall int64) SnapshotStats {
-	return SnapshotStats{Written: time.Unix(0, wall), Keys: sw.keys, Bans: sw.bans, Bytes: sw.bytes}
+	return SnapshotStats{Written: time.Unix(0, wall), Keys: sw.keys, Bans: sw.bans, Reservations: sw.resvs, Bytes: sw.bytes}
 }
 
 // shard writes the records of sh: its funnel keys without the lock, then
@@ -245,6 +252,12 @@ func (sw *snapWriter) shard(sh *shard) {
 	for k, until := range sh.bans {
 		if until > sw.s {
 			sw.ban(k, until)
+			sw.fill()
+		}
+	}
+	for rk, rv := range sh.resv {
+		if rv.expires > sw.s {
+			sw.resv(rk, rv)
 			sw.fill()
 		}
 	}
@@ -331,6 +344,40 @@ func (sw *snapWriter) ban(key string, until int64) {
 	sw.head(recBan, key)
 	sw.buf = binary.AppendVarint(sw.buf, until-sw.s)
 	sw.bans++
+}
+
+// resv writes a reservation: the end of its TTL; its id; its estimate;
+// its millisecond (after the header's wall time in ms for the windows,
+// whose spans it is compared with, after the write's for the others); 1
+// when settled, else 0; the actual it was settled at (0 when pending); its
+// limit (funnel.EncodeLimit).
+func (sw *snapWriter) resv(rk resvKey, rv *reservation) {
+	sw.head(recResv, rk.key)
+	b := binary.AppendVarint(sw.buf, rv.expires-sw.s)
+	b = binary.AppendUvarint(b, uint64(len(rk.id)))
+	b = append(b, rk.id...)
+	b = binary.AppendUvarint(b, uint64(rv.estimate))
+	b = binary.AppendVarint(b, rv.at-resvBase(rv.limit.Algorithm, sw.sms, sw.wms))
+	settled := uint64(0)
+	if rv.settled {
+		settled = 1
+	}
+	b = binary.AppendUvarint(b, settled)
+	b = binary.AppendUvarint(b, uint64(rv.actual))
+	enc := funnel.EncodeLimit(rv.limit.Limit)
+	b = binary.AppendUvarint(b, uint64(len(enc)))
+	sw.buf = append(b, enc...)
+	sw.resvs++
+}
+
+// resvBase returns the base of a reservation's millisecond under an
+// algorithm a: wms, the wall time's, for the windows; sms, the store's,
+// for the others.
+func resvBase(a funnel.Algorithm, sms, wms int64) int64 {
+	if a == funnel.FixedWindow || a == funnel.SlidingWindow {
+		return wms
+	}
+	return sms
 }
 
 func (sw *snapWriter) fam(key string, fs *fstate) {

@@ -605,3 +605,76 @@ func TestSnapshotKeepsDebts(t *testing.T) {
 		cb.Set(at)
 	}
 }
+
+// A restored store settles every reservation as the store that wrote the
+// snapshot would have: pending ones at their actual, with the same
+// give-back per algorithm; settled ones Again; those whose TTL ended
+// before the restore are unknown.
+func TestSnapshotKeepsReservations(t *testing.T) {
+	limits := []struct {
+		key   string
+		limit funnel.Limit
+	}{
+		{"gcra", funnel.Limit{Count: 20, Period: time.Minute, Burst: 19}},
+		{"leaky", funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 20, Period: time.Minute, Burst: 19}},
+		{"fixed", funnel.Limit{Algorithm: funnel.FixedWindow, Count: 20, Period: time.Hour}},
+		{"paris", funnel.Limit{Algorithm: funnel.FixedWindow, Count: 20, Calendar: funnel.Daily, Location: paris(t)}},
+		{"sliding", funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 20, Period: time.Hour}},
+		{"log", funnel.Limit{Algorithm: funnel.SlidingLog, Count: 20, Period: time.Minute}},
+	}
+	ca := storetest.NewClock(storetest.Epoch)
+	a := newStoreAt(t, memstore.Options{SweepInterval: -1, Boot: bootOn("one", ca)}, ca)
+	ctx := context.Background()
+	lim := funnel.New(a)
+	type held struct {
+		r      funnel.Reservation
+		actual int64
+	}
+	var all []held
+	for _, l := range limits {
+		for i, c := range []struct {
+			est, actual int64
+			ttl         time.Duration
+			settle      bool
+		}{{6, 2, time.Minute, false}, {2, 3, time.Minute, true}, {1, 0, 2 * time.Millisecond, false}, {1, 4, time.Minute, false}} {
+			r, res, err := lim.Reserve(ctx, l.key, l.limit, c.est, c.ttl)
+			if err != nil || !res.Allowed {
+				t.Fatalf("%s %d: Reserve = %+v, %v", l.key, i, res, err)
+			}
+			if c.settle {
+				if _, err := lim.Settle(ctx, r.Key, r.ID, c.actual); err != nil {
+					t.Fatal(err)
+				}
+			}
+			all = append(all, held{r, c.actual})
+			ca.Add(time.Millisecond)
+		}
+	}
+	ca.Add(3 * time.Second)
+	data := snapshot(t, a)
+	cb := storetest.NewClock(ca.Now())
+	b := newStoreAt(t, memstore.Options{SweepInterval: -1, Boot: bootOn("one", cb)}, cb)
+	st, err := b.ReadSnapshot(bytes.NewReader(data))
+	if err != nil || st.Reservations != int64(3*len(limits)) {
+		t.Fatalf("ReadSnapshot = %+v, %v; want %d reservations", st, err, 3*len(limits))
+	}
+	lb := funnel.New(b)
+	for _, h := range all {
+		want, werr := lim.Settle(ctx, h.r.Key, h.r.ID, h.actual)
+		got, err := lb.Settle(ctx, h.r.Key, h.r.ID, h.actual)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Errorf("%s (estimate %d, ttl %v): restored settle %+v, %v; the writer's %+v, %v", h.r.Key, h.r.Estimate, h.r.TTL, got, err, want, werr)
+		}
+		if h.r.TTL < time.Second && !errors.Is(err, funnel.ErrUnknownReservation) {
+			t.Errorf("%s: a reservation ended before the write: %v", h.r.Key, err)
+		}
+	}
+}
+
+func paris(t *testing.T) *time.Location {
+	l, err := funnel.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
