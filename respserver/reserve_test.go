@@ -325,6 +325,19 @@ func TestRedisCLIReserve(t *testing.T) {
 	if !strings.HasPrefix(out, "(error) ERR unknown or expired reservation") {
 		t.Errorf("redis-cli FUNNEL.SETTLE of an unknown id:\n%s", out)
 	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"FUNNEL.SETTLE", "u", m[1]}, "(error) ERR wrong number of arguments for 'funnel.settle' command\n"},
+		{[]string{"FUNNEL.RESERVE", "u", "fixed_window", "3", "1000"}, "(error) ERR wrong number of arguments for 'funnel.reserve' command\n"},
+		{[]string{"FUNNEL.RESERVE", "u", "fixed_window", "3", "1000", "QUANTITY", "1", "TTL", "0"}, "(error) ERR ttl must be whole milliseconds from 1 to 86400000\n"},
+		{[]string{"FUNNEL.SETTLE", "u", m[1], "-1"}, "(error) ERR actual must not be negative\n"},
+	} {
+		if out, _ := ts.run(t, "redis-cli", "", append([]string{"--no-raw"}, tc.args...)...); out != tc.want {
+			t.Errorf("redis-cli %q:\n got %q\nwant %q", tc.args, out, tc.want)
+		}
+	}
 	out, code = ts.run(t, "redis-cli", "", "COMMAND", "DOCS", "funnel.reserve", "funnel.settle")
 	for _, want := range []string{"funnel.reserve", "Reserves QUANTITY units", "ttl_ms", "TTL", "funnel.settle", "reservation_id", "again"} {
 		if code != 0 || !strings.Contains(out, want) {
