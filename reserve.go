@@ -142,7 +142,8 @@ func ForwardSettle(ctx context.Context, inner Store, key, id string, actual int6
 // (ErrInvalidLimit); an estimate under 1 (ErrInvalidQuantity); an id that
 // is empty or longer than MaxLeaseIDLen (ErrInvalidLimit); a ttl that is
 // not whole milliseconds from 1 ms to MaxReservationTTL
-// (ErrInvalidQuantity). Both stores call it first, so that they refuse the
+// (ErrInvalidQuantity); a time zone that LoadLocation does not load by its
+// name, such as a time.FixedZone (ErrInvalidLimit: the record names it). Both stores call it first, so that they refuse the
 // same calls with the same errors.
 func CheckReserve(key string, limit *Checked, estimate int64, id string, ttl time.Duration) error {
 	if limit.Algorithm == Concurrency {
@@ -156,6 +157,13 @@ func CheckReserve(key string, limit *Checked, estimate int64, id string, ttl tim
 	}
 	if ttl < time.Millisecond || ttl > MaxReservationTTL || ttl%time.Millisecond != 0 {
 		return fmt.Errorf("%w: a reservation's ttl %v is not whole milliseconds from 1ms to %v", ErrInvalidQuantity, ttl, MaxReservationTTL)
+	}
+	if loc := limit.Location; loc != nil {
+		// The record names the zone (EncodeLimit): a zone that no name
+		// loads (time.FixedZone) could not be read back.
+		if l, err := LoadLocation(loc.String()); err != nil || l.String() != loc.String() {
+			return fmt.Errorf("%w %v: a reservation's time zone must be an IANA zone that LoadLocation loads by its name", ErrInvalidLimit, limit.Limit)
+		}
 	}
 	op := Op{Kind: OpTake, Key: key, Limit: *limit, N: estimate}
 	return op.check(true)

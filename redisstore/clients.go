@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -50,8 +51,10 @@ var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSou
 // runner runs the store's scripts through one Redis client library.
 type runner interface {
 	// eval runs sc on keys with args (EVALSHA, then EVAL on NOSCRIPT) and
-	// returns its integer reply, or the integers of its array reply. A
-	// WRONGTYPE error reply is returned wrapping ErrWrongType.
+	// returns its integer reply, or the integers of its array reply, whose
+	// last element may be a string, returned as its bytes, one integer
+	// each (the limit that a settle answers: see record.lua). A WRONGTYPE
+	// error reply is returned wrapping ErrWrongType.
 	eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error)
 	// failed is called after a failure that may mean the cluster's
 	// topology changed.
@@ -80,6 +83,9 @@ func (g goRedisRunner) eval(ctx context.Context, sc *script, keys, args []string
 		for i, e := range v {
 			n, ok := e.(int64)
 			if !ok {
+				if b, ok := e.(string); ok && i == len(v)-1 {
+					return appendBytes(out[:i], b), nil
+				}
 				return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
 			}
 			out[i] = n
@@ -150,7 +156,27 @@ func (r rueidisRunner) eval(ctx context.Context, sc *script, keys, args []string
 	if a, err := res.AsIntSlice(); err == nil {
 		return a, nil
 	}
+	if a, err := res.ToArray(); err == nil && len(a) > 0 {
+		if b, err := a[len(a)-1].ToString(); err == nil {
+			out := make([]int64, len(a)-1, len(a)-1+len(b))
+			for i := range out {
+				if out[i], err = a[i].AsInt64(); err != nil {
+					return nil, fmt.Errorf("%w: script reply %v", errInternal, res.String())
+				}
+			}
+			return appendBytes(out, b), nil
+		}
+	}
 	return nil, fmt.Errorf("%w: script reply %v", errInternal, res.String())
+}
+
+// appendBytes appends the bytes of b to out, one integer each.
+func appendBytes(out []int64, b string) []int64 {
+	out = slices.Grow(out, len(b))
+	for i := range len(b) {
+		out = append(out, int64(b[i]))
+	}
+	return out
 }
 
 // failed does nothing: rueidis refreshes a cluster's topology by itself when

@@ -141,10 +141,12 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 	a := []string{kind, alg, "", limb(int64(ban / time.Second)), limb(int64(ban % time.Second))}
 	switch c.Algorithm {
 	case funnel.GCRA, funnel.LeakyBucket:
+		// A cost beyond int64 refunds everything, and a charge of it does
+		// not fit (the script says so once it has read the key's kind).
 		cost := int64(math.MaxInt64)
 		if q == 0 || c.GCRA.Interval <= math.MaxInt64/q {
 			cost = c.GCRA.Interval * q
-		} else if op.Kind != funnel.OpRefund {
+		} else if op.Kind != funnel.OpRefund && op.Kind != funnel.OpCharge {
 			return nil, gcra.ErrOverflow
 		}
 		a[2] = limb(min(q, 1<<52)) // the cost carries it; Lua only tests q > 0
@@ -152,14 +154,21 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 	case funnel.FixedWindow, funnel.SlidingWindow, funnel.SlidingLog, funnel.Concurrency:
 		// Quantities above the count are refused alike: keep them small.
 		// A charge of a fixed or sliding window is a count, which goes to
-		// Redis whole (bounded by algo.MaxCount, exact in a double); a
-		// sliding log keeps count+1 entries of a charge at most.
+		// Redis whole (bounded by algo.MaxCount, exact in a double), and
+		// so does a refund, which gives back from a count that a charge
+		// may have taken past the limit; a sliding log keeps count+1
+		// entries of a charge at most.
 		a[2] = limb(min(q, c.Window.Count+1))
-		if op.Kind == funnel.OpCharge && (c.Algorithm == funnel.FixedWindow || c.Algorithm == funnel.SlidingWindow) {
-			if q > algo.MaxCount {
-				return nil, algo.ErrOverflow
+		if c.Algorithm == funnel.FixedWindow || c.Algorithm == funnel.SlidingWindow {
+			switch op.Kind {
+			case funnel.OpCharge:
+				if q > algo.MaxCount {
+					return nil, algo.ErrOverflow
+				}
+				a[2] = limb(q)
+			case funnel.OpRefund:
+				a[2] = limb(min(q, algo.MaxCount))
 			}
-			a[2] = limb(q)
 		}
 		a = append(a, limb(c.Window.Count), limb(c.Window.Period))
 		if c.Algorithm == funnel.FixedWindow && c.Calendar != funnel.NoCalendar {

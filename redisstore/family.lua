@@ -29,13 +29,17 @@
 -- it is written (a longer period counts them again); renewing a lease
 -- under a shorter period can make it expire earlier.
 --
--- KEYS     per op: the key, then its ban key
+-- KEYS     per op: the key, then its ban key; then, for a reservation's
+--          call (alone in it), the reservation's record (see settle.lua)
 -- ARGV     now's seconds ('' to read TIME; '-' to read it with a deadline,
 --          see now.lua) and nanoseconds (or the deadline); milliseconds
 --          added to every expiry (tests only); the number of ops; then per
 --          op: kind (t take, r refund, c charge, p peek of n units: a take
---          never charged that starts no ban; c and p alone in their call,
---          and not for concurrency), algorithm (g l f s o c), quantity,
+--          never charged that starts no ban; v reserve: a take that records
+--          a reservation, followed by its TTL and record; c, p and v alone
+--          in their call, and not for concurrency; e settle: then only the
+--          actual units on two limbs, the op is made from the record, see
+--          settle.lua), algorithm (g l f s o c), quantity,
 --          ban seconds and nanoseconds, and the algorithm's parameters:
 --          g l: cost s, cost ns, tolerance s, tolerance ns
 --          f:   count, period ms (0: calendar), then 6 ms: three spans
@@ -61,6 +65,8 @@
 -- (for c, bans do not apply: the latest expiry of the leases held replaces
 -- the ban's seconds, and the latest of the leases other than this one its
 -- nanoseconds)
+-- A settle answers { now's seconds, nanoseconds, -1 } for a reservation it
+-- does not hold, else as a charge, followed by what record.lua adds.
 
 local E9 = 1000000000
 local nh, nl
@@ -474,6 +480,8 @@ local function zat(key, k)
   return redis.call('ZRANGE', key, k, k, 'WITHSCORES')[2] + 0
 end
 
+--> settle.lua
+
 -- Parse the ops.
 local ops = {}
 local a = 5
@@ -481,23 +489,23 @@ for i = 1, nops do
   -- Every field an op may get later is in the constructor (false until
   -- set), so that the table is made at its size once rather than grown
   -- twice as fields are added.
-  local op = { kind = ARGV[a], alg = ARGV[a + 1], q = ARGV[a + 2] + 0, bh = ARGV[a + 3] + 0, bl = ARGV[a + 4] + 0,
+  local op = { kind = A[a], alg = A[a + 1], q = A[a + 2] + 0, bh = A[a + 3] + 0, bl = A[a + 4] + 0,
     key = KEYS[2 * i - 1], bkey = KEYS[2 * i], status = false, exists = false, replace = false, clear = false,
     th = false, tl = false, nh = false, nl = false, xh = false, xl = false, ch = false, cl = false, vh = false,
     vl = false, count = false, period = false, write = false, px = false }
   a = a + 5
   local alg = op.alg
   if alg == 'g' or alg == 'l' then
-    op.ch, op.cl, op.vh, op.vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
+    op.ch, op.cl, op.vh, op.vl = A[a] + 0, A[a + 1] + 0, A[a + 2] + 0, A[a + 3] + 0
     a = a + 4
   else
-    op.count, op.period = ARGV[a] + 0, ARGV[a + 1] + 0
+    op.count, op.period = A[a] + 0, A[a + 1] + 0
     a = a + 2
     if alg == 'f' and op.period == 0 then
-      op.spans = { ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0 }
+      op.spans = { A[a] + 0, A[a + 1] + 0, A[a + 2] + 0, A[a + 3] + 0, A[a + 4] + 0, A[a + 5] + 0 }
       a = a + 6
     elseif alg == 'c' then
-      op.id, op.def, op.lat = ARGV[a], tonumber(ARGV[a + 1]) or 0, tonumber(ARGV[a + 2]) or -1
+      op.id, op.def, op.lat = A[a], tonumber(A[a + 1]) or 0, tonumber(A[a + 2]) or -1
       a = a + 3
     end
   end
@@ -529,7 +537,7 @@ local function inspect(key)
     if not s then
       return false
     end
-    return 'f', e + 0 <= nowms, s + 0, n + 0
+    return 'f', e + 0 <= nowms, s + 0, n + 0, e + 0
   elseif c == 'S' then
     local s, p, prev, cur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
     if not s then
@@ -550,6 +558,8 @@ local function inspect(key)
   end
   return 't', not less(nh, nl, h, l), h, l
 end
+
+--> giveback.lua
 
 -- Read every key's state, refusing a key that holds another kind of live
 -- state (or anything not ours) before anything is written. A key whose
@@ -988,5 +998,7 @@ for i = 1, nops do
     redis.call('SET', op.bkey, fmt(uh, ul), 'PX', ms(pxOf(op.bh, op.bl) + slack))
   end
 end
+
+--> record.lua
 
 return out

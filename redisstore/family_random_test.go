@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -38,7 +39,7 @@ var familyLimits = []funnel.Limit{
 	{Algorithm: funnel.LeakyBucket, Count: 4, Period: 900 * time.Millisecond, Burst: 3, DelayUnits: funnel.NoDelay, Ban: 700 * time.Millisecond},
 	{Algorithm: funnel.FixedWindow, Count: 3, Period: time.Second},
 	{Algorithm: funnel.FixedWindow, Count: 5, Period: 250 * time.Millisecond, Ban: 900 * time.Millisecond},
-	{Algorithm: funnel.FixedWindow, Count: 4, Calendar: funnel.Daily, Location: time.FixedZone("UTC+5:30", 5*3600+1800)},
+	{Algorithm: funnel.FixedWindow, Count: 4, Calendar: funnel.Daily, Location: kolkata},
 	{Algorithm: funnel.SlidingWindow, Count: 4, Period: time.Second},
 	{Algorithm: funnel.SlidingWindow, Count: 7, Period: 300 * time.Millisecond, Ban: 2 * time.Second},
 	{Algorithm: funnel.SlidingLog, Count: 3, Period: time.Second},
@@ -64,21 +65,28 @@ type familyRun struct {
 	where  string           // the seed and sequence, for messages
 	steps  []string         // what was done so far, for messages
 	counts map[string]int   // outcomes, to check that the sequences cover them
+	made   []made           // the reservations admitted so far
+}
+
+// made is a reservation admitted, that a settle may name.
+type made struct {
+	key, id  string
+	estimate int64
 }
 
 // TestFamilyAgainstMemstore runs many random sequences of the limiter
 // family (every algorithm, random quantities, refunds, lease acquires and
 // releases, several limits at once, bans, Throttle on shared funnel keys,
-// Reset, Unban, a key reused under another algorithm) at random instants of
-// an injected clock, through the Redis store's Do (family.lua) and through
-// memstore, which runs package algo's decisions, and checks that every
+// Reset, Unban, a key reused under another algorithm, reservations and
+// their settles) at random instants of an injected clock, through the
+// Redis store's Do, Reserve and Settle (family.lua) and through memstore, which runs package algo's decisions, and checks that every
 // result and every error agree, and that the state agrees after each step:
 // each key's TTL, and the list of bans.
 func TestFamilyAgainstMemstore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	client := srv.Client()
-	const seed, sequences, steps = 2026, 140, 60
+	const seed, sequences, steps = 2026, 160, 70
 	counts := map[string]int{}
 	for sq := 0; sq < sequences; sq++ {
 		var clock atomic.Int64
@@ -111,6 +119,8 @@ func TestFamilyAgainstMemstore(t *testing.T) {
 		"banned", "refund", "release held", "release not held", "all-or-nothing refused", "all-or-nothing allowed",
 		"delayed concurrency", "release latency", "latency not held",
 		"wrong type", "throttle", "charge within", "charge into debt", "peek n allowed", "peek n refused",
+		"reserve allowed", "reserve refused", "reserve id in use", "settle unknown", "settle again",
+		"settle below", "settle above", "settle at",
 	} {
 		if counts[what] < 10 {
 			t.Errorf("the sequences do not cover %q well: %d times", what, counts[what])
@@ -180,7 +190,7 @@ func (f *familyRun) step() {
 	f.advance()
 	i := f.r.IntN(len(f.keys))
 	key, c := f.keys[i], f.limits[i]
-	switch x := f.r.IntN(24); {
+	switch x := f.r.IntN(30); {
 	case x < 9:
 		f.do(f.take(key, c))
 	case x < 13:
@@ -227,6 +237,10 @@ func (f *familyRun) step() {
 		// A peek of n units, at times above the limit (or of leases: an
 		// error).
 		f.do(funnel.Op{Kind: funnel.OpPeek, Key: key, Limit: c, N: f.r.Int64N(c.Capacity() + 2)})
+	case x == 24 || x == 25:
+		f.reserve(key, c)
+	case x >= 26 && x <= 29:
+		f.settle(key)
 	default:
 		f.do(funnel.Op{Kind: funnel.OpTake, Key: key, Limit: c}) // a peek
 	}
@@ -287,6 +301,75 @@ func (f *familyRun) refund(key string, c funnel.Checked) funnel.Op {
 	}
 	op.N = f.r.Int64N(c.Count + 3)
 	return op
+}
+
+// reserve makes a reservation of a random estimate (at times above the
+// limit) under one of a few ids (at times one in use), with a TTL of a
+// few milliseconds to a minute, or a bad one.
+func (f *familyRun) reserve(key string, c funnel.Checked) {
+	est := f.r.Int64N(c.Capacity()+1) + 1
+	if f.r.IntN(10) == 0 {
+		est = f.r.Int64N(3) - 1 // 0 and -1: bad
+	}
+	id := "r" + strconv.Itoa(f.r.IntN(4))
+	ttl := []time.Duration{time.Minute, time.Minute, time.Minute, 400 * time.Millisecond, 2 * time.Millisecond, time.Second + 1}[f.r.IntN(6)]
+	f.note("Reserve %q %d as %q for %v under %v", key, est, id, ttl, c.Limit)
+	got, gerr := f.redis.Reserve(f.ctx, key, c, est, id, ttl)
+	want, werr := f.mem.Reserve(f.ctx, key, c, est, id, ttl)
+	f.compare("Reserve", []funnel.Result{got}, gerr, []funnel.Result{want}, werr)
+	switch {
+	case errors.Is(werr, funnel.ErrInvalidLimit) && c.Algorithm != funnel.Concurrency && est > 0 && ttl%time.Millisecond == 0:
+		f.counts["reserve id in use"]++
+	case werr == nil && want.Allowed && !want.Fallback:
+		f.counts["reserve allowed"]++
+		f.made = append(f.made, made{key, id, est})
+	case werr == nil:
+		f.counts["reserve refused"]++
+	}
+}
+
+// settle settles a reservation made before (perhaps settled, or ended)
+// or one of the key's few ids (or another key's), at a random actual
+// amount: below, at or above the estimate, at times far above (a debt that
+// does not fit) or negative.
+func (f *familyRun) settle(key string) {
+	id := "r" + strconv.Itoa(f.r.IntN(4))
+	if f.r.IntN(10) == 0 {
+		key = f.keys[f.r.IntN(len(f.keys))] // perhaps another key's
+	}
+	actual := f.r.Int64N(12)
+	if len(f.made) > 0 && f.r.IntN(8) > 0 {
+		m := f.made[len(f.made)-1-f.r.IntN(min(len(f.made), 3))]
+		key, id = m.key, m.id
+		actual = max(m.estimate+[]int64{0, 0, -1, -2, -3, -m.estimate, 1, 3}[f.r.IntN(8)], 0)
+	}
+	switch f.r.IntN(12) {
+	case 0:
+		actual = -1
+	case 1:
+		actual = math.MaxInt64 - f.r.Int64N(3)
+	case 2:
+		actual = f.r.Int64N(1 << 20)
+	}
+	f.note("Settle %q %q at %d", key, id, actual)
+	got, gerr := f.redis.Settle(f.ctx, key, id, actual)
+	want, werr := f.mem.Settle(f.ctx, key, id, actual)
+	if !sameError(gerr, werr) || got != want {
+		f.fail("Settle:\n Redis    %+v, %v\n memstore %+v, %v", got, gerr, want, werr)
+	}
+	switch {
+	case errors.Is(werr, funnel.ErrUnknownReservation):
+		f.counts["settle unknown"]++
+	case werr != nil:
+	case want.Again:
+		f.counts["settle again"]++
+	case want.Actual < want.Estimate:
+		f.counts["settle below"]++
+	case want.Actual > want.Estimate:
+		f.counts["settle above"]++
+	default:
+		f.counts["settle at"]++
+	}
 }
 
 // do applies ops to both stores and compares the results and errors.
@@ -379,7 +462,7 @@ func sameError(a, b error) bool {
 	if (a == nil) != (b == nil) {
 		return false
 	}
-	for _, kind := range []error{funnel.ErrWrongType, funnel.ErrInvalidQuantity, funnel.ErrInvalidLimit, gcra.ErrOverflow, algo.ErrOverflow, funnel.ErrDuplicateKey, funnel.ErrLeaseNotHeld} {
+	for _, kind := range []error{funnel.ErrWrongType, funnel.ErrInvalidQuantity, funnel.ErrInvalidLimit, gcra.ErrOverflow, algo.ErrOverflow, funnel.ErrDuplicateKey, funnel.ErrLeaseNotHeld, funnel.ErrUnknownReservation} {
 		if errors.Is(a, kind) != errors.Is(b, kind) {
 			return false
 		}

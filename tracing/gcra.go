@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/funnelrl/funnel"
@@ -31,12 +30,7 @@ func (s *Store) GCRA(ctx context.Context, key string, p gcra.CommandParams) (fun
 	}
 	switch {
 	case err != nil:
-		class := funnel.ClassOf(err)
-		attrs = append(attrs, AttrOutcome.String("error"), AttrErrorClass.String(class.String()))
-		span.RecordError(err)
-		if class == funnel.ClassUnavailable || class == funnel.ClassInternal {
-			span.SetStatus(codes.Error, class.String())
-		}
+		attrs = errorAttrs(span, attrs, err)
 	case r.Fallback:
 		attrs = append(attrs, AttrOutcome.String("fallback"))
 	case r.Reply.Limited:

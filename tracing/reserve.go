@@ -41,6 +41,18 @@ func (s *Store) Settle(ctx context.Context, key, id string, actual int64) (funne
 	return st, err
 }
 
+// errorAttrs appends to attrs the outcome "error" and the class of err,
+// which it records on span, with an error status when the class is the
+// store's failure.
+func errorAttrs(span trace.Span, attrs []attribute.KeyValue, err error) []attribute.KeyValue {
+	class := funnel.ClassOf(err)
+	span.RecordError(err)
+	if class == funnel.ClassUnavailable || class == funnel.ClassInternal {
+		span.SetStatus(codes.Error, class.String())
+	}
+	return append(attrs, AttrOutcome.String("error"), AttrErrorClass.String(class.String()))
+}
+
 // outcome returns the rule, outcome, remaining and retry attributes of a
 // call that answered r or err, and records err on span.
 func (s *Store) outcome(ctx context.Context, span trace.Span, r funnel.Result, err error) []attribute.KeyValue {
@@ -50,12 +62,7 @@ func (s *Store) outcome(ctx context.Context, span trace.Span, r funnel.Result, e
 	}
 	switch {
 	case err != nil:
-		class := funnel.ClassOf(err)
-		attrs = append(attrs, AttrOutcome.String("error"), AttrErrorClass.String(class.String()))
-		span.RecordError(err)
-		if class == funnel.ClassUnavailable || class == funnel.ClassInternal {
-			span.SetStatus(codes.Error, class.String())
-		}
+		attrs = errorAttrs(span, attrs, err)
 	case r.Fallback:
 		attrs = append(attrs, AttrOutcome.String("fallback"))
 	case !r.Allowed:

@@ -98,12 +98,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	}
 	switch {
 	case err != nil:
-		class := funnel.ClassOf(err)
-		attrs = append(attrs, AttrOutcome.String("error"), AttrErrorClass.String(class.String()))
-		span.RecordError(err)
-		if class == funnel.ClassUnavailable || class == funnel.ClassInternal {
-			span.SetStatus(codes.Error, class.String())
-		}
+		attrs = errorAttrs(span, attrs, err)
 	case len(ops) == 0 || len(res) == 0:
 	case res[0].Fallback:
 		attrs = append(attrs, AttrOutcome.String("fallback"))

@@ -1,0 +1,103 @@
+-- A part of family.lua, written into it where a line says "--> giveback.lua"
+-- (see include in scripts.go), once the ops are parsed and before the keys
+-- are read: a reserve is a take from here on, and a settle below the
+-- estimate gives back g = gh, gl units of what the key still counts of the
+-- estimate (see funnel.ReserveStore): a funnel's and a delaying bucket's
+-- TAT moves back g intervals, never before now; a fixed window's count
+-- goes down by g (never below zero) when now is in the window that holds
+-- the reservation's millisecond sm; a sliding window counter's current
+-- count when sm is in the current window, its previous count when sm is in
+-- the previous one; a sliding log drops up to g of its entries at sm (the
+-- highest numbered, so that the ones left are numbered 1..k). A key that
+-- holds another algorithm's state is refused before anything is written.
+-- The op is then a charge of 0, which answers the state left.
+if ARGV[5] == 'v' then
+  ops[1].kind = 't'
+end
+if gh then
+  local op = ops[1]
+  local alg, key = op.alg, op.key
+  local want = alg
+  if want == 'g' or want == 'l' then
+    want = 't'
+  end
+  local kind, empty, a1, a2, a3 = inspect(key)
+  if kind == false or (kind and kind ~= want and not empty) then
+    return wrongtype(1)
+  end
+  if kind and not empty then
+    local g = gh * E9 + gl
+    if alg == 'g' or alg == 'l' then
+      local dh, dl = sub(a1, a2, nh, nl)
+      local ch, cl = mul(ih, il, gh, gl)
+      if ch and less(ch, cl, dh, dl) then
+        local xh, xl = sub(dh, dl, ch, cl)
+        local th, tl = add(nh, nl, xh, xl)
+        redis.call('SET', key, fmt(th, tl), 'PX', ms(pxOf(xh, xl) + slack))
+      else
+        redis.call('DEL', key)
+      end
+    elseif alg == 'f' then
+      local s, e
+      if op.period > 0 then
+        s = nowms - nowms % op.period
+        e = s + op.period
+      else
+        local sp = op.spans
+        for j = 1, 5, 2 do
+          if sp[j] <= nowms and nowms < sp[j + 1] then
+            s, e = sp[j], sp[j + 1]
+          end
+        end
+        if not s then
+          return redis.error_reply('ERR funnel: the calendar window of key 1 is not near Redis time; are the clocks apart?')
+        end
+      end
+      -- (a state of a later window, the clock stepped back, is counted
+      -- now, and given back from)
+      if s <= sm and sm < e and a1 >= s then
+        if a2 > g then
+          redis.call('SET', key, string.format('F%d:%d:%d', a1, a3, a2 - g), 'PX', ms(a3 - nowms + slack))
+        else
+          redis.call('DEL', key)
+        end
+      end
+    elseif alg == 's' then
+      local p = op.period
+      local s = nowms - nowms % p
+      local prev, cur = 0, 0
+      if a1 >= s then
+        prev, cur = a2, a3
+      elseif a1 == s - p then
+        prev = a3
+      end
+      local changed = false
+      if s <= sm and sm < s + p and cur > 0 then
+        cur, changed = math.max(cur - g, 0), true
+      elseif s - p <= sm and sm < s and prev > 0 then
+        prev, changed = math.max(prev - g, 0), true
+      end
+      if changed then
+        if cur > 0 then
+          redis.call('SET', key, string.format('S%d:%d:%d:%d', s, p, prev, cur), 'PX', ms(s + 2 * p - nowms + slack))
+        elseif prev > 0 then
+          redis.call('SET', key, string.format('S%d:%d:%d:%d', s, p, prev, 0), 'PX', ms(s + p - nowms + slack))
+        else
+          redis.call('DEL', key)
+        end
+      end
+    else -- 'o'
+      local k = redis.call('ZCOUNT', key, sm, sm)
+      if k > 0 then
+        local top = redis.call('ZCOUNT', key, '-inf', sm) - 1
+        local j = math.min(g, k)
+        redis.call('ZREMRANGEBYRANK', key, top - j + 1, top)
+        if redis.call('ZCARD', key) <= 1 then
+          redis.call('DEL', key)
+        else
+          redis.call('PEXPIRE', key, ms(zlast(key) + op.period - nowms + slack))
+        end
+      end
+    end
+  end
+end

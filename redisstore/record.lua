@@ -1,0 +1,40 @@
+-- A part of family.lua, written into it where a line says "--> record.lua"
+-- (see include in scripts.go), once the ops are applied: a reserve whose
+-- take was admitted records the reservation under KEYS[3] (see
+-- settle.lua), from ARGV[a], its TTL in ms, and ARGV[a + 1], the record's
+-- fields from the estimate on; its millisecond is the one a sliding log's
+-- entries were recorded at, now's rounded down for the others. It expires
+-- with its TTL. A settle that applied its op marks the record settled at
+-- its actual units (written over the first fields, of a fixed width, so
+-- that the record keeps its expiry), and adds to the reply whether the
+-- reservation was settled before, the actual units (the first settle's
+-- when it was), the estimate (both on two limbs) and the limit, a string
+-- (which the client returns as its bytes).
+if ARGV[5] == 'v' then
+  if all then
+    local ttl = ARGV[a] + 0
+    local r = ttl % 1000
+    local uh, ul = add(nh, nl, (ttl - r) / 1000, r * 1000000)
+    local at = nowms
+    if ops[1].alg == 'o' then
+      at = zlast(ops[1].key)
+    end
+    redis.call('SET', KEYS[3], string.format('0 0000000000 000000000 %d %d %d ', uh, ul, at) .. ARGV[a + 1], 'PX',
+      ms(ttl + slack))
+  end
+elseif settle then
+  if not again and ops[1].status ~= 2 then
+    -- in place: the record's expiry stays
+    redis.call('SETRANGE', KEYS[3], 0, string.format('1 %010d %09d', ah, al))
+  end
+  local again1 = 0
+  if again then
+    again1 = 1
+  end
+  out[#out + 1] = again1
+  out[#out + 1] = ah
+  out[#out + 1] = al
+  out[#out + 1] = eh
+  out[#out + 1] = el
+  out[#out + 1] = limit
+end
