@@ -9,7 +9,6 @@ import (
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/httpapi"
 	"github.com/funnelrl/funnel/internal/redistest"
-	"github.com/funnelrl/funnel/redisstore"
 )
 
 // reserveStep is one request at an offset from the clock's start, as a
@@ -174,8 +173,5 @@ func TestReserveStoreDown(t *testing.T) {
 
 func TestReserveAndSettleRedis(t *testing.T) {
 	t.Parallel()
-	if _, ok := funnel.ReserveOf((*redisstore.Store)(nil)); !ok {
-		t.Skip("the Redis store keeps no reservations")
-	}
 	runReserveSteps(t, newRedisAPI(t, redistest.StartServer(t)))
 }

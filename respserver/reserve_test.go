@@ -357,17 +357,8 @@ func atoi(t *testing.T, s string) int64 {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// needReserve skips a test over a store that keeps no reservations.
-func needReserve(t *testing.T, st funnel.Store) {
-	t.Helper()
-	if _, ok := funnel.ReserveOf(st); !ok {
-		t.Skipf("%T keeps no reservations", st)
-	}
-}
-
 func TestFunnelReserveRedis(t *testing.T) {
 	t.Parallel()
-	needReserve(t, (*redisstore.Store)(nil))
 	srv := redistest.StartServer(t)
 	t.Run("ReserveAndSettle", func(t *testing.T) { runReserveAndSettle(t, startRedisServer(t, srv, respserver.Config{})) })
 	t.Run("SettleLikeChargeAndRefund", func(t *testing.T) { runSettleLikeChargeAndRefund(t, startRedisServer(t, srv, respserver.Config{})) })
@@ -378,7 +369,6 @@ func TestFunnelReserveRedis(t *testing.T) {
 // allowed, with no reservation) and a settle the fail-closed error.
 func TestFunnelReserveRedisDown(t *testing.T) {
 	t.Parallel()
-	needReserve(t, (*redisstore.Store)(nil))
 	srv := redistest.StartServer(t)
 	ts := startRedisServerOpts(t, srv, respserver.Config{}, redisstore.Options{Timeout: 2 * time.Second, Fail: funnel.FailOpen})
 	c := ts.dial(t)
