@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -70,4 +71,44 @@ func Example_problem() {
 	// Output:
 	// 422 Unprocessable Entity application/problem+json
 	// {"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"httpapi: invalid request: period: \"1 minute\" is not a duration such as \"1s\" or \"1m30s\""}
+}
+
+// An LLM gateway's token budget: a call reserves its max_tokens when it
+// arrives and settles the tokens it used when its answer ends; what it did
+// not use is given back.
+func Example_reserveAndSettle() {
+	store := memstore.New(memstore.Options{Now: func() int64 { return start.UnixNano() }})
+	defer store.Close()
+	srv := httptest.NewServer(httpapi.New(funnel.New(store), httpapi.Options{}))
+	defer srv.Close()
+	post := func(path, body string) []byte {
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			panic(err)
+		}
+		defer resp.Body.Close()
+		reply, _ := io.ReadAll(resp.Body)
+		fmt.Println(resp.Status, resp.Header.Get("RateLimit"))
+		return reply
+	}
+
+	var reserved httpapi.Decision
+	reply := post("/v1/reserve", `{"key":"tokens:alice","limit":{"algorithm":"fixed_window","count":10000,"period":"1m"},"quantity":4096}`)
+	if err := json.Unmarshal(reply, &reserved); err != nil {
+		panic(err)
+	}
+	fmt.Println("reserved 4096, remaining", reserved.Remaining)
+
+	// … the model answers, using 1234 tokens.
+	var settled httpapi.Settled
+	reply = post("/v1/settle", `{"key":"tokens:alice","reservation_id":"`+reserved.ReservationID+`","actual":1234}`)
+	if err := json.Unmarshal(reply, &settled); err != nil {
+		panic(err)
+	}
+	fmt.Println("settled at", settled.Actual, "of", settled.Estimate, "remaining", settled.Remaining, "again", settled.Again)
+	// Output:
+	// 200 OK "default";r=5904;t=60
+	// reserved 4096, remaining 5904
+	// 200 OK "default";r=8766;t=60
+	// settled at 1234 of 4096 remaining 8766 again false
 }

@@ -9,6 +9,10 @@
 //	                         with "peek": true, a probe that charges
 //	                         nothing, 200 whatever it finds
 //	POST   /v1/charge        record units already spent, into debt: 200
+//	POST   /v1/reserve       take an estimate and record a reservation:
+//	                         200 or 429 (or 503), as a throttle
+//	POST   /v1/settle        settle a reservation at the actual units: 200,
+//	                         404 for an unknown or expired reservation
 //	POST   /v1/acquire       take a concurrency lease: 200 or 429 (or 503)
 //	POST   /v1/release       give a lease back
 //	POST   /v1/refund        give units back: 204
@@ -44,7 +48,9 @@
 // reads only the status retries later. The RateLimit field, which would
 // describe the key's state, is left out of fallbacks. This holds for every
 // answer that carries a decision: throttles with one or several limits,
-// acquires and peeks.
+// acquires, peeks and reserves (a reserve's fallback records no
+// reservation). A charge and a settle are not decisions: a store that
+// cannot record them is answered 503 with a problem, never a fallback.
 //
 // Every request gets a status chosen for it, never an empty 200: a body
 // that does not arrive within the http.Server's ReadTimeout is 408 Request
@@ -145,6 +151,8 @@ func New(lim *funnel.Limiter, opts Options) *Server {
 	}
 	s.mux.HandleFunc("POST /v1/throttle", s.throttle)
 	s.mux.HandleFunc("POST /v1/charge", s.charge)
+	s.mux.HandleFunc("POST /v1/reserve", s.reserve)
+	s.mux.HandleFunc("POST /v1/settle", s.settle)
 	s.mux.HandleFunc("POST /v1/acquire", s.acquire)
 	s.mux.HandleFunc("POST /v1/release", s.release)
 	s.mux.HandleFunc("POST /v1/refund", s.refund)
@@ -232,6 +240,11 @@ func statusOf(err error) (status int, detail string, storeDown bool) {
 		return http.StatusUnsupportedMediaType, err.Error(), false
 	case errors.Is(err, errInput):
 		return http.StatusUnprocessableEntity, err.Error(), false
+	case errors.Is(err, funnel.ErrUnknownReservation):
+		// The reservation the request names is not there (never made,
+		// refused, another key's, or ended with its TTL): 404, kept apart
+		// from 409, a key that holds another algorithm's state.
+		return http.StatusNotFound, err.Error(), false
 	}
 	switch funnel.ClassOf(err) {
 	case funnel.ClassInvalid, funnel.ClassCrossSlot:
@@ -498,6 +511,99 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	}
 	httpreply.SetHeaders(w.Header(), httpreply.Policy{Name: name, Limit: limit, Result: res})
 	writeJSON(w, http.StatusOK, decision(res))
+}
+
+// reserve serves POST /v1/reserve: Limiter.Reserve, an estimate taken as a
+// throttle takes its quantity and, when admitted, a reservation recorded
+// for POST /v1/settle. It is answered as a throttle (200, 429, or a
+// fallback), with the reservation's id when admitted.
+func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
+	var req ReserveRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name, limit, err := checkOne(req.Name, req.Key, req.Limit)
+	switch {
+	case err != nil:
+	case req.Quantity == nil:
+		err = inputf("quantity is missing: the estimate reserved, at least 1")
+	case *req.Quantity < 1:
+		err = inputf("quantity %d: the estimate reserved is at least 1", *req.Quantity)
+	}
+	var ttl time.Duration
+	if err == nil {
+		ttl, err = reservationTTL(req.TTL)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rv, res, err := s.lim.Reserve(r.Context(), storeKey(req.Key), limit, *req.Quantity, ttl)
+	if err != nil {
+		if !s.fellBack(w, r, err) {
+			return
+		}
+		// A fallback records no reservation.
+		rv, res = funnel.Reservation{}, s.opts.Fail.Fallback(limit)
+	}
+	s.observe(res, nil)
+	d := decision(res)
+	d.ReservationID = rv.ID
+	decided(w, res, []httpreply.Policy{{Name: name, Limit: limit, Result: res}}, d)
+}
+
+// reservationTTL parses a reservation's TTL: left out, 0 (the limiter's
+// default); else a duration from 1ms to funnel.MaxReservationTTL, rounded
+// up to whole milliseconds by the limiter.
+func reservationTTL(s string) (time.Duration, error) {
+	d, err := parseDuration("ttl", s)
+	if err != nil || s == "" {
+		return 0, err
+	}
+	if d < time.Millisecond || d > funnel.MaxReservationTTL {
+		return 0, inputf("ttl: %q is not from 1ms to %v", s, funnel.MaxReservationTTL)
+	}
+	return d, nil
+}
+
+// settle serves POST /v1/settle: Limiter.Settle, a reservation settled at
+// the actual units. It is answered 200 with the key's state after it, as a
+// charge is, its estimate and actual, and whether it was settled before;
+// an unknown or expired reservation is 404. Like a charge, a settle is not
+// a decision: a store that cannot record it is answered 503, never a
+// fallback. The limit is the store's (the reservation's): the answer has
+// the RateLimit field and Retry-After, but no RateLimit-Policy.
+func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
+	var req SettleRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name, err := checkName(req.Name, httpreply.DefaultName)
+	if err == nil {
+		err = checkKey(req.Key)
+	}
+	switch {
+	case err != nil:
+	case req.ReservationID == "":
+		err = inputf("reservation_id is missing: the id that POST /v1/reserve answered")
+	case req.Actual == nil:
+		err = inputf("actual is missing: the units spent")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st, err := s.lim.Settle(r.Context(), storeKey(req.Key), req.ReservationID, *req.Actual)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set(httpreply.HeaderRateLimit, string(httpreply.AppendRateLimit(nil, name, st.Result)))
+	httpreply.SetRetryAfter(h, []httpreply.Policy{{Name: name, Result: st.Result}})
+	writeJSON(w, http.StatusOK, Settled{Decision: decision(st.Result), Estimate: st.Estimate, Actual: st.Actual, Again: st.Again})
 }
 
 // throttleAll serves POST /v1/throttle with several limits.

@@ -380,6 +380,12 @@ func (f *fakeStore) TTL(context.Context, string) (time.Duration, bool, error) {
 func (f *fakeStore) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) error {
 	return f.do(ops, res)
 }
+func (f *fakeStore) Reserve(context.Context, string, funnel.Checked, int64, string, time.Duration) (funnel.Result, error) {
+	return funnel.Result{}, errDown
+}
+func (f *fakeStore) Settle(context.Context, string, string, int64) (funnel.Settlement, error) {
+	return funnel.Settlement{}, errDown
+}
 func (f *fakeStore) Bans(context.Context) ([]funnel.Ban, error)  { return nil, errDown }
 func (f *fakeStore) Unban(context.Context, string) (bool, error) { return false, errDown }
 

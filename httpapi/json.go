@@ -149,7 +149,8 @@ func limitFromQuery(q url.Values) (*Limit, error) {
 	return l, nil
 }
 
-// Decision is the answer to a throttle, a peek, a charge or an acquire.
+// Decision is the answer to a throttle, a peek, a charge, a reserve or an
+// acquire.
 // Times are in milliseconds, rounded up, so that a client that waits that
 // long has waited enough.
 type Decision struct {
@@ -181,6 +182,10 @@ type Decision struct {
 	Fallback bool `json:"fallback"`
 	// Lease is the id of the lease an allowed acquire took.
 	Lease string `json:"lease,omitempty"`
+	// ReservationID is the id of the reservation an allowed reserve
+	// recorded, for POST /v1/settle; a refusal or a fallback records none,
+	// and leaves it out.
+	ReservationID string `json:"reservation_id,omitempty"`
 }
 
 // ms rounds d up to whole milliseconds; Never is -1.
@@ -256,6 +261,53 @@ type ChargeRequest struct {
 	Quantity *int64 `json:"quantity"`
 	// Name is the policy's name in the header fields ("default").
 	Name string `json:"name,omitempty"`
+}
+
+// ReserveRequest is the body of POST /v1/reserve: an estimate of a cost
+// known only afterwards, such as the max_tokens of a model's request,
+// taken now and settled at the actual cost by POST /v1/settle.
+type ReserveRequest struct {
+	// Key is the key the estimate is taken from.
+	Key string `json:"key"`
+	// Limit is the limit the key is charged to (not a concurrency limit).
+	Limit *Limit `json:"limit"`
+	// Quantity is the estimate, the units reserved: required, at least 1.
+	Quantity *int64 `json:"quantity"`
+	// TTL, a duration such as "30s", is how long the reservation lives:
+	// one not settled by then is settled at its estimate and forgotten.
+	// Left out, funnel.DefaultReservationTTL (10m); at most
+	// funnel.MaxReservationTTL (24h), rounded up to whole milliseconds.
+	TTL string `json:"ttl,omitempty"`
+	// Name is the policy's name in the header fields ("default").
+	Name string `json:"name,omitempty"`
+}
+
+// SettleRequest is the body of POST /v1/settle.
+type SettleRequest struct {
+	// Key is the key the reservation was made on.
+	Key string `json:"key"`
+	// ReservationID is the id that POST /v1/reserve answered.
+	ReservationID string `json:"reservation_id"`
+	// Actual is the units spent, at least 0: above the estimate the
+	// difference is charged (into debt), below it is given back.
+	Actual *int64 `json:"actual"`
+	// Name is the policy's name in the RateLimit field ("default").
+	Name string `json:"name,omitempty"`
+}
+
+// Settled is the answer to POST /v1/settle: the key's state after the
+// settle under the reservation's limit, as a charge answers (Allowed is
+// false while the key is over its limit), with the reservation's amounts.
+type Settled struct {
+	Decision
+	// Estimate is the reservation's estimate.
+	Estimate int64 `json:"estimate"`
+	// Actual is the amount the reservation was settled at: the first
+	// settle's, when Again.
+	Actual int64 `json:"actual"`
+	// Again reports that the reservation was settled before: this settle
+	// changed nothing.
+	Again bool `json:"again"`
 }
 
 // Entry is one limit of a ThrottleRequest with several.

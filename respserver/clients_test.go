@@ -136,7 +136,7 @@ func TestGoRedis(t *testing.T) {
 			if err != nil || field(stats, "throttle_allowed") != "16" || field(stats, "throttle_limited") != "5" {
 				t.Fatalf("INFO stats: %q, %v", stats, err)
 			}
-			if n, err := rdb.Do(ctx, "COMMAND", "COUNT").Int(); err != nil || n != 26 {
+			if n, err := rdb.Do(ctx, "COMMAND", "COUNT").Int(); err != nil || n != 28 {
 				t.Fatalf("COMMAND COUNT: %d, %v", n, err)
 			}
 

@@ -66,6 +66,12 @@ func init() {
 		{name: "funnel.charge", arity: -7, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelCharge,
 			doc: commandDoc{summary: "Records QUANTITY units of a key already spent under a limit (a cost known afterwards), into debt when they do not fit: the key is refused until the debt has drained. Reply: FUNNEL.ALLOW's; allowed is 0 when the key is now over its limit, retry_after_ms the time until its debt has drained.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
 				args: chargeArgDocs()}},
+		{name: "funnel.reserve", arity: -7, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelReserve,
+			doc: commandDoc{summary: fmt.Sprintf("Reserves QUANTITY units of a key (the estimate of a cost known afterwards, at least 1): takes them as FUNNEL.ALLOW does and, when admitted, records a reservation for FUNNEL.SETTLE that lives TTL ms (default %d, at most %d; one never settled is settled at its estimate). Reply: FUNNEL.ALLOW's (allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned), then the reservation id, nil when refused or a fallback.", funnel.DefaultReservationTTL/time.Millisecond, funnel.MaxReservationTTL/time.Millisecond), since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
+				args: reserveArgDocs()}},
+		{name: "funnel.settle", arity: 4, flags: []string{"write"}, firstKey: 1, lastKey: 1, step: 1, run: cmdFunnelSettle,
+			doc: commandDoc{summary: "Settles a reservation of FUNNEL.RESERVE at the actual units spent: above the estimate the difference is charged (into debt), below it is given back (what the key still counts of the estimate). A reservation settled before is not settled again; an unknown or expired one is an error. Reply: the key after the settle, as FUNNEL.CHARGE answers (allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned), then again: 1 if the reservation was settled before (nothing changed), else 0.", since: "0.2.0", group: "funnel", complexity: "O(1); O(log N) for sliding_log",
+				args: []argDoc{{name: "key", typ: "key"}, {name: "reservation_id", typ: "string"}, {name: "actual", typ: "integer"}}}},
 		{name: "funnel.allowall", arity: -7, flags: []string{"write", "movablekeys"}, run: cmdFunnelAllowAll,
 			doc: commandDoc{summary: "Applies several limits at once, all-or-nothing: all are charged or none. Reply: allowed, refused_index, retry_after_ms, and each limit's FUNNEL.ALLOW reply.", since: "0.2.0", group: "funnel", complexity: "O(N) where N is the number of limits",
 				args: []argDoc{{name: "numlimits", typ: "integer"}, {name: "limit", typ: "block", token: "LIMIT", multiple: true, args: limitArgDocs(true)}}}},
@@ -169,6 +175,12 @@ func chargeArgDocs() []argDoc {
 		}
 	}
 	return a
+}
+
+// reserveArgDocs documents FUNNEL.RESERVE's arguments: FUNNEL.CHARGE's
+// (QUANTITY, the estimate, required), then TTL.
+func reserveArgDocs() []argDoc {
+	return append(chargeArgDocs(), argDoc{name: "ttl_ms", typ: "integer", token: "TTL", optional: true})
 }
 
 // commandNames returns the table's names, sorted.

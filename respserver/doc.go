@@ -7,7 +7,8 @@
 //
 // Decisions are redis-cell's CL.THROTTLE and Funnel's own FUNNEL.* family
 // (FUNNEL.ALLOW, with PEEK a probe, FUNNEL.CHARGE, a cost known afterwards,
-// FUNNEL.ALLOWALL, FUNNEL.ACQUIRE, FUNNEL.RELEASE, FUNNEL.REFUND,
+// FUNNEL.RESERVE and FUNNEL.SETTLE, a cost estimated first and settled
+// afterwards, FUNNEL.ALLOWALL, FUNNEL.ACQUIRE, FUNNEL.RELEASE, FUNNEL.REFUND,
 // FUNNEL.BANS, FUNNEL.UNBAN). Beside them the server answers
 // the commands that Redis clients and tools send on their own: PING, ECHO,
 // HELLO, AUTH, CLIENT, SELECT, COMMAND, INFO, CONFIG, QUIT and RESET, and

@@ -20,6 +20,10 @@ import (
 //	  -> [allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, banned]
 //	FUNNEL.CHARGE key algorithm count period_ms [options] QUANTITY n
 //	  -> FUNNEL.ALLOW's reply, allowed 0 when the key is now over its limit
+//	FUNNEL.RESERVE key algorithm count period_ms [options] QUANTITY estimate [TTL ms]
+//	  -> FUNNEL.ALLOW's reply, then the reservation id (nil when refused)
+//	FUNNEL.SETTLE key reservation_id actual
+//	  -> FUNNEL.ALLOW's reply (the key after the settle), then again
 //	FUNNEL.ALLOWALL n LIMIT key algorithm count period_ms [options] ... (n times)
 //	  -> [allowed, refused_index, retry_after_ms, [7 integers per limit]...]
 //	FUNNEL.ACQUIRE key count ttl_ms [ID lease_id] [BURST n] [DELAY ms]
@@ -42,12 +46,24 @@ import (
 // when they do not fit: allowed is 0 while the key is over its limit, and
 // retry_after_ms is the time until its debt has drained. A charge is never a
 // fallback: a store that cannot record it answers the fail-closed error.
+//
+// FUNNEL.RESERVE takes QUANTITY units (the estimate, at least 1) as
+// FUNNEL.ALLOW does and, when they are admitted, records a reservation that
+// lives TTL ms (default funnel.DefaultReservationTTL, at most
+// funnel.MaxReservationTTL): funnel.Limiter.Reserve. A refusal or a
+// fallback records none, and its id is nil. FUNNEL.SETTLE settles it at the
+// actual amount (funnel.Limiter.Settle): the difference is charged (into
+// debt) or given back, and the reply is the key's state after it as
+// FUNNEL.CHARGE answers, then again: 1 when the reservation was settled
+// before (nothing changed), else 0. An unknown or expired id is an error
+// reply; a settle, like a charge, is never a fallback.
 
 // famLimit is the limit an argument list describes, with its quantity.
 type famLimit struct {
 	limit funnel.Limit
 	n     int64
-	peek  bool // PEEK: ask, charging nothing
+	peek  bool          // PEEK: ask, charging nothing
+	ttl   time.Duration // TTL of FUNNEL.RESERVE; 0: the default
 }
 
 // limitUse says which command's options parseLimitArgs reads: the options
@@ -65,6 +81,9 @@ const (
 	// useCharge is FUNNEL.CHARGE's list: no PEEK, and QUANTITY is
 	// required (a charge of a default of 1 unit would hide a missing cost).
 	useCharge
+	// useReserve is FUNNEL.RESERVE's list: no PEEK, QUANTITY required and
+	// at least 1 (the estimate), and the only one that takes TTL.
+	useReserve
 )
 
 // errSyntax is the reply to an option that is not understood.
@@ -129,6 +148,9 @@ func parseLimitArgs(args [][]byte, use limitUse) (famLimit, int, error) {
 			i++
 			continue
 		}
+		if opt == "TTL" && use != useReserve {
+			return famLimit{}, 0, errTTL
+		}
 		if opt == "PEEK" {
 			if use != useAllow {
 				return famLimit{}, 0, errPeek
@@ -159,6 +181,8 @@ func parseLimitArgs(args [][]byte, use limitUse) (famLimit, int, error) {
 			spec.Calendar = strings.ToLower(string(v))
 		case "TZ":
 			spec.TimeZone = string(v)
+		case "TTL":
+			f.ttl, err = parseReservationTTL(v)
 		default:
 			return famLimit{}, 0, errSyntax
 		}
@@ -169,6 +193,9 @@ func parseLimitArgs(args [][]byte, use limitUse) (famLimit, int, error) {
 	}
 	if use == useCharge && !quantity {
 		return famLimit{}, 0, errChargeQuantity
+	}
+	if use == useReserve && (!quantity || f.n < 1) {
+		return famLimit{}, 0, errReserveQuantity
 	}
 	if f.limit, err = spec.Limit(); err != nil {
 		return famLimit{}, 0, limitError(err)
@@ -181,7 +208,24 @@ var (
 	errPeek = errors.New("ERR PEEK is an option of FUNNEL.ALLOW only")
 	// errChargeQuantity is the reply to a FUNNEL.CHARGE without QUANTITY.
 	errChargeQuantity = errors.New("ERR FUNNEL.CHARGE needs QUANTITY n, the units spent")
+	// errReserveQuantity is the reply to a FUNNEL.RESERVE without
+	// QUANTITY, or with a QUANTITY under 1.
+	errReserveQuantity = errors.New("ERR FUNNEL.RESERVE needs QUANTITY n, the estimate reserved: at least 1")
+	// errTTL is the reply to TTL anywhere but in FUNNEL.RESERVE.
+	errTTL = errors.New("ERR TTL is an option of FUNNEL.RESERVE only")
+	// errReserveTTL is the reply to a TTL out of its range.
+	errReserveTTL = fmt.Errorf("ERR ttl must be whole milliseconds from 1 to %d", funnel.MaxReservationTTL/time.Millisecond)
 )
+
+// parseReservationTTL parses FUNNEL.RESERVE's TTL: whole milliseconds from
+// 1 to funnel.MaxReservationTTL.
+func parseReservationTTL(b []byte) (time.Duration, error) {
+	n, ok := cell.ParseInt(b)
+	if !ok || n < 1 || n > int64(funnel.MaxReservationTTL/time.Millisecond) {
+		return 0, errReserveTTL
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
 
 // limitError turns a Validate error into a reply.
 func limitError(err error) error {
@@ -209,8 +253,15 @@ func retryMillis(allowed bool, retry time.Duration) int64 {
 
 // writeFamResult writes the 7-integer reply of one decision.
 func (c *conn) writeFamResult(r funnel.Result) {
-	retry := retryMillis(r.Allowed, r.RetryAfter)
 	c.wr.WriteArray(7)
+	c.writeFamInts(r)
+}
+
+// writeFamInts writes the 7 integers of one decision, without the array's
+// header: FUNNEL.RESERVE and FUNNEL.SETTLE write an eighth element after
+// them.
+func (c *conn) writeFamInts(r funnel.Result) {
+	retry := retryMillis(r.Allowed, r.RetryAfter)
 	c.wr.WriteInt(b2i(r.Allowed))
 	c.wr.WriteInt(r.Limit)
 	c.wr.WriteInt(r.Remaining)
@@ -334,6 +385,64 @@ func cmdFunnelCharge(c *conn, args [][]byte) {
 		return
 	}
 	c.writeFamResult(r)
+}
+
+func cmdFunnelReserve(c *conn, args [][]byte) {
+	f, _, err := parseLimitArgs(args[2:], useReserve)
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	// The key is copied out of the read buffer, not aliased as storeKey
+	// does: the store keeps it with the reservation.
+	rv, r, err := c.s.lim.Reserve(context.Background(), funnel.BoundKey(string(args[1])), f.limit, f.n, f.ttl)
+	if err != nil {
+		if !c.fellBack(err) {
+			return
+		}
+		// A fallback records no reservation.
+		rv, r = funnel.Reservation{}, c.s.cfg.Fail.Fallback(f.limit)
+	}
+	if c.decided(&r) {
+		return
+	}
+	c.wr.WriteArray(8)
+	c.writeFamInts(r)
+	if rv.ID != "" {
+		c.wr.WriteBulkString(rv.ID)
+	} else {
+		c.wr.WriteNull()
+	}
+}
+
+// parseSettle parses FUNNEL.SETTLE's actual amount (args[3]; args[0] is
+// the command): an integer of at least 0, with FUNNEL.CHARGE's errors for
+// its QUANTITY. The id is the store's to find.
+func parseSettle(args [][]byte) (int64, error) {
+	if len(args) != 4 {
+		return 0, errors.New("ERR wrong number of arguments for 'funnel.settle' command")
+	}
+	return parseFamInt("actual", args[3])
+}
+
+func cmdFunnelSettle(c *conn, args [][]byte) {
+	actual, err := parseSettle(args)
+	if err != nil {
+		c.wr.WriteError(err.Error())
+		return
+	}
+	st, err := c.s.lim.Settle(context.Background(), storeKey(args[1]), string(args[2]), actual)
+	if err != nil {
+		// Not a decision: an unknown or expired id, or an actual whose
+		// debt does not fit, is the client's error; a store that cannot
+		// record the settle answers the fail-closed error, never a
+		// fallback.
+		c.replyError(err)
+		return
+	}
+	c.wr.WriteArray(8)
+	c.writeFamInts(st.Result)
+	c.wr.WriteInt(b2i(st.Again))
 }
 
 // maxAllowAll is the most limits one FUNNEL.ALLOWALL takes.

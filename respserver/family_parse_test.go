@@ -5,12 +5,17 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
 )
 
 // FuzzLimitArgs: the FUNNEL.* limit parser answers every argument list, as
 // every command reads it, with an ERR reply or a limit that is valid, never
 // a panic, and never uses more arguments than it was given; PEEK is taken
-// by FUNNEL.ALLOW only, and FUNNEL.CHARGE's list has a QUANTITY.
+// by FUNNEL.ALLOW only, FUNNEL.CHARGE's and FUNNEL.RESERVE's lists have a
+// QUANTITY (at least 1 for FUNNEL.RESERVE), and TTL is taken by
+// FUNNEL.RESERVE only, in its range.
 func FuzzLimitArgs(f *testing.F) {
 	for _, seed := range []string{
 		"fixed_window 3 60000",
@@ -26,13 +31,15 @@ func FuzzLimitArgs(f *testing.F) {
 		"gcra 10 1000 QUANTITY 11 PEEK", "sliding_log 3 1000 PEEK QUANTITY 2 PEEK",
 		"fixed_window 3 1000 QUANTITY 9223372036854775807", "gcra 1 1 QUANTITY 18446744073709551616",
 		"gcra 1 1000 BURST 4 QUANTITY -3", "leaky_bucket 1 1000 QUANTITY 2 QUANTITY",
+		"gcra 10 1000 QUANTITY 5 TTL 60000", "sliding_log 3 1000 TTL 1 QUANTITY 1", "fixed_window 3 1000 QUANTITY 0 TTL 86400000",
+		"gcra 1 1000 QUANTITY 1 TTL 86400001", "gcra 1 1000 QUANTITY 1 TTL 0", "gcra 1 1000 QUANTITY 1 TTL -5 TTL 7", "gcra 1 1000 TTL",
 	} {
-		for use := range useCharge + 1 {
+		for use := range useReserve + 1 {
 			f.Add([]byte(seed), uint8(use))
 		}
 	}
 	f.Fuzz(func(t *testing.T, in []byte, u uint8) {
-		use := limitUse(u % uint8(useCharge+1))
+		use := limitUse(u % uint8(useReserve+1))
 		args := bytes.Split(in, []byte(" "))
 		fl, used, err := parseLimitArgs(args, use)
 		if err != nil {
@@ -53,8 +60,39 @@ func FuzzLimitArgs(f *testing.F) {
 		if fl.peek && use != useAllow {
 			t.Fatalf("%q: PEEK taken for use %d", in, use)
 		}
-		if use == useCharge && !slices.ContainsFunc(args[:used], func(a []byte) bool { return bytes.EqualFold(a, []byte("QUANTITY")) }) {
-			t.Fatalf("%q: a charge without QUANTITY", in)
+		if (use == useCharge || use == useReserve) && !slices.ContainsFunc(args[:used], func(a []byte) bool { return bytes.EqualFold(a, []byte("QUANTITY")) }) {
+			t.Fatalf("%q: a charge or a reserve without QUANTITY", in)
+		}
+		if use == useReserve && fl.n < 1 {
+			t.Fatalf("%q: a reserve of %d", in, fl.n)
+		}
+		if fl.ttl != 0 && (use != useReserve || fl.ttl < time.Millisecond || fl.ttl > funnel.MaxReservationTTL || fl.ttl%time.Millisecond != 0) {
+			t.Fatalf("%q: TTL %v taken for use %d", in, fl.ttl, use)
+		}
+	})
+}
+
+// FuzzSettleArgs: FUNNEL.SETTLE's parser answers every argument list with
+// an ERR reply or an actual amount of at least 0, never a panic.
+func FuzzSettleArgs(f *testing.F) {
+	for _, seed := range []string{
+		"FUNNEL.SETTLE k id 0", "FUNNEL.SETTLE k id 4096", "FUNNEL.SETTLE k id -1", "FUNNEL.SETTLE k id x",
+		"FUNNEL.SETTLE k id 9223372036854775807", "FUNNEL.SETTLE k id 18446744073709551616", "FUNNEL.SETTLE k id",
+		"FUNNEL.SETTLE k id 1 2", "FUNNEL.SETTLE k  +1", "FUNNEL.SETTLE k id 01",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		args := bytes.Split(in, []byte(" "))
+		actual, err := parseSettle(args)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "ERR ") {
+				t.Fatalf("%q: reply %q is not an ERR", in, err)
+			}
+			return
+		}
+		if len(args) != 4 || actual < 0 {
+			t.Fatalf("%q: parsed actual %d of %d arguments", in, actual, len(args))
 		}
 	})
 }

@@ -39,6 +39,8 @@ func FuzzServer(f *testing.F) {
 		multibulk("GCRA", "g", "5", "10", "60") + multibulk("GCRA", "g", "5", "10", "0.25", "TOKENS", "3") + multibulk("GCRA", "g", "0", "1", "1e-7", "TOKENS"),
 		multibulk("FUNNEL.CHARGE", "k", "gcra", "1", "1000", "QUANTITY", "9") + multibulk("FUNNEL.ALLOW", "k", "gcra", "1", "1000", "QUANTITY", "3", "PEEK") +
 			multibulk("FUNNEL.CHARGE", "k", "gcra", "1", "1000", "QUANTITY", "9223372036854775807") + multibulk("FUNNEL.CHARGE", "k", "gcra", "1", "1000", "PEEK"),
+		multibulk("FUNNEL.RESERVE", "r", "gcra", "10", "1000", "QUANTITY", "4", "TTL", "60000") + multibulk("FUNNEL.SETTLE", "r", "00000000000000000000000000000000", "9") +
+			multibulk("FUNNEL.SETTLE", "r", "x", "-1") + multibulk("FUNNEL.RESERVE", "r", "sliding_log", "3", "1000", "QUANTITY", "0", "TTL", "0") + multibulk("FUNNEL.SETTLE", "r"),
 		multibulk("FUNNEL.ACQUIRE", "j", "1", "1000", "ID", "x") + multibulk("FUNNEL.RELEASE", "j", "x") + multibulk("FUNNEL.REFUND", "k", "sliding_window", "3", "1000"),
 	} {
 		f.Add([]byte(seed))

@@ -302,7 +302,7 @@ func TestServerConnectionCommands(t *testing.T) {
 		{[]string{"CONFIG", "GET"}, errr("ERR wrong number of arguments for 'config|get' command")},
 		{[]string{"CONFIG", "SET", "maxclients", "1"}, errr("ERR CONFIG SET is not supported: Funnel is configured by its flags and configuration file")},
 		{[]string{"CONFIG", "FOO"}, errr("ERR unknown subcommand 'FOO'. Try CONFIG HELP.")},
-		{[]string{"COMMAND", "COUNT"}, integer(26)},
+		{[]string{"COMMAND", "COUNT"}, integer(28)},
 		{[]string{"COMMAND", "FOO"}, errr("ERR unknown subcommand 'FOO'. Try COMMAND HELP.")},
 		{[]string{"COMMAND", "INFO", "nosuch"}, "*1\r\n*-1\r\n"},
 		{[]string{"COMMAND", "DOCS", "nosuch"}, array()},
@@ -657,7 +657,8 @@ func TestServerCommand(t *testing.T) {
 	ts := startServer(t, respserver.Config{})
 	c := ts.dial(t)
 	names := []string{"auth", "cl.throttle", "client", "command", "config", "dbsize", "del", "echo", "exists",
-		"funnel.acquire", "funnel.allow", "funnel.allowall", "funnel.bans", "funnel.charge", "funnel.refund", "funnel.release", "funnel.unban",
+		"funnel.acquire", "funnel.allow", "funnel.allowall", "funnel.bans", "funnel.charge", "funnel.refund", "funnel.release", "funnel.reserve",
+		"funnel.settle", "funnel.unban",
 		"gcra", "hello", "info", "ping", "pttl", "quit", "reset", "select", "ttl"}
 	var list []string
 	for _, n := range names {
@@ -685,7 +686,7 @@ func TestServerCommand(t *testing.T) {
 	}
 	// Every command has an entry in COMMAND and COMMAND INFO.
 	all := c.do("COMMAND")
-	if !strings.HasPrefix(all, "*26\r\n") {
+	if !strings.HasPrefix(all, "*28\r\n") {
 		t.Errorf("COMMAND: %.40q", all)
 	}
 	if got := c.do("COMMAND", "INFO"); got != all {
@@ -704,7 +705,7 @@ func TestServerCommand(t *testing.T) {
 			t.Errorf("COMMAND DOCS lacks %q:\n%q", want, docs)
 		}
 	}
-	if all := c.do("COMMAND", "DOCS"); !strings.HasPrefix(all, "*52\r\n") {
+	if all := c.do("COMMAND", "DOCS"); !strings.HasPrefix(all, "*56\r\n") {
 		t.Errorf("COMMAND DOCS: %.40q", all)
 	}
 }
