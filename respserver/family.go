@@ -393,9 +393,7 @@ func cmdFunnelReserve(c *conn, args [][]byte) {
 		c.wr.WriteError(err.Error())
 		return
 	}
-	// The key is copied out of the read buffer, not aliased as storeKey
-	// does: the store keeps it with the reservation.
-	rv, r, err := c.s.lim.Reserve(context.Background(), funnel.BoundKey(string(args[1])), f.limit, f.n, f.ttl)
+	rv, r, err := c.s.lim.Reserve(context.Background(), storeKey(args[1]), f.limit, f.n, f.ttl)
 	if err != nil {
 		if !c.fellBack(err) {
 			return
