@@ -60,6 +60,9 @@ type entry struct {
 	// lifetime (KeyLifetime): the tolerance it gave up.
 	reduced gcra.Params
 	lk      int64
+	// life is the lifetime of the units of the key's last grant: lk, or
+	// longer under contention (see extension).
+	life int64
 	// cmd marks a key of Redis's GCRA command (see Store.GCRA): its leases
 	// are the command's (redisstore.Store.LeaseGCRA), in microseconds on
 	// Redis's time in whole milliseconds; p and reduced are its funnel in
@@ -274,6 +277,27 @@ func (s *Store) maxLease(e *entry, nodes int64) int64 {
 	return c
 }
 
+// extension is how much longer than the key's lifetime L_k the units of
+// a grant of e's key live, when the funnel's TAT before the grant was
+// ahead ns ahead of Redis's time (once the give-back applied; the
+// grant's end less its units): ahead itself, at most τ'−T (τ' the reduced
+// tolerance r.Tolerance, T the interval) and the store's lifetime less
+// L_k. So under contention a smooth limit's units live up to
+// min(L, τ−T) after their slots instead of L_k, at no cost to the funnel:
+// a unit's time after its slot is paid by the part of the funnel already
+// taken ahead of it (see the package doc's proof). A key whose L_k is the
+// store's lifetime is not extended.
+func (s *Store) extension(e *entry, r gcra.Params, ahead int64) int64 {
+	most := min(r.Tolerance-r.Interval, s.lifetime-e.lk)
+	if s.extendAlways {
+		ahead = most
+	}
+	if s.extendPastTolerance {
+		most = s.lifetime - e.lk
+	}
+	return max(0, min(ahead, most))
+}
+
 // horizon is how far ahead of Redis's time a lease may take
 // future-dated units: two store lifetimes, so that each node can hold its
 // current lease and the next one of its share (see want).
@@ -309,7 +333,13 @@ func (s *Store) want(e *entry, now int64) int64 {
 		a = float64(e.askedSince) / float64(now-e.last)
 	}
 	if a > 0 {
-		d := a * float64(e.lk) / 2 / (1 - min(a*float64(r.Interval), 0.5))
+		// The units' lifetime: the last grant's, extended under
+		// contention (see extension), while it is recent.
+		life := e.lk
+		if e.at != 0 && now-e.at <= s.lifetime {
+			life = max(life, e.life)
+		}
+		d := demandUnits(a*float64(life), min(a*float64(r.Interval), 0.5))
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
 		w = max(w, min(int64(math.Ceil(min(d, 1<<52))), share))
 	}
@@ -317,6 +347,23 @@ func (s *Store) want(e *entry, now int64) int64 {
 		w = min(w, s.opts.MaxLease)
 	}
 	return max(w, 1)
+}
+
+// demandMargin is the standard deviations of a node's arrivals that a
+// lease sized by its demand leaves room for (see demandUnits).
+const demandMargin = 2
+
+// demandUnits is the units that a node whose demand brings m requests in
+// its units' lifetime (a·ℓ, a the demand per ns) spends from one lease of
+// future-dated units, each spendable for ℓ from its slot, one interval
+// after the one before, with u = a·T (at most 1/2): k units take k/a to
+// spend, and the last ends ℓ+(k−1)·T after the first's slot, so that
+// about k·(1−u) ≤ a·ℓ; with arrivals at random (Poisson) times the k
+// requests take k/a ± √k/a, so that k·(1−u) + demandMargin·√k ≤ a·ℓ keeps
+// a lease's last units from ending unspent, which the fleet would lose.
+func demandUnits(m, u float64) float64 {
+	q := (-demandMargin + math.Sqrt(demandMargin*demandMargin+4*(1-u)*m)) / (2 * (1 - u))
+	return q * q
 }
 
 // start begins a lease call on e for at least need units. e's shard lock
@@ -401,7 +448,11 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	// prefetch and the lease's size.
 	if e.last > 0 && now > e.last {
 		e.rate = float64(e.spentSince) / float64(now-e.last)
-		e.demand = float64(e.askedSince) / float64(now-e.last)
+		d := float64(e.askedSince) / float64(now-e.last)
+		if e.demand > 0 {
+			d = (e.demand + d) / 2 // smoothed: a lease sized on a burst is forfeited
+		}
+		e.demand = d
 	}
 	e.last, e.spentSince, e.askedSince = now, 0, 0
 	if sh.keys[key] != e || e.resets != f.resets && !s.resetRace {
@@ -428,6 +479,10 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	if s.fullLifetime {
 		lk = s.lifetime
 	}
+	// The grant's units live longer when the funnel was ahead of Redis's
+	// time before it (see extension).
+	lk += s.extension(e, r, g.TAT-g.Units*r.Interval-g.Now)
+	e.life = lk
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
 	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
