@@ -154,18 +154,22 @@
 // counts them, in a sorted set beside the key, in its hash slot), unless
 // the key's demand here asks for more; and never above the units that fit
 // at once at the last call. The key's demand here (the units asked for
-// here per second, admitted or not, between the last two calls) sizes a
-// lease as the units asked for in half the key's lifetime, scaled by
-// 1/(1−a·T) (a the demand per ns, at most 2) because future-dated units
-// come one interval apart, faster than a node with part of the demand
-// spends them; it is capped by the node's share of one lifetime of the
-// rate among the nodes (R·L/nodes) and by MaxLease. Under contention (the
-// last call's units were future-dated) the demand alone sizes the lease.
-// So under overload each node takes about one lease per lifetime, or per
-// half of its key's lifetime: the Redis calls on a key are bounded by the
-// fleet and the lifetimes, not by the traffic nor the rate, and the units
-// follow each node's demand (a node that asks for more runs out sooner
-// and leases again, at the queue's end).
+// here per second, admitted or not, between the last two calls, averaged
+// with the one before) sizes a lease as the units it can spend within
+// their lifetime ℓ (the last grant's, extended under contention): k such
+// that k·(1−a·T) + 2·√(D·k) ≤ a·ℓ (a the demand per ns, a·T at most 1/2,
+// D the index of dispersion of its arrivals, measured between calls: 1
+// for Poisson arrivals, 0 for evenly paced ones), because future-dated
+// units come one interval apart, faster than a node with part of the
+// demand spends them, and the arrivals spread around their rate; it is
+// capped by the node's share of one lifetime of the rate among the nodes
+// (R·L/nodes) and by MaxLease. Under contention (the last call's units
+// were future-dated) the demand alone sizes the lease. So under overload
+// each node takes about one lease per lifetime of its units: the Redis
+// calls on a key are bounded by the fleet and the lifetimes, not by the
+// traffic nor the rate, and the units follow each node's demand (a node
+// that asks for more runs out sooner and leases again, at the queue's
+// end).
 //
 // Under contention (the funnel had no room for one more unit at the last
 // call or decision here) a key that holds nothing is cold again while its

@@ -48,6 +48,10 @@ type entry struct {
 	// key's demand here, which sizes its leases under contention.
 	last, spentSince, askedSince int64
 	rate, demand                 float64
+	// disp is the index of dispersion of the key's requests here (the
+	// variance of their count between two calls over its mean, 1 for
+	// Poisson arrivals), a moving average from 1.
+	disp float64
 	// used is the local time of the key's last decision, for the sweeper.
 	used int64
 	// window is the local time a cold key's current window began, and
@@ -103,7 +107,7 @@ func (s *Store) entryOf(sh *shard, key string, p, r gcra.Params, cmd bool, now i
 		if e != nil {
 			s.forfeit(e) // the limit changed: start afresh
 		}
-		e = &entry{key: strings.Clone(key), p: p, reduced: r, lk: p.Tolerance - r.Tolerance, size: 1, last: now, cmd: cmd}
+		e = &entry{key: strings.Clone(key), p: p, reduced: r, lk: p.Tolerance - r.Tolerance, size: 1, last: now, cmd: cmd, disp: 1}
 		if cmd {
 			e.skew = commandSkew
 		}
@@ -306,16 +310,18 @@ func (s *Store) horizon() int64 { return 2 * s.lifetime }
 // want is the units e's next lease asks for: its size (which doubles and
 // halves, up to maxLease), but no more than fitted at once at the last
 // call or decision in the store (1 when that was over a lifetime ago), or
-// its demand here when that is more: the units
-// asked for in half the key's lifetime, scaled by 1/(1−a·T) (at most 2),
-// where a is the demand per ns, because future-dated units come one
+// its demand here when that is more: the units it spends within their
+// lifetime (demandUnits; the last grant's lifetime while it is recent,
+// extended under contention, less the lease calls' average duration, in
+// which no unit is spent), because future-dated units come one
 // interval apart, faster than a node that has less than the whole rate
-// spends them, and each must be spent within a lifetime of its slot. The
-// demand is capped by the node's share of a lifetime of the rate
-// (R·L/nodes), so that under contention every node takes about one lease
-// per lifetime, the Redis calls on a key are bounded by the fleet and the
-// lifetime, and a node with more demand gets its units more often (its
-// leases run out sooner) rather than in larger blocks; and by MaxLease.
+// spends them, and each must be spent within its lifetime after its
+// slot. The demand is capped by the node's share of a lifetime of the
+// rate (R·L/nodes), so that under contention every node takes about one
+// lease per lifetime, the Redis calls on a key are bounded by the fleet
+// and the lifetime, and a node with more demand gets its units more often
+// (its leases run out sooner) rather than in larger blocks; and by
+// MaxLease.
 func (s *Store) want(e *entry, now int64) int64 {
 	w := e.size
 	r := e.reduced
@@ -339,7 +345,10 @@ func (s *Store) want(e *entry, now int64) int64 {
 		if e.at != 0 && now-e.at <= s.lifetime {
 			life = max(life, e.life)
 		}
-		d := demandUnits(a*float64(life), min(a*float64(r.Interval), 0.5))
+		// A unit is spendable from the call's answer until its request
+		// was sent plus its lifetime: the call's duration is lost.
+		life = max(life-s.rtt.Load(), 0)
+		d := demandUnits(a*float64(life), min(a*float64(r.Interval), 0.5), e.disp)
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
 		w = max(w, min(int64(math.Ceil(min(d, 1<<52))), share))
 	}
@@ -358,11 +367,14 @@ const demandMargin = 2
 // future-dated units, each spendable for ℓ from its slot, one interval
 // after the one before, with u = a·T (at most 1/2): k units take k/a to
 // spend, and the last ends ℓ+(k−1)·T after the first's slot, so that
-// about k·(1−u) ≤ a·ℓ; with arrivals at random (Poisson) times the k
-// requests take k/a ± √k/a, so that k·(1−u) + demandMargin·√k ≤ a·ℓ keeps
-// a lease's last units from ending unspent, which the fleet would lose.
-func demandUnits(m, u float64) float64 {
-	q := (-demandMargin + math.Sqrt(demandMargin*demandMargin+4*(1-u)*m)) / (2 * (1 - u))
+// about k·(1−u) ≤ a·ℓ. Arrivals spread around their rate take k/a ± √(D·k)/a
+// for k requests (D their index of dispersion: 1 for random, Poisson,
+// arrivals, 0 for evenly paced ones), so that
+// k·(1−u) + demandMargin·√(D·k) ≤ a·ℓ keeps a lease's last units from
+// ending unspent, which the fleet would lose.
+func demandUnits(m, u, disp float64) float64 {
+	z := demandMargin * math.Sqrt(max(disp, 0))
+	q := (-z + math.Sqrt(z*z+4*(1-u)*m)) / (2 * (1 - u))
 	return q * q
 }
 
@@ -448,7 +460,14 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	// prefetch and the lease's size.
 	if e.last > 0 && now > e.last {
 		e.rate = float64(e.spentSince) / float64(now-e.last)
-		d := float64(e.askedSince) / float64(now-e.last)
+		dt := float64(now - e.last)
+		d := float64(e.askedSince) / dt
+		if x := e.demand * dt; x >= 1 {
+			// The spread of the requests counted against the ones
+			// the demand expected: Poisson arrivals give 1.
+			v := float64(e.askedSince) - x
+			e.disp += (min(v*v/x, 4) - e.disp) / 4
+		}
 		if e.demand > 0 {
 			d = (e.demand + d) / 2 // smoothed: a lease sized on a burst is forfeited
 		}
