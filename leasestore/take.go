@@ -348,7 +348,12 @@ func (s *Store) want(e *entry, now int64) int64 {
 		// A unit is spendable from the call's answer until its request
 		// was sent plus its lifetime: the call's duration is lost.
 		life = max(life-s.rtt.Load(), 0)
-		d := demandUnits(a*float64(life), min(a*float64(r.Interval), 0.5), e.disp)
+		u := min(a*float64(r.Interval), 0.5)
+		// At most the units asked for in half a store lifetime (scaled
+		// as below), so that at twice the rate the fleet's leases queue
+		// within the horizon of future-dated units (2L): a key whose
+		// units live L would otherwise take them past it.
+		d := min(demandUnits(a*float64(life), u, e.disp), a*float64(s.lifetime)/2/(1-u))
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
 		w = max(w, min(int64(math.Ceil(min(d, 1<<52))), share))
 	}
