@@ -162,8 +162,10 @@
 // for Poisson arrivals, 0 for evenly paced ones), because future-dated
 // units come one interval apart, faster than a node with part of the
 // demand spends them, and the arrivals spread around their rate; it is
-// capped by the node's share of one lifetime of the rate among the nodes
-// (R·L/nodes) and by MaxLease. Under contention (the last call's units
+// capped by the units asked for in half a store lifetime (scaled by
+// 1/(1−a·T)), so that at twice the rate the fleet's leases queue within
+// the horizon (2L), by the node's share of one lifetime of the rate among
+// the nodes (R·L/nodes) and by MaxLease. Under contention (the last call's units
 // were future-dated) the demand alone sizes the lease. So under overload
 // each node takes about one lease per lifetime of its units: the Redis
 // calls on a key are bounded by the fleet and the lifetimes, not by the

@@ -313,7 +313,8 @@ func (s *Store) horizon() int64 { return 2 * s.lifetime }
 // its demand here when that is more: the units it spends within their
 // lifetime (demandUnits; the last grant's lifetime while it is recent,
 // extended under contention, less the lease calls' average duration, in
-// which no unit is spent), because future-dated units come one
+// which no unit is spent; at most the units asked for in half a store
+// lifetime, scaled by 1/(1−a·T)), because future-dated units come one
 // interval apart, faster than a node that has less than the whole rate
 // spends them, and each must be spent within its lifetime after its
 // slot. The demand is capped by the node's share of a lifetime of the
