@@ -297,7 +297,10 @@ type Options struct {
 	// Lifetime is how long a lease lives, from when its request is sent
 	// (DefaultLifetime if 0): for a funnel, the longest a unit lives after
 	// its slot, shortened for a smooth limit to half its tolerance less
-	// an interval (see KeyLifetime). Longer leases make fewer calls for
+	// an interval (see KeyLifetime), which under contention its units may
+	// exceed up to min(Lifetime, tolerance less an interval), as far as
+	// the funnel was taken ahead of their grant (see the package doc).
+	// Longer leases make fewer calls for
 	// keys of low rates, and cost R·Lifetime units of each leased funnel's
 	// burst; a window's lease ends with its window if that is sooner.
 	// Future-dated units are taken up to twice the lifetime ahead.
