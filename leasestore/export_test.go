@@ -29,3 +29,14 @@ func ResetRace(s *Store) { s.resetRace = true }
 // it (8 by default), for the tests that measure the threshold. Call it
 // before s is used.
 func SetWarm(s *Store, n int64) { s.warm = n }
+
+// ExtendAlways makes s's funnel leases live the longest extended lifetime
+// (min(Lifetime, τ−T)) whatever the funnel's state at their grant, not
+// only as far as the funnel was ahead of it: a mutation the funnel tests
+// must catch. Call it before s is used.
+func ExtendAlways(s *Store) { s.extendAlways = true }
+
+// ExtendPastTolerance lets s extend a lease's lifetime as far as the
+// funnel was ahead of its grant up to the store's lifetime, past τ−T: a
+// mutation the funnel tests must catch. Call it before s is used.
+func ExtendPastTolerance(s *Store) { s.extendPastTolerance = true }

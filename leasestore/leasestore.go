@@ -20,49 +20,71 @@
 //     admission, it conforms to the reduced funnel (gcra.LeaseSlot): the
 //     call's Redis time for the units that fitted at once, later for
 //     future-dated ones. A unit is spent no earlier than its slot and
-//     less than L_k after it; a unit not spent by then is forfeited.
+//     less than its grant's lifetime ℓ after it; a unit not spent by then
+//     is forfeited. ℓ is L_k, extended under contention by how far the
+//     funnel's TAT was ahead of Redis's time before the grant, d:
+//     ℓ = L_k + min(d, τ'−T, L−L_k), so at most min(L, τ−T).
 //   - Unspent units go back only if the key's TAT is still the lease's
 //     end (a compare-and-set in the lease call), and only the units after
 //     the last one spent; others are forfeited.
 //
 // The proof, in four steps:
 //
-//  1. The slots of the units spent conform to the reduced funnel. Redis
-//     runs the calls one at a time, at times n_1 ≤ n_2 ≤ …; a grant at n
-//     whose funnel was at base = max(TAT, n) takes units ending at
-//     e_j = base+(j+1)·T, and unit j's slot is σ_j = max(n, e_j−τ').
-//     Slots never go back from one unit or grant to the next, and each
-//     unit taken at its slot finds the TAT at or after its slot
-//     (σ_j ≤ e_j−T), so that replayed at their slots through the reduced
-//     funnel the units leave the very TATs Redis stored, and each
-//     conforms (e_j−σ_j ≤ τ'). A cold key's plain decision is a unit
-//     whose slot is its Redis time. Units never spent only lower the
-//     TATs after them (a GCRA admits whatever it admitted with a later
-//     TAT), and a give-back, applied only when nothing followed the lease
-//     and only of the units after the last one spent, removes the last
-//     units of the sequence. The tail must be that: the units given back
-//     are debited again by the next lease, at the same slots.
-//  2. A sequence of units at t_1 ≤ … ≤ t_m conforms to a funnel (T, τ)
-//     exactly when (j−i+1)·T ≤ t_j−t_i+τ for all i ≤ j: any window of
-//     length Δ holds at most (Δ+τ)/T of them (the TAT after unit j is
-//     the largest t_i+(j−i+1)·T).
-//  3. A unit is spent within [σ, σ+L_k): on the node's clock it is
-//     spendable from when the answer came back plus σ−n (Redis decided
-//     before), until when the request was sent plus L_k+σ−n (Redis
-//     decided after). Only differences of the node's clock count; its
-//     rate is taken to be Redis's.
-//  4. The units spent within any window [a, b] had their slots within
-//     [a−L_k, b], so there are at most (b−a+L_k+τ')/T = (b−a+τ)/T of
-//     them: by step 2 the admissions conform to the configured funnel.
+//  1. A set of admissions conforms to a funnel (T, τ) exactly when any
+//     window [a, b] holds at most (b−a+τ)/T of them (sorted, unit j
+//     conforms when j−i+1 units since unit i fit in t_j−t_i+τ; the TAT
+//     after unit j is the largest t_i+(j−i+1)·T).
+//  2. The units that can be spent within [a, b] are those whose spend
+//     window [σ, e) (e = σ+ℓ, its end) meets it: σ ≤ b and e > a. Take
+//     the last of them that Redis debited, k, with slot σ_k ≤ b; every
+//     other was debited before it, with its end after a. So it suffices
+//     that each unit k, when debited, find G units before it whose ends
+//     are after a with (G+1)·T ≤ τ+max(σ_k−a, 0), for every a; which
+//     holds when the GCRA TAT of the ends of the units debited before it,
+//     Z (each end taken as an admission, in the order Redis debited them:
+//     Z ← max(Z, e)+T, at least the TAT of the ends sorted), is at most
+//     σ_k+τ−T (the G ends after a, as admissions, leave Z ≥ a+G·T).
+//  3. Redis keeps Z−L_k as the key's TAT X. Redis runs the calls one at a
+//     time, at times n_1 ≤ n_2 ≤ …; a grant at n whose funnel was at
+//     base = max(X, n) takes units ending at x_j = base+(j+1)·T, and unit
+//     j's slot is σ_j = max(n, x_j−τ'): then X ≤ σ_j+τ'−T before it, which
+//     is Z ≤ σ_j+τ−T, step 2's condition. After it, the ends' TAT is
+//     max(Z, σ_j+ℓ)+T, and X moves to x_j (Z to x_j+L_k) exactly when
+//     σ_j+ℓ−L_k ≤ max(X, n) before the unit. With ℓ = L_k that always
+//     holds (σ_j ≤ max(X, n)): the funnel as before. With the extension
+//     δ = ℓ−L_k ≤ d = base−n it holds for the units granted at once
+//     (σ_j = n, and n+δ ≤ base), and with δ ≤ τ'−T for the future-dated
+//     ones (σ_j = x_j−τ' = x_{j−1}+T−τ'). So the units' longer lives
+//     cost the funnel nothing: it is the same sequence of TATs as ever. A
+//     cold key's plain decision under the reduced funnel is a unit spent
+//     at n, whose end n is before n+L_k. Units never spent only lower the
+//     ends' TAT. A give-back, applied only when nothing followed the
+//     lease and only of the units after the last one spent, removes the
+//     last units of the sequence, each of which had moved X by T: X less
+//     their T's is at least what X would be without them (clamped to n,
+//     higher still). The units given back are debited again by the next
+//     lease.
+//  4. On the node's clock a unit is spendable from when the answer came
+//     back plus σ−n (Redis decided before), until when the request was
+//     sent plus ℓ+σ−n (Redis decided after). Only differences of the
+//     node's clock count; its rate is taken to be Redis's. By step 2 the
+//     admissions conform to the configured funnel.
+//
+// A lifetime that the funnel's state does not pay for is not exact: a
+// lease granted at once on an empty funnel whose units lived τ−T, spent
+// at the end of their lives, with the next lease's future-dated units
+// spent at theirs, admits up to (τ−T−L_k)/T units more than the funnel.
 //
 // The tests replay simulated fleets on a fake clock (1 to 16 nodes,
 // random, on/off and overload arrivals up to 100 times the rate, smooth
 // limits, round trips of 0 to 20 ms, node clocks apart) and on a real
 // Redis; spending units before their slots, or the store's lifetime after
-// them rather than the key's, fails them.
+// them rather than the key's, or extending a lifetime beyond how far the
+// funnel was ahead of its grant or beyond τ−T, fails them.
 //
-// What the fleet gives up is under-admission: the R·L_k units of burst,
-// and the units leased but not spent (forfeited when their time ends,
+// What the fleet gives up is under-admission: the R·L_k units of burst
+// (the extension of a contended key's lifetimes gives up nothing more:
+// step 3), and the units leased but not spent (forfeited when their time ends,
 // when the process stops, or when the key goes quiet). A limit whose
 // L_k would be under MinLifetime (a burst too small for a lease to be
 // spent within it), or whose tolerance is above gcra.MaxLeaseTolerance, is
@@ -132,18 +154,24 @@
 // counts them, in a sorted set beside the key, in its hash slot), unless
 // the key's demand here asks for more; and never above the units that fit
 // at once at the last call. The key's demand here (the units asked for
-// here per second, admitted or not, between the last two calls) sizes a
-// lease as the units asked for in half the key's lifetime, scaled by
-// 1/(1−a·T) (a the demand per ns, at most 2) because future-dated units
-// come one interval apart, faster than a node with part of the demand
-// spends them; it is capped by the node's share of one lifetime of the
-// rate among the nodes (R·L/nodes) and by MaxLease. Under contention (the
-// last call's units were future-dated) the demand alone sizes the lease.
-// So under overload each node takes about one lease per lifetime, or per
-// half of its key's lifetime: the Redis calls on a key are bounded by the
-// fleet and the lifetimes, not by the traffic nor the rate, and the units
-// follow each node's demand (a node that asks for more runs out sooner
-// and leases again, at the queue's end).
+// here per second, admitted or not, between the last two calls, averaged
+// with the one before) sizes a lease as the units it can spend within
+// their lifetime ℓ (the last grant's, extended under contention): k such
+// that k·(1−a·T) + 2·√(D·k) ≤ a·ℓ (a the demand per ns, a·T at most 1/2,
+// D the index of dispersion of its arrivals, measured between calls: 1
+// for Poisson arrivals, 0 for evenly paced ones), because future-dated
+// units come one interval apart, faster than a node with part of the
+// demand spends them, and the arrivals spread around their rate; it is
+// capped by the units asked for in half a store lifetime (scaled by
+// 1/(1−a·T)), so that at twice the rate the fleet's leases queue within
+// the horizon (2L), by the node's share of one lifetime of the rate among
+// the nodes (R·L/nodes) and by MaxLease. Under contention (the last call's units
+// were future-dated) the demand alone sizes the lease. So under overload
+// each node takes about one lease per lifetime of its units: the Redis
+// calls on a key are bounded by the fleet and the lifetimes, not by the
+// traffic nor the rate, and the units follow each node's demand (a node
+// that asks for more runs out sooner and leases again, at the queue's
+// end).
 //
 // Under contention (the funnel had no room for one more unit at the last
 // call or decision here) a key that holds nothing is cold again while its
@@ -222,10 +250,11 @@
 // plain store, and the units that the processes leased before it are
 // spent on top of the fresh state. For a funnel: replayed from the loss on through one
 // exact funnel that starts empty then, the fleet admits at most (2L+τ)/T
-// units more (R·2L plus the limit), all of them within 2L+L_k of the loss.
-// Those units' slots lie within [t−L_k, t+2L] of the loss t (future-dated
-// units are taken up to 2L ahead), and the reduced funnel holds at most
-// (2L+L_k+τ')/T of them in that span (TestRedisRestartsEmptyBound restarts
+// units more (R·2L plus the limit), all of them within 2L+ℓ of the loss (ℓ
+// the longest lifetime, at most L). Those units' slots are at most t+2L
+// (future-dated units are taken up to 2L ahead) and their ends after the
+// loss t, and by step 2 of the proof at most (2L+τ)/T units have both
+// (TestRedisRestartsEmptyBound restarts
 // a real Redis under overload: 1,287 units over a funnel empty at the
 // loss, for a bound of 8,501).
 package leasestore
@@ -268,7 +297,10 @@ type Options struct {
 	// Lifetime is how long a lease lives, from when its request is sent
 	// (DefaultLifetime if 0): for a funnel, the longest a unit lives after
 	// its slot, shortened for a smooth limit to half its tolerance less
-	// an interval (see KeyLifetime). Longer leases make fewer calls for
+	// an interval (see KeyLifetime), which under contention its units may
+	// exceed up to min(Lifetime, tolerance less an interval), as far as
+	// the funnel was taken ahead of their grant (see the package doc).
+	// Longer leases make fewer calls for
 	// keys of low rates, and cost R·Lifetime units of each leased funnel's
 	// burst; a window's lease ends with its window if that is sooner.
 	// Future-dated units are taken up to twice the lifetime ahead.
@@ -363,6 +395,10 @@ type Store struct {
 	// earlyUnits, set by tests only before use, lets future-dated units
 	// be spent from their grant on, before their slots: a mutation.
 	earlyUnits bool
+	// extendAlways and extendPastTolerance, set by tests only before use,
+	// let a grant's units live longer than the key's lifetime however
+	// little the funnel was ahead of the grant, or past τ'−T: mutations.
+	extendAlways, extendPastTolerance bool
 	// warm is the decisions of a key within a lifetime that make it
 	// lease (the const warm; tests measure others).
 	warm int64

@@ -397,16 +397,58 @@ func onThenBurst(t *testing.T, mutate func(*leasestore.Store)) error {
 	return err
 }
 
+// lateBursts runs the smooth limit of onThenBurst (20,000/s, a burst of
+// 500: L_k 12.475 ms, units extended to 24.95 ms at most) twice, and
+// returns the replays' errors. Once on one node: 9 requests at 4× the
+// rate, whose lease (sized by that demand: about 1,000 units, the first
+// 250 at once on an empty funnel) is then left alone for 24.8 ms, and
+// 1,000 requests at one instant: the units granted at once must end L_k
+// after their slot, since nothing of the funnel was taken ahead of them.
+// Once on two nodes: 100 ms at 4× the rate, both leasing future-dated
+// units while the other's queue before them, then 40 ms of nothing and
+// 1,000 requests at one instant on each: a unit must end τ−T after its
+// slot at most, however far the funnel was taken ahead of its grant.
+func lateBursts(t *testing.T, mutate func(*leasestore.Store)) []error {
+	var errs []error
+	for _, nodes := range []int{1, 2} {
+		c := &clock{}
+		c.t.Store(1_800_000_000_000_000_000)
+		s := newSim(t, c, newModel(c), nodes, mkParams(t, 500, 20000, time.Second), 1, leasestore.Options{})
+		for _, n := range s.nodes {
+			mutate(n)
+		}
+		on, idle := 9, 24800*time.Microsecond
+		if nodes == 2 {
+			on, idle = 8000, 40*time.Millisecond
+		}
+		for i := range on {
+			c.t.Add(12500)
+			s.request(i%nodes, "k0", 1)
+		}
+		c.t.Add(int64(idle))
+		for i := range nodes {
+			for range 1000 {
+				s.request(i, "k0", 1)
+			}
+		}
+		_, _, err := s.replay()
+		errs = append(errs, err)
+	}
+	return errs
+}
+
 // A lease rule broken must show as an over-admission in the replay, or the
 // simulation would not be testing it.
 func TestFunnelMutationsAreCaught(t *testing.T) {
 	t.Parallel()
 	for name, m := range map[string]func(*leasestore.Store){
-		"leases live the store's lifetime, not the key's": leasestore.FullLifetime,
-		"future-dated units are spent before their slots": leasestore.EarlyUnits,
+		"leases live the store's lifetime, not the key's":               leasestore.FullLifetime,
+		"future-dated units are spent before their slots":               leasestore.EarlyUnits,
+		"units live longer than the funnel was ahead of their grant":    leasestore.ExtendAlways,
+		"units live longer than the reduced tolerance less an interval": leasestore.ExtendPastTolerance,
 	} {
 		caught := 0
-		errs := append(runFunnels(t, 4, m), onThenBurst(t, m))
+		errs := append(append(runFunnels(t, 4, m), onThenBurst(t, m)), lateBursts(t, m)...)
 		for _, err := range errs {
 			if err != nil {
 				caught++
@@ -418,7 +460,8 @@ func TestFunnelMutationsAreCaught(t *testing.T) {
 		t.Logf("%s: caught in %d of %d runs; first: %v", name, caught, len(errs), errors.Join(errs...))
 	}
 	// Unmutated, the same runs never over-admit.
-	for i, err := range append(runFunnels(t, 4, func(*leasestore.Store) {}), onThenBurst(t, func(*leasestore.Store) {})) {
+	none := func(*leasestore.Store) {}
+	for i, err := range append(append(runFunnels(t, 4, none), onThenBurst(t, none)), lateBursts(t, none)...) {
 		if err != nil {
 			t.Errorf("run %d: %v", i, err)
 		}

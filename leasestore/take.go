@@ -48,6 +48,10 @@ type entry struct {
 	// key's demand here, which sizes its leases under contention.
 	last, spentSince, askedSince int64
 	rate, demand                 float64
+	// disp is the index of dispersion of the key's requests here (the
+	// variance of their count between two calls over its mean, 1 for
+	// Poisson arrivals), a moving average from 1.
+	disp float64
 	// used is the local time of the key's last decision, for the sweeper.
 	used int64
 	// window is the local time a cold key's current window began, and
@@ -60,6 +64,9 @@ type entry struct {
 	// lifetime (KeyLifetime): the tolerance it gave up.
 	reduced gcra.Params
 	lk      int64
+	// life is the lifetime of the units of the key's last grant: lk, or
+	// longer under contention (see extension).
+	life int64
 	// cmd marks a key of Redis's GCRA command (see Store.GCRA): its leases
 	// are the command's (redisstore.Store.LeaseGCRA), in microseconds on
 	// Redis's time in whole milliseconds; p and reduced are its funnel in
@@ -100,7 +107,7 @@ func (s *Store) entryOf(sh *shard, key string, p, r gcra.Params, cmd bool, now i
 		if e != nil {
 			s.forfeit(e) // the limit changed: start afresh
 		}
-		e = &entry{key: strings.Clone(key), p: p, reduced: r, lk: p.Tolerance - r.Tolerance, size: 1, last: now, cmd: cmd}
+		e = &entry{key: strings.Clone(key), p: p, reduced: r, lk: p.Tolerance - r.Tolerance, size: 1, last: now, cmd: cmd, disp: 1}
 		if cmd {
 			e.skew = commandSkew
 		}
@@ -274,6 +281,27 @@ func (s *Store) maxLease(e *entry, nodes int64) int64 {
 	return c
 }
 
+// extension is how much longer than the key's lifetime L_k the units of
+// a grant of e's key live, when the funnel's TAT before the grant was
+// ahead ns ahead of Redis's time (once the give-back applied; the
+// grant's end less its units): ahead itself, at most τ'−T (τ' the reduced
+// tolerance r.Tolerance, T the interval) and the store's lifetime less
+// L_k. So under contention a smooth limit's units live up to
+// min(L, τ−T) after their slots instead of L_k, at no cost to the funnel:
+// a unit's time after its slot is paid by the part of the funnel already
+// taken ahead of it (see the package doc's proof). A key whose L_k is the
+// store's lifetime is not extended.
+func (s *Store) extension(e *entry, r gcra.Params, ahead int64) int64 {
+	most := min(r.Tolerance-r.Interval, s.lifetime-e.lk)
+	if s.extendAlways {
+		ahead = most
+	}
+	if s.extendPastTolerance {
+		most = s.lifetime - e.lk
+	}
+	return max(0, min(ahead, most))
+}
+
 // horizon is how far ahead of Redis's time a lease may take
 // future-dated units: two store lifetimes, so that each node can hold its
 // current lease and the next one of its share (see want).
@@ -282,16 +310,19 @@ func (s *Store) horizon() int64 { return 2 * s.lifetime }
 // want is the units e's next lease asks for: its size (which doubles and
 // halves, up to maxLease), but no more than fitted at once at the last
 // call or decision in the store (1 when that was over a lifetime ago), or
-// its demand here when that is more: the units
-// asked for in half the key's lifetime, scaled by 1/(1−a·T) (at most 2),
-// where a is the demand per ns, because future-dated units come one
+// its demand here when that is more: the units it spends within their
+// lifetime (demandUnits; the last grant's lifetime while it is recent,
+// extended under contention, less the lease calls' average duration, in
+// which no unit is spent; at most the units asked for in half a store
+// lifetime, scaled by 1/(1−a·T)), because future-dated units come one
 // interval apart, faster than a node that has less than the whole rate
-// spends them, and each must be spent within a lifetime of its slot. The
-// demand is capped by the node's share of a lifetime of the rate
-// (R·L/nodes), so that under contention every node takes about one lease
-// per lifetime, the Redis calls on a key are bounded by the fleet and the
-// lifetime, and a node with more demand gets its units more often (its
-// leases run out sooner) rather than in larger blocks; and by MaxLease.
+// spends them, and each must be spent within its lifetime after its
+// slot. The demand is capped by the node's share of a lifetime of the
+// rate (R·L/nodes), so that under contention every node takes about one
+// lease per lifetime, the Redis calls on a key are bounded by the fleet
+// and the lifetime, and a node with more demand gets its units more often
+// (its leases run out sooner) rather than in larger blocks; and by
+// MaxLease.
 func (s *Store) want(e *entry, now int64) int64 {
 	w := e.size
 	r := e.reduced
@@ -309,7 +340,21 @@ func (s *Store) want(e *entry, now int64) int64 {
 		a = float64(e.askedSince) / float64(now-e.last)
 	}
 	if a > 0 {
-		d := a * float64(e.lk) / 2 / (1 - min(a*float64(r.Interval), 0.5))
+		// The units' lifetime: the last grant's, extended under
+		// contention (see extension), while it is recent.
+		life := e.lk
+		if e.at != 0 && now-e.at <= s.lifetime {
+			life = max(life, e.life)
+		}
+		// A unit is spendable from the call's answer until its request
+		// was sent plus its lifetime: the call's duration is lost.
+		life = max(life-s.rtt.Load(), 0)
+		u := min(a*float64(r.Interval), 0.5)
+		// At most the units asked for in half a store lifetime (scaled
+		// as below), so that at twice the rate the fleet's leases queue
+		// within the horizon of future-dated units (2L): a key whose
+		// units live L would otherwise take them past it.
+		d := min(demandUnits(a*float64(life), u, e.disp), a*float64(s.lifetime)/2/(1-u))
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
 		w = max(w, min(int64(math.Ceil(min(d, 1<<52))), share))
 	}
@@ -317,6 +362,26 @@ func (s *Store) want(e *entry, now int64) int64 {
 		w = min(w, s.opts.MaxLease)
 	}
 	return max(w, 1)
+}
+
+// demandMargin is the standard deviations of a node's arrivals that a
+// lease sized by its demand leaves room for (see demandUnits).
+const demandMargin = 2
+
+// demandUnits is the units that a node whose demand brings m requests in
+// its units' lifetime (a·ℓ, a the demand per ns) spends from one lease of
+// future-dated units, each spendable for ℓ from its slot, one interval
+// after the one before, with u = a·T (at most 1/2): k units take k/a to
+// spend, and the last ends ℓ+(k−1)·T after the first's slot, so that
+// about k·(1−u) ≤ a·ℓ. Arrivals spread around their rate take k/a ± √(D·k)/a
+// for k requests (D their index of dispersion: 1 for random, Poisson,
+// arrivals, 0 for evenly paced ones), so that
+// k·(1−u) + demandMargin·√(D·k) ≤ a·ℓ keeps a lease's last units from
+// ending unspent, which the fleet would lose.
+func demandUnits(m, u, disp float64) float64 {
+	z := demandMargin * math.Sqrt(max(disp, 0))
+	q := (-z + math.Sqrt(z*z+4*(1-u)*m)) / (2 * (1 - u))
+	return q * q
 }
 
 // start begins a lease call on e for at least need units. e's shard lock
@@ -401,7 +466,18 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	// prefetch and the lease's size.
 	if e.last > 0 && now > e.last {
 		e.rate = float64(e.spentSince) / float64(now-e.last)
-		e.demand = float64(e.askedSince) / float64(now-e.last)
+		dt := float64(now - e.last)
+		d := float64(e.askedSince) / dt
+		if x := e.demand * dt; x >= 1 {
+			// The spread of the requests counted against the ones
+			// the demand expected: Poisson arrivals give 1.
+			v := float64(e.askedSince) - x
+			e.disp += (min(v*v/x, 4) - e.disp) / 4
+		}
+		if e.demand > 0 {
+			d = (e.demand + d) / 2 // smoothed: a lease sized on a burst is forfeited
+		}
+		e.demand = d
 	}
 	e.last, e.spentSince, e.askedSince = now, 0, 0
 	if sh.keys[key] != e || e.resets != f.resets && !s.resetRace {
@@ -428,6 +504,10 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	if s.fullLifetime {
 		lk = s.lifetime
 	}
+	// The grant's units live longer when the funnel was ahead of Redis's
+	// time before it (see extension).
+	lk += s.extension(e, r, g.TAT-g.Units*r.Interval-g.Now)
+	e.life = lk
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
 	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
