@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/funnelrl/funnel"
@@ -24,10 +23,7 @@ func (s *Store) GCRA(ctx context.Context, key string, p gcra.CommandParams) (fun
 	if !span.IsRecording() {
 		return r, err
 	}
-	attrs := make([]attribute.KeyValue, 0, 4)
-	if rule, ok := ctx.Value(ruleKey{}).(string); ok {
-		attrs = append(attrs, AttrRule.String(rule))
-	}
+	attrs := ruleAttrs(ctx, 4)
 	switch {
 	case err != nil:
 		attrs = errorAttrs(span, attrs, err)

@@ -56,10 +56,7 @@ func errorAttrs(span trace.Span, attrs []attribute.KeyValue, err error) []attrib
 // outcome returns the rule, outcome, remaining and retry attributes of a
 // call that answered r or err, and records err on span.
 func (s *Store) outcome(ctx context.Context, span trace.Span, r funnel.Result, err error) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 4)
-	if rule, ok := ctx.Value(ruleKey{}).(string); ok {
-		attrs = append(attrs, AttrRule.String(rule))
-	}
+	attrs := ruleAttrs(ctx, 4)
 	switch {
 	case err != nil:
 		attrs = errorAttrs(span, attrs, err)

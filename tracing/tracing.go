@@ -88,10 +88,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	if !span.IsRecording() {
 		return err
 	}
-	attrs := make([]attribute.KeyValue, 0, 6)
-	if rule, ok := ctx.Value(ruleKey{}).(string); ok {
-		attrs = append(attrs, AttrRule.String(rule))
-	}
+	attrs := ruleAttrs(ctx, 6)
 	attrs = append(attrs, AttrOps.Int(len(ops)))
 	if len(ops) > 0 {
 		attrs = append(attrs, AttrAlgorithm.String(ops[0].Limit.Algorithm.String()))
@@ -115,6 +112,16 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	}
 	span.SetAttributes(attrs...)
 	return err
+}
+
+// ruleAttrs returns a span's attributes, with room for n of them: the rule
+// of ctx (WithRule) when it has one.
+func ruleAttrs(ctx context.Context, n int) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, n)
+	if rule, ok := ctx.Value(ruleKey{}).(string); ok {
+		attrs = append(attrs, AttrRule.String(rule))
+	}
+	return attrs
 }
 
 // retrySeconds is d in seconds, -1 for funnel.Never.
