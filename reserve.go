@@ -68,7 +68,8 @@ type Settlement struct {
 // holds the estimate, the limit (EncodeLimit), the millisecond it was taken
 // at (for a sliding log, the millisecond its entries were recorded at, see
 // algo.LogDecide; for the others the store's now at the take, rounded
-// down) and the end of its TTL, and, once settled, the actual amount. It
+// down), for a funnel or a leaky bucket the key's TAT just after the take,
+// and the end of its TTL, and, once settled, the actual amount. It
 // is forgotten when its TTL ends, settled or not, so pending state is
 // bounded by the TTLs.
 //
@@ -80,7 +81,10 @@ type Settlement struct {
 //     starts it);
 //   - d < 0 gives back g = −d units, but only what the key still counts
 //     of the estimate: the funnel and the leaky bucket as OpRefund (the
-//     TAT moves back g intervals, never before now); a fixed window only
+//     TAT moves back g intervals, never before now), but never by more
+//     than the TAT the take left less now (the estimate's units that have
+//     drained are counted no longer, and the key may hold others' units in
+//     their place: algo.FunnelGiveBack); a fixed window only
 //     when now is in the window that holds the reservation's millisecond
 //     (algo.FixedRefund); a sliding window counter from the current
 //     window's count when the reservation's millisecond is in the current
@@ -227,7 +231,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, estimate
 // turned out to have, in one atomic step: actual above the estimate charges
 // the difference as Charge does (into debt if need be); below it, gives
 // the difference back (never past a full bucket, and only what the key
-// still counts of the estimate: a fixed window's units given back only in
+// still counts of the estimate: not a funnel's units that have drained
+// since the reserve, a fixed window's units given back only in
 // the window they were taken in, a sliding window's from the window they
 // were counted in, a sliding log's from the reservation's own entries).
 // The Settlement says the key's state after it, under the reservation's

@@ -1,9 +1,36 @@
 package algo
 
+import "github.com/funnelrl/funnel/gcra"
+
 // Giving back part of a reservation (funnel.ReserveStore's settle rule):
 // only what the key still counts of the units taken at the millisecond at,
 // so that a settle never gives back units that the window no longer
 // counts, nor units that other requests took.
+
+// FunnelGiveBack gives back q units of a reservation to a funnel (or
+// delaying bucket) key whose TAT is tat at now, where end was the key's
+// TAT just after the reservation's take: the TAT moves back q intervals,
+// but never by more than end − now, the part of the reservation's units
+// that has not drained yet (units that drained are no longer counted, and
+// the key may hold others' units in their place), and never to before
+// now. It returns the new TAT and false when the key is then empty. A
+// q ≤ 0, or an end at or before now, gives nothing back.
+func FunnelGiveBack(now, tat int64, p gcra.Params, end, q int64) (int64, bool) {
+	if tat <= now {
+		return 0, false
+	}
+	if q <= 0 || end <= now {
+		return tat, true
+	}
+	back := end - now
+	if back/q >= p.Interval {
+		back = q * p.Interval // at most end − now: it fits
+	}
+	if tat-now <= back {
+		return 0, false
+	}
+	return tat - back, true
+}
 
 // FixedGiveBack gives back q units taken at the millisecond at to a
 // fixed-window key in state st, where span is the window that holds now:

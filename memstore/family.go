@@ -86,9 +86,11 @@ type pending struct {
 	st   fstate  // the family state after the op
 	ban  int64   // time left in the key's ban, when positive
 	// give, for the refund of a settle (reserve.go), gives back only what
-	// the key still counts of the units taken at the millisecond at.
-	give bool
-	at   int64
+	// the key still counts of the units taken at the millisecond at (of a
+	// funnel's, those before tatAt, the TAT the take left).
+	give  bool
+	at    int64
+	tatAt int64
 }
 
 // Do applies ops at the store's current time and writes their results into
@@ -769,7 +771,11 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		g := op.Limit.GCRA
 		tat := p.old
 		if p.e != nil {
-			tat, _ = algo.Refund(now, p.old, g, op.N)
+			if p.give {
+				tat, _ = algo.FunnelGiveBack(now, p.old, g, p.tatAt, op.N)
+			} else {
+				tat, _ = algo.Refund(now, p.old, g, op.N)
+			}
 			p.e.tat.Store(tat) // an empty TAT reads as absent; the sweep drops it
 		}
 		_, gr, _ := gcra.Decide(now, tat, g, 0)

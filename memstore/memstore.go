@@ -102,7 +102,8 @@
 //	kind 9 reservation             instant: the end of its TTL; id (length, bytes); estimate;
 //	                               its ms (after the header's for windows, else after the write's);
 //	                               settled (1) or pending (0); actual; limit (length, bytes:
-//	                               funnel.EncodeLimit)
+//	                               funnel.EncodeLimit); version 2: instant: a funnel's TAT
+//	                               after the take (0 for the windows)
 //	kind 0 end                     number of key records; number of ban records
 //
 // Instants are nanoseconds after the store's time at the write, so a

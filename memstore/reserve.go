@@ -21,6 +21,7 @@ type reservation struct {
 	limit    funnel.Checked
 	estimate int64
 	at       int64 // the millisecond the estimate was taken at (see funnel.ReserveStore)
+	end      int64 // a funnel's or leaky bucket's TAT just after the take (ns)
 	expires  int64
 	settled  bool
 	actual   int64
@@ -58,7 +59,7 @@ func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, est
 				// The newest entries are the take's.
 				at = one[0].st.times[len(one[0].st.times)-1]
 			}
-			sh.addReservation(rk, &reservation{limit: limit, estimate: estimate, at: at, expires: now + int64(ttl)})
+			sh.addReservation(rk, &reservation{limit: limit, estimate: estimate, at: at, end: one[0].tat, expires: now + int64(ttl)})
 		}
 		sh.mu.Unlock()
 		if err != errNoRoom {
@@ -127,7 +128,7 @@ func (s *Store) settleLocked(now int64, sh *shard, h uint64, held []*shard, key 
 	var ignored [1]funnel.Result
 	if d < 0 {
 		op := funnel.Op{Kind: funnel.OpRefund, Key: key, Limit: rv.limit, N: -d}
-		one := [1]pending{{op: &op, sh: sh, h: h, kind: k, give: true, at: rv.at}}
+		one := [1]pending{{op: &op, sh: sh, h: h, kind: k, give: true, at: rv.at, tatAt: rv.end}}
 		if err := s.apply(now, one[:], ignored[:], held); err != nil {
 			return err
 		}

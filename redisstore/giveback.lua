@@ -3,7 +3,8 @@
 -- are read: a reserve is a take from here on, and a settle below the
 -- estimate gives back g = gh, gl units of what the key still counts of the
 -- estimate (see funnel.ReserveStore): a funnel's and a delaying bucket's
--- TAT moves back g intervals, never before now; a fixed window's count
+-- TAT moves back g intervals, but never by more than the TAT the take
+-- left (rth, rtl) less now, nor before now; a fixed window's count
 -- goes down by g (never below zero) when now is in the window that holds
 -- the reservation's millisecond sm; a sliding window counter's current
 -- count when sm is in the current window, its previous count when sm is in
@@ -30,7 +31,21 @@ if gh then
     if alg == 'g' or alg == 'l' then
       local dh, dl = sub(a1, a2, nh, nl)
       local ch, cl = mul(ih, il, gh, gl)
-      if ch and less(ch, cl, dh, dl) then
+      if rth then
+        -- never more than the part of the estimate that has not drained:
+        -- the TAT the take left, less now
+        if less(nh, nl, rth, rtl) then
+          local bh, bl = sub(rth, rtl, nh, nl)
+          if not ch or less(bh, bl, ch, cl) then
+            ch, cl = bh, bl
+          end
+        else
+          ch, cl = 0, 0
+        end
+      end
+      if ch == 0 and cl == 0 then
+        -- nothing to give back
+      elseif ch and less(ch, cl, dh, dl) then
         local xh, xl = sub(dh, dl, ch, cl)
         local th, tl = add(nh, nl, xh, xl)
         redis.call('SET', key, fmt(th, tl), 'PX', ms(pxOf(xh, xl) + slack))

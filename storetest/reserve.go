@@ -87,6 +87,20 @@ var reserveCases = []struct {
 			// goes back before now.
 			reserveAt(20*s, "f", funnel5, 5, "f", allowed(5, 0, 5*s)),
 			settleAt(24*s, "f", "f", 0, allowed(5, 5, 0), 5, 0, false),
+			// Units of the estimate that have drained by the settle are
+			// not given back: the key holds others' units by then. 5 at
+			// 30 s, drained at 35 s, when 5 more are taken: a settle at 0
+			// gives nothing back (it would admit 5 more at once).
+			reserveAt(30*s, "d", funnel5, 5, "g", allowed(5, 0, 5*s)),
+			takeAt(35*s, "d", funnel5, 5, allowed(5, 0, 5*s)),
+			settleAt(35*s, "d", "g", 0, allowed(5, 0, 5*s), 5, 0, false),
+			takeAt(35*s, "d", funnel5, 1, refused(5, 0, s, 5*s)),
+			// Partly drained: 4 at 40 s, 3 more at 42 s (TAT 47 s); of
+			// the 4, the 2 that have not drained are given back (TAT
+			// 45 s), as if the reserve had taken nothing.
+			reserveAt(40*s, "p", funnel5, 4, "h", allowed(5, 1, 4*s)),
+			takeAt(42*s, "p", funnel5, 3, allowed(5, 0, 5*s)),
+			settleAt(42*s, "p", "h", 0, allowed(5, 2, 3*s), 4, 0, false),
 		},
 	},
 	{
@@ -112,6 +126,10 @@ var reserveCases = []struct {
 			reserveAt(0, "b", leaky, 1, "b", delayed(5, 2, 300*ms, 200*ms)),
 			settleAt(0, "b", "a", 1, allowed(5, 3, 200*ms), 2, 1, false),
 			settleAt(0, "b", "b", 3, allowed(5, 1, 400*ms), 1, 3, false),
+			// Drained units are not given back (as the funnel's).
+			reserveAt(s, "c", leaky, 5, "c", allowed(5, 0, 500*ms)),
+			takeAt(1500*ms, "c", leaky, 5, delayed(5, 0, 500*ms, 0)),
+			settleAt(1500*ms, "c", "c", 0, allowed(5, 0, 500*ms), 5, 0, false),
 		},
 	},
 	{
