@@ -90,7 +90,10 @@ type Settlement struct {
 //     window's count when the reservation's millisecond is in the current
 //     window, from the previous window's when it is in the previous one,
 //     and not at all when it is older (never below zero); a sliding log
-//     drops up to g entries recorded at the reservation's millisecond.
+//     drops up to g entries recorded at the reservation's millisecond,
+//     unless it is over its count, where a charge may have dropped
+//     entries that cannot be told from the reservation's
+//     (algo.LogGiveBack): then nothing.
 //
 // The Settlement's Result is then what an OpCharge of 0 (a peek) at now
 // answers under the recorded limit. A key that now holds another
@@ -234,7 +237,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, estimate
 // still counts of the estimate: not a funnel's units that have drained
 // since the reserve, a fixed window's units given back only in
 // the window they were taken in, a sliding window's from the window they
-// were counted in, a sliding log's from the reservation's own entries).
+// were counted in, a sliding log's from the reservation's own entries,
+// and not while it is over its count).
 // The Settlement says the key's state after it, under the reservation's
 // limit, as Charge answers.
 //

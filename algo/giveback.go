@@ -66,10 +66,17 @@ func SlidingGiveBack(now int64, st Sliding, p WindowParams, at, q int64) Sliding
 
 // LogGiveBack gives back q units recorded at the millisecond at to a
 // sliding-log key at now: it drops up to q entries of at (those that the
-// log still holds, after trimming the old ones). Unlike LogDecide, it
-// moves the newer entries down in times' array, which the caller gives up.
+// log still holds, after trimming the old ones). A log over its count
+// gives nothing back: a charge may have dropped its oldest entries
+// (LogCharge keeps the newest Count+1), which cannot be told from the
+// reservation's, so that dropping entries of at could leave fewer than
+// the units spent. Unlike LogDecide, it moves the newer entries down in
+// times' array, which the caller gives up.
 func LogGiveBack(now int64, times []int64, p WindowParams, at, q int64) []int64 {
 	times = trimLog(times, Millis(now)-p.Period)
+	if int64(len(times)) > p.Count {
+		return times
+	}
 	i := 0
 	for i < len(times) && times[i] < at {
 		i++

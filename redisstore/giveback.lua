@@ -9,7 +9,8 @@
 -- the reservation's millisecond sm; a sliding window counter's current
 -- count when sm is in the current window, its previous count when sm is in
 -- the previous one; a sliding log drops up to g of its entries at sm (the
--- highest numbered, so that the ones left are numbered 1..k). A key that
+-- highest numbered, so that the ones left are numbered 1..k), unless it is
+-- over its count (see algo.LogGiveBack). A key that
 -- holds another algorithm's state is refused before anything is written.
 -- The op is then a charge of 0, which answers the state left.
 if ARGV[5] == 'v' then
@@ -102,7 +103,12 @@ if gh then
         end
       end
     else -- 'o'
+      -- (a log over its count gives nothing back: a charge may have cut
+      -- its oldest entries, see algo.LogGiveBack)
       local k = redis.call('ZCOUNT', key, sm, sm)
+      if k > 0 and redis.call('ZCARD', key) - 1 - redis.call('ZCOUNT', key, 0, nowms - op.period) > op.count then
+        k = 0
+      end
       if k > 0 then
         local top = redis.call('ZCOUNT', key, '-inf', sm) - 1
         local j = math.min(g, k)

@@ -52,6 +52,10 @@ func takeAt(at time.Duration, key string, l funnel.Limit, n int64, want funnel.R
 	return rstep{at: at, do: 't', key: key, limit: l, n: n, want: want}
 }
 
+func chargeAt(at time.Duration, key string, l funnel.Limit, n int64, want funnel.Result) rstep {
+	return rstep{at: at, do: 'c', key: key, limit: l, n: n, want: want}
+}
+
 var reserveCases = []struct {
 	name  string
 	steps []rstep
@@ -185,6 +189,15 @@ var reserveCases = []struct {
 			settleAt(1400*ms, "l", "c", 3, allowed(3, 0, s), 1, 3, false),
 			reserveAt(1400*ms, "l2", log3, 1, "d", allowed(3, 2, s)),
 			settleAt(1500*ms, "l2", "d", 4, refused(3, 0, 900*ms, s), 1, 4, false),
+			// A charge over the count keeps the newest count+1 entries
+			// of the log (algo.LogCharge): of the 2 reserved and 3
+			// charged at 2 s, 4 are kept. A settle at 0 cannot tell
+			// whose entries were dropped, and gives back none (dropping
+			// 2 would leave 2 and admit 1 more, where 3 were spent).
+			reserveAt(2*s, "l3", log3, 2, "e", allowed(3, 1, s)),
+			chargeAt(2*s, "l3", log3, 3, refused(3, 0, s, s)),
+			settleAt(2100*ms, "l3", "e", 0, refused(3, 0, 900*ms, 900*ms), 2, 0, false),
+			takeAt(2100*ms, "l3", log3, 1, refused(3, 0, 900*ms, 900*ms)),
 		},
 	},
 }
@@ -241,6 +254,8 @@ func runReserveStep(t *testing.T, st funnel.Store, clock *Clock, i int, sp rstep
 		}
 	case 't':
 		expect(t, st, clock, sp.at, ops(take(sp.key, sp.limit, sp.n)), sp.want)
+	case 'c':
+		expect(t, st, clock, sp.at, ops(charge(sp.key, sp.limit, sp.n)), sp.want)
 	}
 }
 
