@@ -86,10 +86,13 @@ type Settlement struct {
 //     drained are counted no longer, and the key may hold others' units in
 //     their place: algo.FunnelGiveBack); a fixed window only
 //     when now is in the window that holds the reservation's millisecond
-//     (algo.FixedRefund); a sliding window counter from the current
+//     (algo.FixedGiveBack); a sliding window counter from the current
 //     window's count when the reservation's millisecond is in the current
 //     window, from the previous window's when it is in the previous one,
-//     and not at all when it is older (never below zero); a sliding log
+//     and not at all when it is older (never below zero); neither window
+//     from the state of a later window, which the clock stepped back
+//     counts as the current one's but which holds none of the
+//     reservation's units (algo.SlidingGiveBack); a sliding log
 //     drops up to g entries recorded at the reservation's millisecond,
 //     unless it is over its count, where a charge may have dropped
 //     entries that cannot be told from the reservation's

@@ -34,10 +34,13 @@ func FunnelGiveBack(now, tat int64, p gcra.Params, end, q int64) (int64, bool) {
 
 // FixedGiveBack gives back q units taken at the millisecond at to a
 // fixed-window key in state st, where span is the window that holds now:
-// only when at is in span (FixedRefund), else nothing.
+// only when at is in span and st is span's state (FixedRefund), else
+// nothing, st unchanged. A state of a later window (the clock was stepped
+// back), which FixedDecide counts as span's, holds none of the units taken
+// at: nothing is given back from it.
 func FixedGiveBack(st Fixed, span Span, at, q int64) Fixed {
-	if at < span.Start || at >= span.End {
-		q = 0
+	if at < span.Start || at >= span.End || st.Start != span.Start || q <= 0 {
+		return st
 	}
 	return FixedRefund(st, span, q)
 }
@@ -46,17 +49,30 @@ func FixedGiveBack(st Fixed, span Span, at, q int64) Fixed {
 // sliding-window counter key at now: from the current window's units when
 // at is in the current window, from the previous window's when it is in
 // the previous one (never below zero), and nothing when at is older. The
-// state is rolled to now's window either way.
+// state is then rolled to now's window; when nothing is given back, st is
+// returned unchanged. A state of a later window (the clock was stepped
+// back), which SlidingDecide counts as the current one's, holds none of
+// the units taken at: nothing is given back from it.
 func SlidingGiveBack(now int64, st Sliding, p WindowParams, at, q int64) Sliding {
 	ms := Millis(now)
 	start := ms - mod(ms, p.Period)
+	if st.Start > start || q <= 0 {
+		return st
+	}
 	cur := st.roll(start, p.Period)
-	q = max(q, 0)
 	switch at - mod(at, p.Period) {
 	case start:
+		if cur.Cur == 0 {
+			return st
+		}
 		cur.Cur = max(cur.Cur-q, 0)
 	case start - p.Period:
+		if cur.Prev == 0 {
+			return st
+		}
 		cur.Prev = max(cur.Prev-q, 0)
+	default:
+		return st
 	}
 	if cur.Cur == 0 && cur.Prev == 0 {
 		return Sliding{}

@@ -790,6 +790,11 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		var st algo.Fixed
 		if p.give {
 			st = algo.FixedGiveBack(p.fixed(), span, p.at, op.N)
+			if st == p.fixed() {
+				// nothing given back: the state stays, with its expiry
+				_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
+				return p.given(ar, r)
+			}
 		} else {
 			st = algo.FixedRefund(p.fixed(), span, op.N)
 		}
@@ -799,6 +804,11 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		var st algo.Sliding
 		if p.give {
 			st = algo.SlidingGiveBack(now, p.sliding(), w, p.at, op.N)
+			if st == p.sliding() {
+				// nothing given back: the state stays, with its expiry
+				_, ar, _ = algo.SlidingDecide(now, st, w, 0)
+				return p.given(ar, r)
+			}
 		} else {
 			st = algo.SlidingRefund(now, p.sliding(), w, op.N)
 		}
@@ -837,6 +847,15 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 	p.st.expires = expiresAt(now, ar.ResetAfter)
 	p.st.ids = p.fs.ids // the arena of the ids held, and to come
 	*p.fs = p.st
+	return nil
+}
+
+// given ends the give-back of a settle that gave nothing back: the key's
+// state stays as it is (a later window's keeps its own expiry), and *r is
+// ar, a peek at it.
+func (p *pending) given(ar algo.Result, r *funnel.Result) error {
+	*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
+	r.Allowed = true
 	return nil
 }
 

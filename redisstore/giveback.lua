@@ -8,7 +8,8 @@
 -- goes down by g (never below zero) when now is in the window that holds
 -- the reservation's millisecond sm; a sliding window counter's current
 -- count when sm is in the current window, its previous count when sm is in
--- the previous one; a sliding log drops up to g of its entries at sm (the
+-- the previous one (neither from the state of a later window, after the
+-- clock was stepped back); a sliding log drops up to g of its entries at sm (the
 -- highest numbered, so that the ones left are numbered 1..k), unless it is
 -- over its count (see algo.LogGiveBack). A key that
 -- holds another algorithm's state is refused before anything is written.
@@ -70,8 +71,9 @@ if gh then
         end
       end
       -- (a state of a later window, the clock stepped back, is counted
-      -- now, and given back from)
-      if s <= sm and sm < e and a1 >= s then
+      -- now, but holds none of the reservation's units: nothing is given
+      -- back from it)
+      if s <= sm and sm < e and a1 == s then
         if a2 > g then
           redis.call('SET', key, string.format('F%d:%d:%d', a1, a3, a2 - g), 'PX', ms(a3 - nowms + slack))
         else
@@ -82,7 +84,8 @@ if gh then
       local p = op.period
       local s = nowms - nowms % p
       local prev, cur = 0, 0
-      if a1 >= s then
+      -- (nor from a later window's state)
+      if a1 == s then
         prev, cur = a2, a3
       elseif a1 == s - p then
         prev = a3

@@ -152,6 +152,15 @@ var reserveCases = []struct {
 			reserveAt(2100*ms, "f2", fixed3, 3, "d", allowed(3, 0, 900*ms)),
 			takeAt(3100*ms, "f2", fixed3, 2, allowed(3, 1, 900*ms)),
 			settleAt(3200*ms, "f2", "d", 0, allowed(3, 1, 800*ms), 3, 0, false),
+			// The clock stepped back: the state of a later window counts
+			// as the current one's, but holds none of the reservation's
+			// units, and nothing is given back from it (the 2 would be
+			// given back from the 3 of the window at 6 s, which would
+			// then admit 5).
+			reserveAt(5100*ms, "f3", fixed3, 2, "f", allowed(3, 1, 900*ms)),
+			takeAt(6100*ms, "f3", fixed3, 3, allowed(3, 0, 900*ms)),
+			settleAt(5200*ms, "f3", "f", 0, allowed(3, 0, 800*ms), 2, 0, false),
+			takeAt(6200*ms, "f3", fixed3, 1, refused(3, 0, 800*ms, 800*ms)),
 		},
 	},
 	{
@@ -171,6 +180,14 @@ var reserveCases = []struct {
 			// From the current window.
 			reserveAt(3100*ms, "w", sliding4, 3, "c", allowed(4, 0, 1900*ms)),
 			settleAt(3200*ms, "w", "c", 1, allowed(4, 2, 1800*ms), 3, 1, false),
+			// The clock stepped back: nothing is given back from the
+			// state of a later window, nor is it rewritten as the current
+			// window's (the 2 would be given back from the 2 taken at
+			// 6.1 s, which would then weigh as the previous window's).
+			reserveAt(5100*ms, "w2", sliding4, 2, "d", allowed(4, 2, 1900*ms)),
+			takeAt(6100*ms, "w2", sliding4, 2, allowed(4, 0, 1900*ms)),
+			settleAt(5200*ms, "w2", "d", 0, allowed(4, 0, 1800*ms), 2, 0, false),
+			takeAt(6200*ms, "w2", sliding4, 1, refused(4, 0, 300*ms, 1800*ms)),
 		},
 	},
 	{
