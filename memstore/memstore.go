@@ -54,8 +54,12 @@
 // the key's state, read and written under the shard's lock: a settle
 // gives back or charges the difference and marks the record settled in
 // one step. The sweep drops it when its TTL ends. Reservations are not
-// counted against MaxKeys: each holds at least a unit of its key's limit,
-// so the limits bound them.
+// counted against MaxKeys. A pending one holds at least a unit of its
+// key's limit, so the limits bound the pending ones; a settled one holds
+// nothing (a settle below the estimate gives units back) but is kept until
+// its TTL ends, so that a second settle says Again: their number is bounded
+// only by the settles made within a TTL (a caller that reserves and settles
+// at 0 in a loop keeps one record per settle for one TTL).
 //
 // # Snapshots
 //

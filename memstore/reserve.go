@@ -30,10 +30,11 @@ type reservation struct {
 // Reserve takes estimate units of key under limit and, when they are
 // admitted, records the reservation id until ttl has passed, in the
 // key's shard and under its lock, in one step (funnel.ReserveStore).
-// Reservations are not counted against MaxKeys (each holds at least one
-// unit of its key's limit, so a key's pending reservations are bounded by
-// what the limit admits over their TTL); the sweep drops them when their
-// TTL ends, and snapshots keep them.
+// Reservations are not counted against MaxKeys (a pending one holds at
+// least one unit of its key's limit, so a key's pending reservations are
+// bounded by what the limit admits over their TTL; settled ones are not,
+// see the package documentation); the sweep drops them when their TTL
+// ends, and snapshots keep them.
 func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, estimate int64, id string, ttl time.Duration) (funnel.Result, error) {
 	if err := funnel.CheckReserve(key, &limit, estimate, id, ttl); err != nil {
 		return funnel.Result{}, err
