@@ -81,16 +81,17 @@ func SlidingGiveBack(now int64, st Sliding, p WindowParams, at, q int64) Sliding
 }
 
 // LogGiveBack gives back q units recorded at the millisecond at to a
-// sliding-log key at now: it drops up to q entries of at (those that the
-// log still holds, after trimming the old ones). A log over its count
+// sliding-log key at now: it drops up to q entries of at, and no other
+// (the old ones stay, which a limit with a longer period may still count,
+// and whose entries are trimmed by the next take). A log over its count
 // gives nothing back: a charge may have dropped its oldest entries
 // (LogCharge keeps the newest Count+1), which cannot be told from the
 // reservation's, so that dropping entries of at could leave fewer than
 // the units spent. Unlike LogDecide, it moves the newer entries down in
-// times' array, which the caller gives up.
+// times' array, which the caller gives up; when it drops nothing, it
+// returns times itself.
 func LogGiveBack(now int64, times []int64, p WindowParams, at, q int64) []int64 {
-	times = trimLog(times, Millis(now)-p.Period)
-	if int64(len(times)) > p.Count {
+	if int64(len(trimLog(times, Millis(now)-p.Period))) > p.Count {
 		return times
 	}
 	i := 0

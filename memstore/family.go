@@ -816,7 +816,13 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		_, ar, _ = algo.SlidingDecide(now, st, w, 0)
 	case kindLog:
 		if p.give {
-			p.st.times = algo.LogGiveBack(now, p.times(), w, p.at, op.N)
+			old := p.times()
+			p.st.times = algo.LogGiveBack(now, old, w, p.at, op.N)
+			if len(p.st.times) == len(old) {
+				// nothing given back: the log stays, with its expiry
+				_, ar, _ = algo.LogDecide(now, old, w, 0)
+				return p.given(ar, r)
+			}
 		} else {
 			p.st.times = algo.LogRefund(now, p.times(), w, op.N)
 		}

@@ -33,6 +33,9 @@ type rstep struct {
 	err         error
 }
 
+// log4in3 is a sliding log of 4 units in any 3 seconds.
+var log4in3 = funnel.Limit{Algorithm: funnel.SlidingLog, Count: 4, Period: 3 * time.Second}
+
 // reserveAt is a reserve of n units with a TTL of a minute.
 func reserveAt(at time.Duration, key string, l funnel.Limit, n int64, id string, want funnel.Result) rstep {
 	return rstep{at: at, do: 'r', key: key, limit: l, n: n, id: id, ttl: time.Minute, want: want}
@@ -215,6 +218,15 @@ var reserveCases = []struct {
 			chargeAt(2*s, "l3", log3, 3, refused(3, 0, s, s)),
 			settleAt(2100*ms, "l3", "e", 0, refused(3, 0, 900*ms, 900*ms), 2, 0, false),
 			takeAt(2100*ms, "l3", log3, 1, refused(3, 0, 900*ms, 900*ms)),
+			// A settle that gives nothing back leaves the log as it is:
+			// its entries, and its expiry under the limit that wrote it
+			// last (a second, here), not the reservation's (3 s). At
+			// 13.6 s the log is empty and another algorithm may take the
+			// key.
+			reserveAt(10*s, "l5", log4in3, 3, "g", allowed(4, 1, 3*s)),
+			takeAt(12500*ms, "l5", log3, 1, allowed(3, 2, s)),
+			settleAt(12600*ms, "l5", "g", 2, allowed(4, 3, 2900*ms), 3, 2, false),
+			takeAt(13600*ms, "l5", fixed3, 1, allowed(3, 2, 400*ms)),
 		},
 	},
 }
