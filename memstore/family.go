@@ -800,6 +800,16 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		}
 		p.st.a, p.st.b = st.Start, st.N
 		_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
+		if p.give && st.N > 0 && p.live {
+			// A give-back keeps the state's window, and its end (that
+			// of the limit that wrote it), as Redis keeps them.
+			*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
+			r.Allowed = true
+			p.st.expires = p.fs.expires
+			p.st.ids = p.fs.ids
+			*p.fs = p.st
+			return nil
+		}
 	case kindSliding:
 		var st algo.Sliding
 		if p.give {

@@ -33,6 +33,9 @@ type rstep struct {
 	err         error
 }
 
+// fixed5in250 is a fixed window of 5 units per 250 ms.
+var fixed5in250 = funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Period: 250 * time.Millisecond}
+
 // log4in3 is a sliding log of 4 units in any 3 seconds.
 var log4in3 = funnel.Limit{Algorithm: funnel.SlidingLog, Count: 4, Period: 3 * time.Second}
 
@@ -164,6 +167,14 @@ var reserveCases = []struct {
 			takeAt(6100*ms, "f3", fixed3, 3, allowed(3, 0, 900*ms)),
 			settleAt(5200*ms, "f3", "f", 0, allowed(3, 0, 800*ms), 2, 0, false),
 			takeAt(6200*ms, "f3", fixed3, 1, refused(3, 0, 800*ms, 800*ms)),
+			// A give-back keeps the state's expiry: the window's end under
+			// the limit that wrote it last (250 ms), which counts the
+			// reservation's units as its own, not the reservation's
+			// limit's (1 s). Past 20.25 s the state is empty.
+			reserveAt(20100*ms, "f4", fixed3, 2, "h", allowed(3, 1, 900*ms)),
+			takeAt(20200*ms, "f4", fixed5in250, 1, allowed(5, 2, 50*ms)),
+			settleAt(20210*ms, "f4", "h", 0, allowed(3, 2, 790*ms), 2, 0, false),
+			takeAt(20300*ms, "f4", fixed3, 3, allowed(3, 0, 700*ms)),
 		},
 	},
 	{
