@@ -84,9 +84,11 @@ type Settlement struct {
 //     TAT moves back g intervals, never before now), but never by more
 //     than the TAT the take left less now (the estimate's units that have
 //     drained are counted no longer, and the key may hold others' units in
-//     their place: algo.FunnelGiveBack); a fixed window only
-//     when now is in the window that holds the reservation's millisecond
-//     (algo.FixedGiveBack); a sliding window counter from the current
+//     their place: algo.FunnelGiveBack; the bound errs on the side of the
+//     limit: a key that stayed queued since the reserve is given back
+//     less than the exact difference, nothing once that TAT has passed);
+//     a fixed window only when now is in the window that holds the
+//     reservation's millisecond (algo.FixedGiveBack); a sliding window counter from the current
 //     window's count when the reservation's millisecond is in the current
 //     window, from the previous window's when it is in the previous one,
 //     and not at all when it is older (never below zero); neither window
