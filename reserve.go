@@ -188,8 +188,9 @@ func CheckReserve(key string, limit *Checked, estimate int64, id string, ttl tim
 // when the response ends. A refused Reserve takes nothing and returns a
 // Reservation whose ID is empty.
 //
-// ttl is how long the reservation lives (0 means DefaultReservationTTL;
-// it is rounded up to whole milliseconds, at most MaxReservationTTL). A
+// ttl is how long the reservation lives: 0 means DefaultReservationTTL,
+// another is rounded up to whole milliseconds, and a negative one or one
+// above MaxReservationTTL is an error that wraps ErrInvalidQuantity. A
 // reservation never settled within its ttl is settled at its estimate:
 // what was taken stays taken, nothing more is charged, and the
 // reservation is forgotten, so that no pending state leaks and no
