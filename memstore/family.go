@@ -827,11 +827,27 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 	case kindLog:
 		if p.give {
 			old := p.times()
+			var last int64 // the newest entry's ms, before the give-back
+			if len(old) > 0 {
+				last = old[len(old)-1]
+			}
 			p.st.times = algo.LogGiveBack(now, old, w, p.at, op.N)
 			if len(p.st.times) == len(old) {
 				// nothing given back: the log stays, with its expiry
 				_, ar, _ = algo.LogDecide(now, old, w, 0)
 				return p.given(ar, r)
+			}
+			if p.live && len(p.st.times) > 0 {
+				// The log keeps the period of the limit that wrote it
+				// last (its expiry is its newest entry's plus that
+				// period), as Redis keeps its marker.
+				_, ar, _ = algo.LogDecide(now, p.st.times, w, 0)
+				*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
+				r.Allowed = true
+				p.st.expires = p.fs.expires - last*int64(time.Millisecond) + p.st.times[len(p.st.times)-1]*int64(time.Millisecond)
+				p.st.ids = p.fs.ids
+				*p.fs = p.st
+				return nil
 			}
 		} else {
 			p.st.times = algo.LogRefund(now, p.times(), w, op.N)

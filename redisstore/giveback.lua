@@ -119,7 +119,11 @@ if gh then
         if redis.call('ZCARD', key) <= 1 then
           redis.call('DEL', key)
         else
-          redis.call('PEXPIRE', key, ms(zlast(key) + op.period - nowms + slack))
+          -- the period of the limit that wrote the log last, its marker's
+          -- (which the log keeps: it counts until its newest entry plus
+          -- that period)
+          local mk = redis.call('ZSCORE', key, MARK.o)
+          redis.call('PEXPIRE', key, ms(zlast(key) - mk - nowms + slack))
         end
       end
     end

@@ -238,6 +238,14 @@ var reserveCases = []struct {
 			takeAt(12500*ms, "l5", log3, 1, allowed(3, 2, s)),
 			settleAt(12600*ms, "l5", "g", 2, allowed(4, 3, 2900*ms), 3, 2, false),
 			takeAt(13600*ms, "l5", fixed3, 1, allowed(3, 2, 400*ms)),
+			// A settle that gives back keeps the log's expiry under the
+			// limit that wrote it last (3 s, here), not the
+			// reservation's (1 s): at 32 s the entry of 30.5 s still
+			// counts, and another algorithm may not take the key.
+			reserveAt(30*s, "l6", log3, 1, "i", allowed(3, 2, s)),
+			takeAt(30500*ms, "l6", log4in3, 1, allowed(4, 2, 3*s)),
+			settleAt(30600*ms, "l6", "i", 0, allowed(3, 2, 900*ms), 1, 0, false),
+			takeAt(32*s, "l6", log4in3, 3, allowed(4, 0, 3*s)),
 		},
 	},
 }
