@@ -13,11 +13,13 @@ import "github.com/funnelrl/funnel/gcra"
 // but never by more than end − now, the part of the reservation's units
 // that has not drained yet (units that drained are no longer counted, and
 // the key may hold others' units in their place), and never to before
-// now. It returns the new TAT and false when the key is then empty. A
-// q ≤ 0, or an end at or before now, gives nothing back.
+// now. It returns the new TAT and false when the key is then empty (0
+// when the give-back emptied it; a TAT empty at now already is returned
+// as it is, as Redis leaves it). A q ≤ 0, or an end at or before now,
+// gives nothing back.
 func FunnelGiveBack(now, tat int64, p gcra.Params, end, q int64) (int64, bool) {
 	if tat <= now {
-		return 0, false
+		return tat, false
 	}
 	if q <= 0 || end <= now {
 		return tat, true

@@ -25,7 +25,7 @@ func TestFunnelGiveBack(t *testing.T) {
 		{"drained, others' units since", 5 * s, 10 * s, 5 * s, 5, 10 * s, true},
 		{"drained long ago", 9 * s, 10 * s, 5 * s, 5, 10 * s, true},
 		{"nothing to give", 0, 5 * s, 5 * s, 0, 5 * s, true},
-		{"an empty key", 6 * s, 5 * s, 5 * s, 2, 0, false},
+		{"an empty key", 6 * s, 5 * s, 5 * s, 2, 5 * s, false},
 		{"q times the interval past int64", 0, 5 * s, 5 * s, math.MaxInt64, 0, false},
 		{"an end that bounds nothing", 0, 5 * s, math.MaxInt64, 2, 3 * s, true},
 	} {
