@@ -53,7 +53,7 @@ func reserveStore(t *testing.T) (*redisstore.Store, *redis.Client, *atomic.Int64
 	c := srv.Client()
 	var clock atomic.Int64
 	clock.Store(storetestDay0 + int64(250*time.Millisecond) + 1)
-	return redisstore.New(c, redisstore.Options{Now: clock.Load, Prefix: "rsv-test:"}), c, &clock
+	return redisstore.New(c, redisstore.Options{Now: clock.Load, Prefix: "rsv-test:", Timeout: 20 * time.Second}), c, &clock
 }
 
 func mustCheck(t *testing.T, l funnel.Limit) funnel.Checked {
@@ -90,7 +90,7 @@ func TestReserveSettleAsTakeAndCharge(t *testing.T) {
 		srv := redistest.StartServer(t)
 		var clock atomic.Int64
 		clock.Store(storetestDay0)
-		s := redisstore.NewRueidis(newRueidis(t, srv.Addr), redisstore.Options{Now: clock.Load, Prefix: "rsv-test:"})
+		s := redisstore.NewRueidis(newRueidis(t, srv.Addr), redisstore.Options{Now: clock.Load, Prefix: "rsv-test:", Timeout: 20 * time.Second})
 		testReserveSettleAsTakeAndCharge(t, s, srv.Client(), &clock)
 	})
 }
