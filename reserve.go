@@ -68,7 +68,8 @@ type Settlement struct {
 // holds the estimate, the limit (EncodeLimit), the millisecond it was taken
 // at (for a sliding log, the millisecond its entries were recorded at, see
 // algo.LogDecide; for the others the store's now at the take, rounded
-// down) and the end of its TTL, and, once settled, the actual amount. It
+// down), for a funnel or a leaky bucket the key's TAT just after the take,
+// and the end of its TTL, and, once settled, the actual amount. It
 // is forgotten when its TTL ends, settled or not, so pending state is
 // bounded by the TTLs.
 //
@@ -80,13 +81,24 @@ type Settlement struct {
 //     starts it);
 //   - d < 0 gives back g = −d units, but only what the key still counts
 //     of the estimate: the funnel and the leaky bucket as OpRefund (the
-//     TAT moves back g intervals, never before now); a fixed window only
-//     when now is in the window that holds the reservation's millisecond
-//     (algo.FixedRefund); a sliding window counter from the current
+//     TAT moves back g intervals, never before now), but never by more
+//     than the TAT the take left less now (the estimate's units that have
+//     drained are counted no longer, and the key may hold others' units in
+//     their place: algo.FunnelGiveBack; the bound errs on the side of the
+//     limit: a key that stayed queued since the reserve is given back
+//     less than the exact difference, nothing once that TAT has passed);
+//     a fixed window only when now is in the window that holds the
+//     reservation's millisecond (algo.FixedGiveBack); a sliding window counter from the current
 //     window's count when the reservation's millisecond is in the current
 //     window, from the previous window's when it is in the previous one,
-//     and not at all when it is older (never below zero); a sliding log
-//     drops up to g entries recorded at the reservation's millisecond.
+//     and not at all when it is older (never below zero); neither window
+//     from the state of a later window, which the clock stepped back
+//     counts as the current one's but which holds none of the
+//     reservation's units (algo.SlidingGiveBack); a sliding log
+//     drops up to g entries recorded at the reservation's millisecond,
+//     unless it is over its count, where a charge may have dropped
+//     entries that cannot be told from the reservation's
+//     (algo.LogGiveBack): then nothing.
 //
 // The Settlement's Result is then what an OpCharge of 0 (a peek) at now
 // answers under the recorded limit. A key that now holds another
@@ -176,8 +188,9 @@ func CheckReserve(key string, limit *Checked, estimate int64, id string, ttl tim
 // when the response ends. A refused Reserve takes nothing and returns a
 // Reservation whose ID is empty.
 //
-// ttl is how long the reservation lives (0 means DefaultReservationTTL;
-// it is rounded up to whole milliseconds, at most MaxReservationTTL). A
+// ttl is how long the reservation lives: 0 means DefaultReservationTTL,
+// another is rounded up to whole milliseconds, and a negative one or one
+// above MaxReservationTTL is an error that wraps ErrInvalidQuantity. A
 // reservation never settled within its ttl is settled at its estimate:
 // what was taken stays taken, nothing more is charged, and the
 // reservation is forgotten, so that no pending state leaks and no
@@ -227,9 +240,11 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, estimate
 // turned out to have, in one atomic step: actual above the estimate charges
 // the difference as Charge does (into debt if need be); below it, gives
 // the difference back (never past a full bucket, and only what the key
-// still counts of the estimate: a fixed window's units given back only in
+// still counts of the estimate: not a funnel's units that have drained
+// since the reserve, a fixed window's units given back only in
 // the window they were taken in, a sliding window's from the window they
-// were counted in, a sliding log's from the reservation's own entries).
+// were counted in, a sliding log's from the reservation's own entries,
+// and not while it is over its count).
 // The Settlement says the key's state after it, under the reservation's
 // limit, as Charge answers.
 //

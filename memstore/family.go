@@ -86,9 +86,11 @@ type pending struct {
 	st   fstate  // the family state after the op
 	ban  int64   // time left in the key's ban, when positive
 	// give, for the refund of a settle (reserve.go), gives back only what
-	// the key still counts of the units taken at the millisecond at.
-	give bool
-	at   int64
+	// the key still counts of the units taken at the millisecond at (of a
+	// funnel's, those before tatAt, the TAT the take left).
+	give  bool
+	at    int64
+	tatAt int64
 }
 
 // Do applies ops at the store's current time and writes their results into
@@ -769,7 +771,11 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		g := op.Limit.GCRA
 		tat := p.old
 		if p.e != nil {
-			tat, _ = algo.Refund(now, p.old, g, op.N)
+			if p.give {
+				tat, _ = algo.FunnelGiveBack(now, p.old, g, p.tatAt, op.N)
+			} else {
+				tat, _ = algo.Refund(now, p.old, g, op.N)
+			}
 			p.e.tat.Store(tat) // an empty TAT reads as absent; the sweep drops it
 		}
 		_, gr, _ := gcra.Decide(now, tat, g, 0)
@@ -784,15 +790,35 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		var st algo.Fixed
 		if p.give {
 			st = algo.FixedGiveBack(p.fixed(), span, p.at, op.N)
+			if st == p.fixed() {
+				// nothing given back: the state stays, with its expiry
+				_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
+				return p.given(ar, r)
+			}
 		} else {
 			st = algo.FixedRefund(p.fixed(), span, op.N)
 		}
 		p.st.a, p.st.b = st.Start, st.N
 		_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
+		if p.give && st.N > 0 && p.live {
+			// A give-back keeps the state's window, and its end (that
+			// of the limit that wrote it), as Redis keeps them.
+			*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
+			r.Allowed = true
+			p.st.expires = p.fs.expires
+			p.st.ids = p.fs.ids
+			*p.fs = p.st
+			return nil
+		}
 	case kindSliding:
 		var st algo.Sliding
 		if p.give {
 			st = algo.SlidingGiveBack(now, p.sliding(), w, p.at, op.N)
+			if st == p.sliding() {
+				// nothing given back: the state stays, with its expiry
+				_, ar, _ = algo.SlidingDecide(now, st, w, 0)
+				return p.given(ar, r)
+			}
 		} else {
 			st = algo.SlidingRefund(now, p.sliding(), w, op.N)
 		}
@@ -800,7 +826,29 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 		_, ar, _ = algo.SlidingDecide(now, st, w, 0)
 	case kindLog:
 		if p.give {
-			p.st.times = algo.LogGiveBack(now, p.times(), w, p.at, op.N)
+			old := p.times()
+			var last int64 // the newest entry's ms, before the give-back
+			if len(old) > 0 {
+				last = old[len(old)-1]
+			}
+			p.st.times = algo.LogGiveBack(now, old, w, p.at, op.N)
+			if len(p.st.times) == len(old) {
+				// nothing given back: the log stays, with its expiry
+				_, ar, _ = algo.LogDecide(now, old, w, 0)
+				return p.given(ar, r)
+			}
+			if p.live && len(p.st.times) > 0 {
+				// The log keeps the period of the limit that wrote it
+				// last (its expiry is its newest entry's plus that
+				// period), as Redis keeps its marker.
+				_, ar, _ = algo.LogDecide(now, p.st.times, w, 0)
+				*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
+				r.Allowed = true
+				p.st.expires = p.fs.expires - last*int64(time.Millisecond) + p.st.times[len(p.st.times)-1]*int64(time.Millisecond)
+				p.st.ids = p.fs.ids
+				*p.fs = p.st
+				return nil
+			}
 		} else {
 			p.st.times = algo.LogRefund(now, p.times(), w, op.N)
 		}
@@ -831,6 +879,15 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 	p.st.expires = expiresAt(now, ar.ResetAfter)
 	p.st.ids = p.fs.ids // the arena of the ids held, and to come
 	*p.fs = p.st
+	return nil
+}
+
+// given ends the give-back of a settle that gave nothing back: the key's
+// state stays as it is (a later window's keeps its own expiry), and *r is
+// ar, a peek at it.
+func (p *pending) given(ar algo.Result, r *funnel.Result) error {
+	*r = funnel.ResultOfAlgo(p.op.Limit.Capacity(), ar)
+	r.Allowed = true
 	return nil
 }
 

@@ -54,8 +54,12 @@
 // the key's state, read and written under the shard's lock: a settle
 // gives back or charges the difference and marks the record settled in
 // one step. The sweep drops it when its TTL ends. Reservations are not
-// counted against MaxKeys: each holds at least a unit of its key's limit,
-// so the limits bound them.
+// counted against MaxKeys. A pending one holds at least a unit of its
+// key's limit, so the limits bound the pending ones; a settled one holds
+// nothing (a settle below the estimate gives units back) but is kept until
+// its TTL ends, so that a second settle says Again: their number is bounded
+// only by the settles made within a TTL (a caller that reserves and settles
+// at 0 in a loop keeps one record per settle for one TTL).
 //
 // # Snapshots
 //
@@ -102,7 +106,8 @@
 //	kind 9 reservation             instant: the end of its TTL; id (length, bytes); estimate;
 //	                               its ms (after the header's for windows, else after the write's);
 //	                               settled (1) or pending (0); actual; limit (length, bytes:
-//	                               funnel.EncodeLimit)
+//	                               funnel.EncodeLimit); version 2: instant: a funnel's TAT
+//	                               after the take (0 for the windows)
 //	kind 0 end                     number of key records; number of ban records
 //
 // Instants are nanoseconds after the store's time at the write, so a

@@ -22,6 +22,7 @@ type reservation struct {
 	limit    funnel.Checked
 	estimate int64
 	at       int64 // the millisecond the estimate was taken at (see funnel.ReserveStore)
+	end      int64 // a funnel's or leaky bucket's TAT just after the take (ns)
 	expires  int64
 	settled  bool
 	actual   int64
@@ -30,10 +31,11 @@ type reservation struct {
 // Reserve takes estimate units of key under limit and, when they are
 // admitted, records the reservation id until ttl has passed, in the
 // key's shard and under its lock, in one step (funnel.ReserveStore).
-// Reservations are not counted against MaxKeys (each holds at least one
-// unit of its key's limit, so a key's pending reservations are bounded by
-// what the limit admits over their TTL); the sweep drops them when their
-// TTL ends, and snapshots keep them.
+// Reservations are not counted against MaxKeys (a pending one holds at
+// least one unit of its key's limit, so a key's pending reservations are
+// bounded by what the limit admits over their TTL; settled ones are not,
+// see the package documentation); the sweep drops them when their TTL
+// ends, and snapshots keep them.
 func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, estimate int64, id string, ttl time.Duration) (funnel.Result, error) {
 	if err := funnel.CheckReserve(key, &limit, estimate, id, ttl); err != nil {
 		return funnel.Result{}, err
@@ -61,7 +63,7 @@ func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, est
 			}
 			// The key and the id may alias a buffer the caller reuses.
 			kept := resvKey{strings.Clone(key), strings.Clone(id)}
-			sh.addReservation(kept, &reservation{limit: limit, estimate: estimate, at: at, expires: now + int64(ttl)})
+			sh.addReservation(kept, &reservation{limit: limit, estimate: estimate, at: at, end: one[0].tat, expires: now + int64(ttl)})
 		}
 		sh.mu.Unlock()
 		if err != errNoRoom {
@@ -130,7 +132,7 @@ func (s *Store) settleLocked(now int64, sh *shard, h uint64, held []*shard, key 
 	var ignored [1]funnel.Result
 	if d < 0 {
 		op := funnel.Op{Kind: funnel.OpRefund, Key: key, Limit: rv.limit, N: -d}
-		one := [1]pending{{op: &op, sh: sh, h: h, kind: k, give: true, at: rv.at}}
+		one := [1]pending{{op: &op, sh: sh, h: h, kind: k, give: true, at: rv.at, tatAt: rv.end}}
 		if err := s.apply(now, one[:], ignored[:], held); err != nil {
 			return err
 		}

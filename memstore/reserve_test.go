@@ -112,3 +112,62 @@ func TestReserveCopiesItsKey(t *testing.T) {
 // unsafeString is b as a string that aliases it, as a server passes keys
 // from its read buffer.
 func unsafeString(b []byte) string { return unsafe.String(&b[0], len(b)) }
+
+// Reserves, settles below their estimates and takes, concurrent on one key
+// (the takes of a funnel on its lock-free path) at one instant, admit
+// exactly what the key holds after them: every estimate is given back to
+// its actual, and nothing is admitted past the limit.
+func TestConcurrentReservesSettlesTakes(t *testing.T) {
+	for _, limit := range []funnel.Limit{
+		{Count: 2000, Period: time.Hour, Burst: 1999},
+		{Algorithm: funnel.FixedWindow, Count: 2000, Period: time.Hour},
+		{Algorithm: funnel.SlidingWindow, Count: 2000, Period: time.Hour},
+		{Algorithm: funnel.SlidingLog, Count: 2000, Period: time.Hour},
+	} {
+		t.Run(limit.Algorithm.String(), func(t *testing.T) {
+			s, _ := newStore(t, memstore.Options{})
+			ctx := context.Background()
+			lim := funnel.New(s)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			spent := int64(0)
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					mine := int64(0)
+					for i := range 200 {
+						est := int64(1 + (g+i)%7)
+						r, res, err := lim.Reserve(ctx, "k", limit, est, time.Minute)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if res.Allowed {
+							actual := int64(i % int(est+1))
+							if _, err := lim.Settle(ctx, "k", r.ID, actual); err != nil {
+								t.Error(err)
+								return
+							}
+							mine += actual
+						}
+						if res, err := lim.AllowN(ctx, "k", limit, 1); err != nil {
+							t.Error(err)
+							return
+						} else if res.Allowed {
+							mine++
+						}
+					}
+					mu.Lock()
+					spent += mine
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			res, err := lim.Peek(ctx, "k", limit)
+			if err != nil || spent > 2000 || res.Remaining != 2000-spent {
+				t.Fatalf("%d units spent; the key then: %+v, %v", spent, res, err)
+			}
+		})
+	}
+}

@@ -326,7 +326,7 @@ func (sr *snapReader) records(payload []byte) (bool, error) {
 			continue
 		}
 		if kind == recResv {
-			if err := sr.reservation(c, at); err != nil {
+			if err := sr.reservation(c, ver, at); err != nil {
 				return false, err
 			}
 			continue
@@ -379,9 +379,11 @@ func (sr *snapReader) record(c *cursor, kind, ver uint8, at int64) error {
 	return nil
 }
 
-// reservation restores a reservation record (see snapWriter.resv), unless
-// its TTL has ended.
-func (sr *snapReader) reservation(c *cursor, at int64) error {
+// reservation restores a reservation record of version ver (see
+// snapWriter.resv), unless its TTL has ended. A funnel's reservation of
+// version 1, which lacks the TAT after its take, gives back as that
+// version did (see algo.FunnelGiveBack: an end that bounds nothing).
+func (sr *snapReader) reservation(c *cursor, ver uint8, at int64) error {
 	key := c.bytes()
 	end := addSat(sr.base, c.varint())
 	id := c.bytes()
@@ -390,6 +392,10 @@ func (sr *snapReader) reservation(c *cursor, at int64) error {
 	settled := c.uvarint()
 	actual := c.count()
 	enc := c.bytes()
+	tatEnd := int64(math.MaxInt64)
+	if ver >= 2 {
+		tatEnd = addSat(sr.base, c.varint())
+	}
 	bad := c.bad
 	var limit funnel.Checked
 	if bad == "" {
@@ -410,7 +416,7 @@ func (sr *snapReader) reservation(c *cursor, at int64) error {
 	if end <= sr.now {
 		return nil // its TTL has ended
 	}
-	rv := &reservation{limit: limit, estimate: estimate, at: resvBase(limit.Algorithm, sr.basems, sr.wms) + d, expires: end, settled: settled == 1, actual: actual}
+	rv := &reservation{limit: limit, estimate: estimate, at: resvBase(limit.Algorithm, sr.basems, sr.wms) + d, end: tatEnd, expires: end, settled: settled == 1, actual: actual}
 	_, sh := sr.s.hash(view(key))
 	sh.mu.Lock()
 	sh.addReservation(resvKey{string(key), string(id)}, rv)

@@ -52,7 +52,9 @@ const (
 // writes and reads. A record kind gains a version when its fields change;
 // the reader keeps reading the older versions. Concurrency records are at
 // version 2: the key's unit delay (ns, 0 when none) follows the leases.
-var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1, 1, 1, 1}
+// Reservation records are at version 2: a funnel's TAT just after the
+// take follows the limit.
+var recVersions = [numRecs]uint8{1, 1, 1, 1, 1, 2, 1, 1, 1, 2}
 
 var recNames = [numRecs]string{"end", "funnel", "fixed_window", "sliding_window", "sliding_log", "concurrency", "ban", "gcra_command", "clock", "reservation"}
 
@@ -350,7 +352,8 @@ func (sw *snapWriter) ban(key string, until int64) {
 // its millisecond (after the header's wall time in ms for the windows,
 // whose spans it is compared with, after the write's for the others); 1
 // when settled, else 0; the actual it was settled at (0 when pending); its
-// limit (funnel.EncodeLimit).
+// limit (funnel.EncodeLimit); and (version 2) for a funnel or a leaky
+// bucket the instant of the key's TAT just after the take, else 0.
 func (sw *snapWriter) resv(rk resvKey, rv *reservation) {
 	sw.head(recResv, rk.key)
 	b := binary.AppendVarint(sw.buf, rv.expires-sw.s)
@@ -366,7 +369,12 @@ func (sw *snapWriter) resv(rk resvKey, rv *reservation) {
 	b = binary.AppendUvarint(b, uint64(rv.actual))
 	enc := funnel.EncodeLimit(rv.limit.Limit)
 	b = binary.AppendUvarint(b, uint64(len(enc)))
-	sw.buf = append(b, enc...)
+	b = append(b, enc...)
+	end := int64(0)
+	if k, _ := kindOf(rv.limit.Algorithm); k == kindTAT {
+		end = rv.end - sw.s
+	}
+	sw.buf = binary.AppendVarint(b, end)
 	sw.resvs++
 }
 

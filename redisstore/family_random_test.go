@@ -478,7 +478,7 @@ func (f *familyRun) note(format string, args ...any) {
 // fail reports the last steps of the sequence and stops the test.
 func (f *familyRun) fail(format string, args ...any) {
 	f.t.Helper()
-	last := f.steps[max(0, len(f.steps)-8):]
+	last := f.steps[max(0, len(f.steps)-40):]
 	f.t.Fatalf("%s, step %d: %s\nlast steps (ns after Day0):\n  %s", f.where, len(f.steps), fmt.Sprintf(format, args...),
 		strings.Join(last, "\n  "))
 }
@@ -573,6 +573,88 @@ func TestBanKeyExpiresWithTheBan(t *testing.T) {
 		}
 		if want := 1501*time.Millisecond + 10*time.Minute; pttl > want || pttl < want-time.Second {
 			t.Errorf("%v: the ban's key expires in %v, want %v", l.Algorithm, pttl, want)
+		}
+	}
+}
+
+// TestReservationsAgainstMemstore runs random sequences of reserves,
+// settles, takes and charges on keys of every algorithm but concurrency,
+// at times under another limit of the key's algorithm (more reservations than TestFamilyAgainstMemstore draws, on keys with
+// hash tags, braces that make none, and bytes that are not text) through
+// the Redis store and memstore, and checks that they agree as
+// TestFamilyAgainstMemstore does. A sliding log with a ban is left out:
+// refused under its ban, Redis answers the ban's RetryAfter alone where
+// memstore answers the later of the ban's and the log's own.
+func TestReservationsAgainstMemstore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	client := srv.Client()
+	const seed, sequences, steps = 2027, 120, 60
+	var limits []funnel.Limit
+	for _, l := range familyLimits {
+		if l.Algorithm != funnel.Concurrency && !(l.Algorithm == funnel.SlidingLog && l.Ban > 0) {
+			limits = append(limits, l)
+		}
+	}
+	counts := map[string]int{}
+	for sq := 0; sq < sequences; sq++ {
+		var clock atomic.Int64
+		clock.Store(storetestDay0 + rand.New(rand.NewPCG(seed, uint64(sq))).Int64N(int64(24*time.Hour)))
+		mem := memstore.New(memstore.Options{Now: clock.Load, SweepInterval: -1})
+		f := &familyRun{
+			t:      t,
+			r:      rand.New(rand.NewPCG(seed, 1000+uint64(sq))),
+			ctx:    context.Background(),
+			clock:  &clock,
+			redis:  redisstore.New(client, redisstore.Options{Now: clock.Load, Prefix: "rsv" + strconv.Itoa(sq) + ":", Timeout: 20 * time.Second}),
+			mem:    mem,
+			where:  fmt.Sprintf("seed %d, sequence %d", seed, sq),
+			counts: counts,
+		}
+		for i := range 1 + f.r.IntN(3) {
+			form := []string{"{s%d}%c", "s%d\x00{}%c\xff", "%[2]c{s%[1]d}{x}\r\n", "s%d}{%c"}[f.r.IntN(4)]
+			f.keys = append(f.keys, fmt.Sprintf(form, sq, 'a'+i))
+			f.limits = append(f.limits, f.check(limits[f.r.IntN(len(limits))]))
+		}
+		for range steps {
+			f.advance()
+			i := f.r.IntN(len(f.keys))
+			key, c := f.keys[i], f.limits[i]
+			switch x := f.r.IntN(11); {
+			case x < 3:
+				f.do(f.take(key, c))
+			case x == 3:
+				f.do(f.charge(key, c))
+			case x == 10:
+				// The key under another limit of its algorithm (another
+				// period, count or ban), from now on at times: the
+				// reservations made keep theirs.
+				var same []funnel.Limit
+				for _, l := range limits {
+					if l.Algorithm == c.Algorithm && l != c.Limit {
+						same = append(same, l)
+					}
+				}
+				if len(same) > 0 {
+					c = f.check(same[f.r.IntN(len(same))])
+					if f.r.IntN(2) == 0 {
+						f.limits[i] = c
+					}
+				}
+				f.do(f.take(key, c))
+			case x < 7:
+				f.reserve(key, c)
+			default:
+				f.settle(key)
+			}
+			f.compareState()
+		}
+		mem.Close()
+	}
+	t.Logf("seed %d: %v", seed, counts)
+	for _, what := range []string{"reserve allowed", "reserve refused", "settle below", "settle above", "settle again", "settle unknown"} {
+		if counts[what] < 10 {
+			t.Errorf("the sequences do not cover %q well: %d times", what, counts[what])
 		}
 	}
 }

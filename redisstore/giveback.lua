@@ -3,12 +3,15 @@
 -- are read: a reserve is a take from here on, and a settle below the
 -- estimate gives back g = gh, gl units of what the key still counts of the
 -- estimate (see funnel.ReserveStore): a funnel's and a delaying bucket's
--- TAT moves back g intervals, never before now; a fixed window's count
+-- TAT moves back g intervals, but never by more than the TAT the take
+-- left (rth, rtl) less now, nor before now; a fixed window's count
 -- goes down by g (never below zero) when now is in the window that holds
 -- the reservation's millisecond sm; a sliding window counter's current
 -- count when sm is in the current window, its previous count when sm is in
--- the previous one; a sliding log drops up to g of its entries at sm (the
--- highest numbered, so that the ones left are numbered 1..k). A key that
+-- the previous one (neither from the state of a later window, after the
+-- clock was stepped back); a sliding log drops up to g of its entries at sm (the
+-- highest numbered, so that the ones left are numbered 1..k), unless it is
+-- over its count (see algo.LogGiveBack). A key that
 -- holds another algorithm's state is refused before anything is written.
 -- The op is then a charge of 0, which answers the state left.
 if ARGV[5] == 'v' then
@@ -30,7 +33,21 @@ if gh then
     if alg == 'g' or alg == 'l' then
       local dh, dl = sub(a1, a2, nh, nl)
       local ch, cl = mul(ih, il, gh, gl)
-      if ch and less(ch, cl, dh, dl) then
+      if rth then
+        -- never more than the part of the estimate that has not drained:
+        -- the TAT the take left, less now
+        if less(nh, nl, rth, rtl) then
+          local bh, bl = sub(rth, rtl, nh, nl)
+          if not ch or less(bh, bl, ch, cl) then
+            ch, cl = bh, bl
+          end
+        else
+          ch, cl = 0, 0
+        end
+      end
+      if ch == 0 and cl == 0 then
+        -- nothing to give back
+      elseif ch and less(ch, cl, dh, dl) then
         local xh, xl = sub(dh, dl, ch, cl)
         local th, tl = add(nh, nl, xh, xl)
         redis.call('SET', key, fmt(th, tl), 'PX', ms(pxOf(xh, xl) + slack))
@@ -54,8 +71,9 @@ if gh then
         end
       end
       -- (a state of a later window, the clock stepped back, is counted
-      -- now, and given back from)
-      if s <= sm and sm < e and a1 >= s then
+      -- now, but holds none of the reservation's units: nothing is given
+      -- back from it)
+      if s <= sm and sm < e and a1 == s then
         if a2 > g then
           redis.call('SET', key, string.format('F%d:%d:%d', a1, a3, a2 - g), 'PX', ms(a3 - nowms + slack))
         else
@@ -66,7 +84,8 @@ if gh then
       local p = op.period
       local s = nowms - nowms % p
       local prev, cur = 0, 0
-      if a1 >= s then
+      -- (nor from a later window's state)
+      if a1 == s then
         prev, cur = a2, a3
       elseif a1 == s - p then
         prev = a3
@@ -87,7 +106,12 @@ if gh then
         end
       end
     else -- 'o'
+      -- (a log over its count gives nothing back: a charge may have cut
+      -- its oldest entries, see algo.LogGiveBack)
       local k = redis.call('ZCOUNT', key, sm, sm)
+      if k > 0 and redis.call('ZCARD', key) - 1 - redis.call('ZCOUNT', key, 0, nowms - op.period) > op.count then
+        k = 0
+      end
       if k > 0 then
         local top = redis.call('ZCOUNT', key, '-inf', sm) - 1
         local j = math.min(g, k)
@@ -95,7 +119,11 @@ if gh then
         if redis.call('ZCARD', key) <= 1 then
           redis.call('DEL', key)
         else
-          redis.call('PEXPIRE', key, ms(zlast(key) + op.period - nowms + slack))
+          -- the period of the limit that wrote the log last, its marker's
+          -- (which the log keeps: it counts until its newest entry plus
+          -- that period)
+          local mk = redis.call('ZSCORE', key, MARK.o)
+          redis.call('PEXPIRE', key, ms(zlast(key) - mk - nowms + slack))
         end
       end
     end

@@ -3,8 +3,9 @@
 -- take was admitted records the reservation under KEYS[3] (see
 -- settle.lua), from ARGV[a], its TTL in ms, and ARGV[a + 1], the record's
 -- fields from the estimate on; its millisecond is the one a sliding log's
--- entries were recorded at, now's rounded down for the others. It expires
--- with its TTL. A settle that applied its op marks the record settled at
+-- entries were recorded at, now's rounded down for the others; a funnel's
+-- and a delaying bucket's record ends its line with the TAT the take left
+-- (two limbs). It expires with its TTL. A settle that applied its op marks the record settled at
 -- its actual units (written over the first fields, of a fixed width, so
 -- that the record keeps its expiry), and adds to the reply whether the
 -- reservation was settled before, the actual units (the first settle's
@@ -15,11 +16,16 @@ if ARGV[5] == 'v' then
     local ttl = ARGV[a] + 0
     local r = ttl % 1000
     local uh, ul = add(nh, nl, (ttl - r) / 1000, r * 1000000)
-    local at = nowms
-    if ops[1].alg == 'o' then
-      at = zlast(ops[1].key)
+    local at, rec = nowms, ARGV[a + 1]
+    local op = ops[1]
+    if op.alg == 'o' then
+      at = zlast(op.key)
+    elseif op.alg == 'g' or op.alg == 'l' then
+      -- the TAT the take left, after the parameters
+      local i = string.find(rec, '\n', 1, true)
+      rec = string.sub(rec, 1, i - 1) .. string.format(' %d %d', op.nh, op.nl) .. string.sub(rec, i)
     end
-    redis.call('SET', KEYS[3], string.format('0 0000000000 000000000 %d %d %d ', uh, ul, at) .. ARGV[a + 1], 'PX',
+    redis.call('SET', KEYS[3], string.format('0 0000000000 000000000 %d %d %d ', uh, ul, at) .. rec, 'PX',
       ms(ttl + slack))
   end
 elseif settle then

@@ -53,7 +53,7 @@ func reserveStore(t *testing.T) (*redisstore.Store, *redis.Client, *atomic.Int64
 	c := srv.Client()
 	var clock atomic.Int64
 	clock.Store(storetestDay0 + int64(250*time.Millisecond) + 1)
-	return redisstore.New(c, redisstore.Options{Now: clock.Load, Prefix: "rsv-test:"}), c, &clock
+	return redisstore.New(c, redisstore.Options{Now: clock.Load, Prefix: "rsv-test:", Timeout: 20 * time.Second}), c, &clock
 }
 
 func mustCheck(t *testing.T, l funnel.Limit) funnel.Checked {
@@ -90,7 +90,7 @@ func TestReserveSettleAsTakeAndCharge(t *testing.T) {
 		srv := redistest.StartServer(t)
 		var clock atomic.Int64
 		clock.Store(storetestDay0)
-		s := redisstore.NewRueidis(newRueidis(t, srv.Addr), redisstore.Options{Now: clock.Load, Prefix: "rsv-test:"})
+		s := redisstore.NewRueidis(newRueidis(t, srv.Addr), redisstore.Options{Now: clock.Load, Prefix: "rsv-test:", Timeout: 20 * time.Second})
 		testReserveSettleAsTakeAndCharge(t, s, srv.Client(), &clock)
 	})
 }
@@ -598,5 +598,35 @@ func testReserveSettleNotMadeWhenLate(t *testing.T, oc outageClient) {
 	}
 	if _, err := s.Settle(ctx, "w", "late", 1); !errors.Is(err, funnel.ErrUnknownReservation) {
 		t.Fatalf("the reserve made while Redis was frozen: %v, want ErrUnknownReservation", err)
+	}
+}
+
+// A settle that gives back to a sliding log keeps its key in Redis as long
+// as the log's marker says it counts: its newest entry plus the period of
+// the limit that wrote it last (3 s here), not the reservation's limit's
+// (1 s), which would let Redis drop entries that a 3 s limit still counts.
+func TestLogGiveBackKeepsItsExpiry(t *testing.T) {
+	s, client, clock := reserveStore(t)
+	ctx := context.Background()
+	short := mustCheck(t, funnel.Limit{Algorithm: funnel.SlidingLog, Count: 3, Period: time.Second})
+	long := mustCheck(t, funnel.Limit{Algorithm: funnel.SlidingLog, Count: 4, Period: 3 * time.Second})
+	clock.Store(storetestDay0)
+	if r, err := s.Reserve(ctx, "log", short, 1, "i", time.Minute); err != nil || !r.Allowed {
+		t.Fatalf("Reserve: %+v, %v", r, err)
+	}
+	clock.Add(int64(500 * time.Millisecond))
+	do1(t, s, funnel.Op{Kind: funnel.OpTake, Key: "log", Limit: long, N: 1})
+	clock.Add(int64(100 * time.Millisecond))
+	if _, err := s.Settle(ctx, "log", "i", 0); err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := client.PTTL(ctx, "rsv-test:log").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the entry at 0.5 s counts until 3.5 s, 2.9 s from now (plus the test
+	// clock's 10 minutes of slack)
+	if want := 2900*time.Millisecond + 10*time.Minute; pttl > want || pttl < want-time.Second {
+		t.Errorf("the log's key expires in %v, want %v", pttl, want)
 	}
 }

@@ -22,12 +22,12 @@
 -- <end s> <end ns> <ms> <estimate s> <estimate ns> <interval s>
 -- <interval ns> <algorithm> <ban s> <ban ns> <parameters>\n<limit>",
 -- amounts on two limbs (s: the quotient by 10^9, ns: the remainder), and
--- the parameters of the algorithm as the take's (g l: the tolerance; f s
--- o: count and period, and for a calendar's fixed window four spans: the
--- take's three and the next) but for the cost of a funnel's op, which is
--- the interval times its units.
+-- the parameters of the algorithm as the take's (g l: the tolerance, then
+-- the TAT the take left; f s o: count and period, and for a calendar's
+-- fixed window four spans: the take's three and the next) but for the cost
+-- of a funnel's op, which is the interval times its units.
 local A, settle = ARGV, ARGV[5] == 'e'
-local limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul
+local limit, again, ah, al, eh, el, ih, il, gh, gl, sm, mul, rth, rtl
 if ARGV[5] == 'v' then
   -- An id that a live reservation of the key holds is refused:
   -- { now's seconds, nanoseconds, -2 }.
@@ -90,6 +90,13 @@ elseif settle then
     return h, l
   end
   again = flag == '1'
+  if alg == 'g' or alg == 'l' then
+    -- the TAT the take left (absent from an older record: no bound)
+    rth, rtl = string.match(spans, '^ (%d+) (%d+)$')
+    if rth then
+      rth, rtl = rth + 0, rtl + 0
+    end
+  end
   sm, eh, el, ih, il = sm + 0, eh + 0, el + 0, ih + 0, il + 0
   if again then
     ah, al = h1 + 0, l1 + 0

@@ -33,6 +33,12 @@ type rstep struct {
 	err         error
 }
 
+// fixed5in250 is a fixed window of 5 units per 250 ms.
+var fixed5in250 = funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Period: 250 * time.Millisecond}
+
+// log4in3 is a sliding log of 4 units in any 3 seconds.
+var log4in3 = funnel.Limit{Algorithm: funnel.SlidingLog, Count: 4, Period: 3 * time.Second}
+
 // reserveAt is a reserve of n units with a TTL of a minute.
 func reserveAt(at time.Duration, key string, l funnel.Limit, n int64, id string, want funnel.Result) rstep {
 	return rstep{at: at, do: 'r', key: key, limit: l, n: n, id: id, ttl: time.Minute, want: want}
@@ -50,6 +56,10 @@ func failsAt(at time.Duration, key, id string, n int64, err error) rstep {
 
 func takeAt(at time.Duration, key string, l funnel.Limit, n int64, want funnel.Result) rstep {
 	return rstep{at: at, do: 't', key: key, limit: l, n: n, want: want}
+}
+
+func chargeAt(at time.Duration, key string, l funnel.Limit, n int64, want funnel.Result) rstep {
+	return rstep{at: at, do: 'c', key: key, limit: l, n: n, want: want}
 }
 
 var reserveCases = []struct {
@@ -87,6 +97,20 @@ var reserveCases = []struct {
 			// goes back before now.
 			reserveAt(20*s, "f", funnel5, 5, "f", allowed(5, 0, 5*s)),
 			settleAt(24*s, "f", "f", 0, allowed(5, 5, 0), 5, 0, false),
+			// Units of the estimate that have drained by the settle are
+			// not given back: the key holds others' units by then. 5 at
+			// 30 s, drained at 35 s, when 5 more are taken: a settle at 0
+			// gives nothing back (it would admit 5 more at once).
+			reserveAt(30*s, "d", funnel5, 5, "g", allowed(5, 0, 5*s)),
+			takeAt(35*s, "d", funnel5, 5, allowed(5, 0, 5*s)),
+			settleAt(35*s, "d", "g", 0, allowed(5, 0, 5*s), 5, 0, false),
+			takeAt(35*s, "d", funnel5, 1, refused(5, 0, s, 5*s)),
+			// Partly drained: 4 at 40 s, 3 more at 42 s (TAT 47 s); of
+			// the 4, the 2 that have not drained are given back (TAT
+			// 45 s), as if the reserve had taken nothing.
+			reserveAt(40*s, "p", funnel5, 4, "h", allowed(5, 1, 4*s)),
+			takeAt(42*s, "p", funnel5, 3, allowed(5, 0, 5*s)),
+			settleAt(42*s, "p", "h", 0, allowed(5, 2, 3*s), 4, 0, false),
 		},
 	},
 	{
@@ -112,6 +136,10 @@ var reserveCases = []struct {
 			reserveAt(0, "b", leaky, 1, "b", delayed(5, 2, 300*ms, 200*ms)),
 			settleAt(0, "b", "a", 1, allowed(5, 3, 200*ms), 2, 1, false),
 			settleAt(0, "b", "b", 3, allowed(5, 1, 400*ms), 1, 3, false),
+			// Drained units are not given back (as the funnel's).
+			reserveAt(s, "c", leaky, 5, "c", allowed(5, 0, 500*ms)),
+			takeAt(1500*ms, "c", leaky, 5, delayed(5, 0, 500*ms, 0)),
+			settleAt(1500*ms, "c", "c", 0, allowed(5, 0, 500*ms), 5, 0, false),
 		},
 	},
 	{
@@ -130,6 +158,23 @@ var reserveCases = []struct {
 			reserveAt(2100*ms, "f2", fixed3, 3, "d", allowed(3, 0, 900*ms)),
 			takeAt(3100*ms, "f2", fixed3, 2, allowed(3, 1, 900*ms)),
 			settleAt(3200*ms, "f2", "d", 0, allowed(3, 1, 800*ms), 3, 0, false),
+			// The clock stepped back: the state of a later window counts
+			// as the current one's, but holds none of the reservation's
+			// units, and nothing is given back from it (the 2 would be
+			// given back from the 3 of the window at 6 s, which would
+			// then admit 5).
+			reserveAt(5100*ms, "f3", fixed3, 2, "f", allowed(3, 1, 900*ms)),
+			takeAt(6100*ms, "f3", fixed3, 3, allowed(3, 0, 900*ms)),
+			settleAt(5200*ms, "f3", "f", 0, allowed(3, 0, 800*ms), 2, 0, false),
+			takeAt(6200*ms, "f3", fixed3, 1, refused(3, 0, 800*ms, 800*ms)),
+			// A give-back keeps the state's expiry: the window's end under
+			// the limit that wrote it last (250 ms), which counts the
+			// reservation's units as its own, not the reservation's
+			// limit's (1 s). Past 20.25 s the state is empty.
+			reserveAt(20100*ms, "f4", fixed3, 2, "h", allowed(3, 1, 900*ms)),
+			takeAt(20200*ms, "f4", fixed5in250, 1, allowed(5, 2, 50*ms)),
+			settleAt(20210*ms, "f4", "h", 0, allowed(3, 2, 790*ms), 2, 0, false),
+			takeAt(20300*ms, "f4", fixed3, 3, allowed(3, 0, 700*ms)),
 		},
 	},
 	{
@@ -149,6 +194,14 @@ var reserveCases = []struct {
 			// From the current window.
 			reserveAt(3100*ms, "w", sliding4, 3, "c", allowed(4, 0, 1900*ms)),
 			settleAt(3200*ms, "w", "c", 1, allowed(4, 2, 1800*ms), 3, 1, false),
+			// The clock stepped back: nothing is given back from the
+			// state of a later window, nor is it rewritten as the current
+			// window's (the 2 would be given back from the 2 taken at
+			// 6.1 s, which would then weigh as the previous window's).
+			reserveAt(5100*ms, "w2", sliding4, 2, "d", allowed(4, 2, 1900*ms)),
+			takeAt(6100*ms, "w2", sliding4, 2, allowed(4, 0, 1900*ms)),
+			settleAt(5200*ms, "w2", "d", 0, allowed(4, 0, 1800*ms), 2, 0, false),
+			takeAt(6200*ms, "w2", sliding4, 1, refused(4, 0, 300*ms, 1800*ms)),
 		},
 	},
 	{
@@ -167,6 +220,32 @@ var reserveCases = []struct {
 			settleAt(1400*ms, "l", "c", 3, allowed(3, 0, s), 1, 3, false),
 			reserveAt(1400*ms, "l2", log3, 1, "d", allowed(3, 2, s)),
 			settleAt(1500*ms, "l2", "d", 4, refused(3, 0, 900*ms, s), 1, 4, false),
+			// A charge over the count keeps the newest count+1 entries
+			// of the log (algo.LogCharge): of the 2 reserved and 3
+			// charged at 2 s, 4 are kept. A settle at 0 cannot tell
+			// whose entries were dropped, and gives back none (dropping
+			// 2 would leave 2 and admit 1 more, where 3 were spent).
+			reserveAt(2*s, "l3", log3, 2, "e", allowed(3, 1, s)),
+			chargeAt(2*s, "l3", log3, 3, refused(3, 0, s, s)),
+			settleAt(2100*ms, "l3", "e", 0, refused(3, 0, 900*ms, 900*ms), 2, 0, false),
+			takeAt(2100*ms, "l3", log3, 1, refused(3, 0, 900*ms, 900*ms)),
+			// A settle that gives nothing back leaves the log as it is:
+			// its entries, and its expiry under the limit that wrote it
+			// last (a second, here), not the reservation's (3 s). At
+			// 13.6 s the log is empty and another algorithm may take the
+			// key.
+			reserveAt(10*s, "l5", log4in3, 3, "g", allowed(4, 1, 3*s)),
+			takeAt(12500*ms, "l5", log3, 1, allowed(3, 2, s)),
+			settleAt(12600*ms, "l5", "g", 2, allowed(4, 3, 2900*ms), 3, 2, false),
+			takeAt(13600*ms, "l5", fixed3, 1, allowed(3, 2, 400*ms)),
+			// A settle that gives back keeps the log's expiry under the
+			// limit that wrote it last (3 s, here), not the
+			// reservation's (1 s): at 32 s the entry of 30.5 s still
+			// counts, and another algorithm may not take the key.
+			reserveAt(30*s, "l6", log3, 1, "i", allowed(3, 2, s)),
+			takeAt(30500*ms, "l6", log4in3, 1, allowed(4, 2, 3*s)),
+			settleAt(30600*ms, "l6", "i", 0, allowed(3, 2, 900*ms), 1, 0, false),
+			takeAt(32*s, "l6", log4in3, 3, allowed(4, 0, 3*s)),
 		},
 	},
 }
@@ -223,6 +302,8 @@ func runReserveStep(t *testing.T, st funnel.Store, clock *Clock, i int, sp rstep
 		}
 	case 't':
 		expect(t, st, clock, sp.at, ops(take(sp.key, sp.limit, sp.n)), sp.want)
+	case 'c':
+		expect(t, st, clock, sp.at, ops(charge(sp.key, sp.limit, sp.n)), sp.want)
 	}
 }
 
