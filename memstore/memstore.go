@@ -58,8 +58,9 @@
 // key's limit, so the limits bound the pending ones; a settled one holds
 // nothing (a settle below the estimate gives units back) but is kept until
 // its TTL ends, so that a second settle says Again: their number is bounded
-// only by the settles made within a TTL (a caller that reserves and settles
-// at 0 in a loop keeps one record per settle for one TTL).
+// by the settles made within a TTL (a caller that reserves and settles at 0
+// in a loop keeps one record per settle for one TTL), and by
+// Options.MaxReservations, which drops settled ones first.
 //
 // # Snapshots
 //
@@ -164,6 +165,14 @@ type Options struct {
 	// funnel, the TAT nearest to now: the least harmful to forget) is
 	// evicted.
 	MaxKeys int
+	// MaxReservations bounds the reservations held (Reserve), pending or
+	// settled, per shard: MaxReservations/Shards, rounded up. Zero means
+	// the bound of MaxKeys when it is set, else none (only their TTLs bound
+	// them). A reserve in a full shard first drops the reservations whose
+	// TTL has ended, then the settled one that ends first (a later settle
+	// of it answers funnel.ErrUnknownReservation, and changes nothing); a
+	// shard full of pending ones refuses it (ErrReservationsFull).
+	MaxReservations int
 	// Boot returns the identity of the machine's current boot and the time
 	// since it began, on a clock that wall-clock steps do not move: a
 	// snapshot records them, so that a restore on the same boot knows how
@@ -204,6 +213,7 @@ type Store struct {
 	start  time.Time
 	base   int64
 	max    int64 // MaxKeys; 0 means unbounded
+	resCap int   // reservations per shard (MaxReservations); 0 means unbounded
 	done   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -276,6 +286,13 @@ func New(opts Options) *Store {
 	}
 	if opts.MaxKeys > 0 {
 		s.max = int64(opts.MaxKeys)
+	}
+	r := opts.MaxReservations
+	if r == 0 {
+		r = opts.MaxKeys
+	}
+	if r > 0 {
+		s.resCap = (r + n - 1) / n
 	}
 	for i := range s.shards {
 		s.shards[i].table.Store(newTable(minSlots))

@@ -54,6 +54,10 @@ func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, est
 			sh.mu.Unlock()
 			return funnel.Result{}, fmt.Errorf("%w: reservation id %q of key %q is in use", funnel.ErrInvalidLimit, id, key)
 		}
+		if s.resCap > 0 && len(sh.resv) >= s.resCap && !sh.reservationRoom(now, s.resCap) {
+			sh.mu.Unlock()
+			return funnel.Result{}, ErrReservationsFull
+		}
 		err := s.apply(now, one[:], res[:], held[:])
 		if err == nil && res[0].Allowed {
 			at := algo.Millis(now)
@@ -73,6 +77,35 @@ func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, est
 			return funnel.Result{}, err
 		}
 	}
+}
+
+// ErrReservationsFull is the error of a Reserve in a shard that holds
+// Options.MaxReservations pending reservations. It wraps
+// funnel.ErrUnavailable: the store cannot decide, and changed nothing.
+var ErrReservationsFull = fmt.Errorf("memstore: %w: the shard holds MaxReservations pending reservations; a new one is refused", funnel.ErrUnavailable)
+
+// reservationRoom makes room for a reservation in sh, which holds limit
+// or more: it drops those whose TTL has ended and, if that is not enough,
+// settled ones (any: a settled record only tells a later settle Again)
+// until sh holds an eighth less than limit, so that a shard kept full pays
+// for the walk once per eighth of its reservations. It reports whether sh
+// holds fewer than limit then. The caller holds the lock.
+func (sh *shard) reservationRoom(now int64, limit int) bool {
+	for k, rv := range sh.resv {
+		if rv.expires <= now {
+			delete(sh.resv, k)
+		}
+	}
+	keep := limit - max(limit/8, 1)
+	for k, rv := range sh.resv {
+		if len(sh.resv) <= keep {
+			break
+		}
+		if rv.settled {
+			delete(sh.resv, k)
+		}
+	}
+	return len(sh.resv) < limit
 }
 
 // addReservation records rv as rk. The caller holds the lock.

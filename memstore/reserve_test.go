@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -169,5 +170,47 @@ func TestConcurrentReservesSettlesTakes(t *testing.T) {
 				t.Fatalf("%d units spent; the key then: %+v, %v", spent, res, err)
 			}
 		})
+	}
+}
+
+// MaxReservations bounds the reservations held: settled ones are dropped
+// to make room (a later settle of one answers unknown, changing nothing),
+// and a shard full of pending ones refuses a reserve, taking nothing.
+func TestMaxReservations(t *testing.T) {
+	s, _ := newStore(t, memstore.Options{Shards: 1, MaxReservations: 64})
+	ctx := context.Background()
+	lim := funnel.New(s)
+	limit := funnel.PerMinute(1000)
+	var first funnel.Reservation
+	for i := range 1000 {
+		r, _, err := lim.Reserve(ctx, "k", limit, 5, time.Hour)
+		if err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		if i == 0 {
+			first = r
+		}
+		if _, err := lim.Settle(ctx, "k", r.ID, 0); err != nil {
+			t.Fatalf("settle %d: %v", i, err)
+		}
+		if n := s.Stats().Reservations; n > 64 {
+			t.Fatalf("%d reservations held after %d reserves and settles, want at most 64", n, i+1)
+		}
+	}
+	if _, err := lim.Settle(ctx, "k", first.ID, 0); !errors.Is(err, funnel.ErrUnknownReservation) {
+		t.Fatalf("a settled reservation dropped for room: %v", err)
+	}
+	// Pending ones are never dropped.
+	held := 0
+	var err error
+	for err == nil {
+		_, _, err = lim.Reserve(ctx, "p", limit, 1, time.Hour)
+		held++
+	}
+	if !errors.Is(err, memstore.ErrReservationsFull) || !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("a reserve in a full shard: %v", err)
+	}
+	if res, err := lim.Peek(ctx, "p", limit); err != nil || res.Remaining != 1000-int64(held-1) {
+		t.Fatalf("after %d reserves, the last refused: %+v, %v", held, res, err)
 	}
 }
