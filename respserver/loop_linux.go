@@ -469,11 +469,11 @@ func (l *eventLoop) detach(lc *lconn) int {
 }
 
 // end closes a connection that is done, with every reply written; one
-// closed for bad input lingers first (see lingerClose), on a goroutine of
-// its own that closes it, still counted among the server's clients until
-// then.
+// closed for bad input, or drained by Shutdown while its client was sending,
+// lingers first (see lingerClose), on a goroutine of its own that closes it,
+// still counted among the server's clients until then.
 func (l *eventLoop) end(lc *lconn) {
-	if !lc.linger || l.s.closing.Load() {
+	if !lc.linger {
 		l.close(lc)
 		return
 	}
@@ -564,9 +564,20 @@ func (l *eventLoop) serve(lc *lconn) {
 		// Done (QUIT, an error, the end of the input), with every reply
 		// written.
 		l.end(lc)
-	case l.s.closing.Load() && !inputWaiting(lc.fd):
-		// Drained, as Shutdown says.
-		l.close(lc)
+	case l.s.closing.Load():
+		lc.busy = lc.busy || ran
+		if inputWaiting(lc.fd) {
+			lc.busy = true
+			break
+		}
+		// Drained, as Shutdown says; a client that was sending may still
+		// be, and its connection lingers.
+		if lc.busy {
+			lc.linger = true
+			l.end(lc)
+		} else {
+			l.close(lc)
+		}
 	}
 }
 
@@ -636,7 +647,8 @@ type lconn struct {
 	werr     error     // the first write error: the connection is done
 	outWatch bool      // epoll watches EPOLLOUT, not EPOLLIN
 	finish   bool      // close once the replies are written
-	linger   bool      // and linger first: closed for bad input
+	linger   bool      // and linger first: closed for bad input, or drained while busy
+	busy     bool      // Shutdown's drain has found the client sending
 	last     time.Time // the last commands or written replies, for IdleTimeout
 }
 

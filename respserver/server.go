@@ -199,6 +199,10 @@ type Server struct {
 	done      counters   // of connections that have closed
 	loops     *loopGroup // started by the first Serve that uses them
 	connWG    sync.WaitGroup
+
+	// testHookDrained, when not nil, is called by a connection's goroutine
+	// when Shutdown's drain has found it drained, before it ends it.
+	testHookDrained func(net.Conn)
 }
 
 // counters are a connection's statistics.
@@ -365,7 +369,16 @@ func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 // pipeline that goes on arriving while the server answers its start
 // included, and no connection is closed with input unread, which would make
 // the system reset it and drop the replies not yet delivered. An idle client
-// is disconnected at once. The part of a command whose rest has not arrived
+// is disconnected at once. A client that was sending when the drain began
+// may still be, its last bytes in flight when the socket looks empty (sent
+// in answer to the window that the last replies opened), and a byte that
+// arrived after the close would reset the connection. So its connection
+// lingers, as one closed for bad input does: the server ends its side of
+// the stream after the last reply, then reads and drops what still arrives
+// until the client closes its side (as a Redis client does at the end of
+// the stream), for 5 s and 64 MiB at most. The commands that arrive then
+// are not answered: the client reads the end of the stream after its last
+// reply, never a reset. The part of a command whose rest has not arrived
 // is dropped. Over TLS, the server looks into crypto/tls's buffers as well
 // as into the socket. Where the server cannot look into a socket (a
 // connection that is not one, or a platform other than Unix), a connection
@@ -582,10 +595,12 @@ func (c *conn) serve() {
 		c.wr = resp.NewWriter(deadlineWriter{c.nc, idle})
 	}
 	var idleAt time.Time // the read deadline of IdleTimeout or AuthTimeout; zero: none
+	busy := false        // Shutdown's drain has found the client sending
 	for {
 		if !c.rd.Ready() {
 			// Every command read so far is answered: flush once for the
 			// whole batch, then wait for more.
+			ran := c.batch.commands > 0
 			c.publish()
 			if err := c.wr.Flush(); err != nil {
 				return
@@ -597,9 +612,18 @@ func (c *conn) serve() {
 			// Shutdown sets closing, then a deadline that wakes the read:
 			// a deadline set here before closing is seen is overridden.
 			if c.s.closing.Load() {
+				busy = busy || ran
 				if c.drained() {
+					if h := c.s.testHookDrained; h != nil {
+						h(c.nc)
+					}
+					if busy {
+						// The client may still be sending (see Shutdown).
+						lingerClose(c.nc)
+					}
 					return
 				}
+				busy = true
 				c.nc.SetReadDeadline(idleAt) // undo Shutdown's wake-up
 			}
 		}
