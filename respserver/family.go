@@ -309,16 +309,18 @@ func (c *conn) decided(r *funnel.Result) bool {
 // set; any other r is left as it is): it counts it, fail-open or
 // fail-closed, and reports whether it answered it with the error reply
 // storeDownText (Config.FailClosed's FailClosedError), in which case the
-// caller writes nothing more. Under FailClosedRefuse, a fail-closed r is
-// changed into the refusal to write: a retry after of
-// funnel.FallbackRetry, nothing remaining (the reply's reset after is
-// fallbackReset).
+// caller writes nothing more. A fail-open r is changed into the reply that
+// every command gives it (see fallbackReset): the whole limit remaining, no
+// wait. Under FailClosedRefuse, a fail-closed r is changed into the refusal
+// to write: a retry after of funnel.FallbackRetry, nothing remaining. The
+// reply's reset after is fallbackReset either way.
 func (c *conn) fallback(r *funnel.Result) bool {
 	if !r.Fallback {
 		return false
 	}
 	if r.Allowed {
 		c.s.failOpen.Add(1)
+		r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay = r.Limit, 0, 0, 0
 		return false
 	}
 	c.s.failClosed.Add(1)

@@ -151,14 +151,19 @@ const (
 // no reply of its own for it.)
 const storeDownText = "TRYAGAIN store unavailable: the request was not decided"
 
-// fallbackReset is the reset after (the last integer of CL.THROTTLE's reply,
-// the fifth of FUNNEL.ALLOW's and FUNNEL.ACQUIRE's) of every reply to a
+// fallbackReset is the reset after (the last integer of CL.THROTTLE's and
+// GCRA's replies, the fifth of FUNNEL.ALLOW's, FUNNEL.RESERVE's,
+// FUNNEL.ALLOWALL's results and FUNNEL.ACQUIRE's) of every reply to a
 // fallback, fail-open or fail-closed: -1, which no decision answers (a
 // decision's reset after is 0 or more), so that a client can tell "the
-// store did not decide" from a decision. A redis-cell client reads the
-// reply as usual: fail-open is [0, limit, limit, -1, -1], allowed with the
-// whole limit remaining; FailClosedRefuse is [1, limit, 0, 1, -1], limited
-// with a retry after of 1 s.
+// store did not decide" from a decision. Every command says the same
+// guess: a fail-open reply is allowed with the whole limit remaining and
+// no wait (nothing was counted, and the next request is admitted as well:
+// a remaining of 0 would tell a client that paces itself to stop), as
+// CL.THROTTLE's [0, limit, limit, -1, -1] and FUNNEL.ALLOW's [1, limit,
+// limit, -1, -1, 0, 0]; FailClosedRefuse is limited with nothing remaining
+// and a retry after of 1 s, [1, limit, 0, 1, -1] and [0, limit, 0, 1000,
+// -1, 0, 0].
 const fallbackReset = -1
 
 // NonBlockingStore is a store that may say that its calls never wait on the
