@@ -386,6 +386,10 @@ func cmdFunnelCharge(c *conn, args [][]byte) {
 		c.replyError(err)
 		return
 	}
+	c.batch.ledger.charges++
+	if !r.Allowed {
+		c.batch.ledger.chargesInDebt++
+	}
 	c.writeFamResult(r)
 }
 
@@ -402,6 +406,11 @@ func cmdFunnelReserve(c *conn, args [][]byte) {
 		}
 		// A fallback records no reservation.
 		rv, r = funnel.Reservation{}, c.s.cfg.Fail.Fallback(f.limit)
+	}
+	if r.Allowed {
+		c.batch.ledger.reservesAdmitted++
+	} else {
+		c.batch.ledger.reservesRefused++
 	}
 	if c.decided(&r) {
 		return
@@ -437,8 +446,20 @@ func cmdFunnelSettle(c *conn, args [][]byte) {
 		// debt does not fit, is the client's error; a store that cannot
 		// record the settle answers the fail-closed error, never a
 		// fallback.
+		if errors.Is(err, funnel.ErrUnknownReservation) {
+			c.batch.ledger.settlesUnknown++
+		}
 		c.replyError(err)
 		return
+	}
+	switch {
+	case st.Again:
+		c.batch.ledger.settlesAgain++
+	case !st.Result.Allowed:
+		c.batch.ledger.settles++
+		c.batch.ledger.settlesInDebt++
+	default:
+		c.batch.ledger.settles++
 	}
 	c.wr.WriteArray(8)
 	c.writeFamInts(st.Result)

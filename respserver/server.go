@@ -213,6 +213,29 @@ type Server struct {
 // counters are a connection's statistics.
 type counters struct {
 	commands, allowed, limited int64
+	ledger                     ledgerCounts
+}
+
+// ledgerCounts count the calls of the limiter family that are not plain
+// throttles: charges, reserves and settles, as Stats reports them. They are
+// published under the connection's mu (they are rarer than throttles).
+type ledgerCounts struct {
+	charges, chargesInDebt            int64
+	reservesAdmitted, reservesRefused int64
+	settles, settlesAgain             int64
+	settlesInDebt, settlesUnknown     int64
+}
+
+// add adds o to l.
+func (l *ledgerCounts) add(o ledgerCounts) {
+	l.charges += o.charges
+	l.chargesInDebt += o.chargesInDebt
+	l.reservesAdmitted += o.reservesAdmitted
+	l.reservesRefused += o.reservesRefused
+	l.settles += o.settles
+	l.settlesAgain += o.settlesAgain
+	l.settlesInDebt += o.settlesInDebt
+	l.settlesUnknown += o.settlesUnknown
 }
 
 // New returns a server of store configured by cfg.
@@ -462,6 +485,9 @@ func (s *Server) forget(c *conn) {
 	s.done.commands += c.stats.commands.Load()
 	s.done.allowed += c.stats.allowed.Load()
 	s.done.limited += c.stats.limited.Load()
+	c.mu.Lock()
+	s.done.ledger.add(c.ledger)
+	c.mu.Unlock()
 	s.mu.Unlock()
 	s.connWG.Done()
 }
@@ -486,6 +512,21 @@ type Stats struct {
 	// FailOpen and FailClosed count the decisions the store could not make
 	// and answered with its fail-open or fail-closed fallback.
 	FailOpen, FailClosed int64
+	// Charges counts the costs recorded by FUNNEL.CHARGE, and
+	// ChargesInDebt those of them that left their key over its limit (the
+	// reply's allowed 0: the key is refused until the debt has drained).
+	// A charge the store could not record is counted in neither.
+	Charges, ChargesInDebt int64
+	// ReservesAdmitted and ReservesRefused count FUNNEL.RESERVE by outcome,
+	// as Allowed and Limited (which count them too) do: a reservation is
+	// recorded for each admitted one but fail-open fallbacks.
+	ReservesAdmitted, ReservesRefused int64
+	// Settles counts the reservations settled by FUNNEL.SETTLE, and
+	// SettlesInDebt those of them that left their key over its limit (an
+	// actual cost above the estimate charged into debt). SettlesAgain counts
+	// the settles of a reservation settled before (nothing changed), and
+	// SettlesUnknown those refused for an unknown or expired reservation.
+	Settles, SettlesInDebt, SettlesAgain, SettlesUnknown int64
 }
 
 // Stats returns the server's counters. Counts of a connected client are
@@ -505,11 +546,18 @@ func (s *Server) Stats() Stats {
 		FailOpen:   s.failOpen.Load(),
 		FailClosed: s.failClosed.Load(),
 	}
+	l := s.done.ledger
 	for c := range s.conns {
 		st.Commands += c.stats.commands.Load()
 		st.Allowed += c.stats.allowed.Load()
 		st.Limited += c.stats.limited.Load()
+		c.mu.Lock()
+		l.add(c.ledger)
+		c.mu.Unlock()
 	}
+	st.Charges, st.ChargesInDebt = l.charges, l.chargesInDebt
+	st.ReservesAdmitted, st.ReservesRefused = l.reservesAdmitted, l.reservesRefused
+	st.Settles, st.SettlesInDebt, st.SettlesAgain, st.SettlesUnknown = l.settles, l.settlesInDebt, l.settlesAgain, l.settlesUnknown
 	return st
 }
 
@@ -529,13 +577,15 @@ type conn struct {
 	id        int64
 	created   time.Time
 
-	// Guarded by mu: read by CLIENT INFO/LIST of other connections.
-	mu    sync.Mutex
-	name  string
-	lib   [2]string // CLIENT SETINFO lib-name, lib-ver
-	user  string
-	proto int
-	last  time.Time // when the client last sent commands
+	// Guarded by mu: read by CLIENT INFO/LIST of other connections, and by
+	// Stats.
+	mu     sync.Mutex
+	ledger ledgerCounts // published from batch
+	name   string
+	lib    [2]string // CLIENT SETINFO lib-name, lib-ver
+	user   string
+	proto  int
+	last   time.Time // when the client last sent commands
 
 	tlsIn  *tlsInput // what rd reads on a TLS connection; nil otherwise
 	authed bool
@@ -864,5 +914,8 @@ func (c *conn) publishAt(now time.Time) {
 	}
 	c.mu.Lock()
 	c.last = now
+	if b.ledger != (ledgerCounts{}) {
+		c.ledger.add(b.ledger)
+	}
 	c.mu.Unlock()
 }
