@@ -28,11 +28,8 @@ type drainClient struct {
 }
 
 // read reads replies until the server closes the connection, counting them
-// by their first byte ('*', which an integer reply does not hold), then
-// closes it, as a Redis client does at the end of the stream (the server
-// waits for that: see Server.Shutdown).
+// by their first byte ('*', which an integer reply does not hold).
 func (dc *drainClient) read() {
-	defer dc.nc.Close()
 	buf := make([]byte, 64<<10)
 	for {
 		dc.nc.SetReadDeadline(time.Now().Add(waitFor))

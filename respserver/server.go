@@ -398,15 +398,17 @@ func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 // included, and no connection is closed with input unread, which would make
 // the system reset it and drop the replies not yet delivered. An idle client
 // is disconnected at once. A client that was sending when the drain began
-// may still be, its last bytes in flight when the socket looks empty (sent
-// in answer to the window that the last replies opened), and a byte that
-// arrived after the close would reset the connection. So its connection
-// lingers, as one closed for bad input does: the server ends its side of
-// the stream after the last reply, then reads and drops what still arrives
-// until the client closes its side (as a Redis client does at the end of
-// the stream), for 5 s and 64 MiB at most. The commands that arrive then
-// are not answered: the client reads the end of the stream after its last
-// reply, never a reset. The part of a command whose rest has not arrived
+// may still be, its last bytes in flight when the socket looks empty: sent
+// in answer to the window that the last replies opened, they arrive before
+// the client's system acknowledges those replies, so the server waits for
+// that acknowledgement (on Linux), reading and answering what comes
+// meanwhile. Then it ends its side of the stream, and reads and drops what
+// still arrives until the client's system has acknowledged the end too:
+// from then on the client reads every reply then the end of the stream,
+// even if a byte it sends later resets the connection. Each wait lasts 5 s
+// at most (a client that reads nothing acknowledges nothing); the system
+// signals no acknowledgement, so the server asks for it, every 100 µs at
+// first, up to every 10 ms. The part of a command whose rest has not arrived
 // is dropped. Over TLS, the server looks into crypto/tls's buffers as well
 // as into the socket. Where the server cannot look into a socket (a
 // connection that is not one, or a platform other than Unix), a connection
@@ -668,13 +670,13 @@ func (c *conn) serve() {
 			// a deadline set here before closing is seen is overridden.
 			if c.s.closing.Load() {
 				busy = busy || ran
-				if c.drained() {
+				if c.drained() && !(busy && c.inputBeforeAcked()) {
 					if h := c.s.testHookDrained; h != nil {
 						h(c.nc)
 					}
 					if busy {
 						// The client may still be sending (see Shutdown).
-						lingerClose(c.nc)
+						c.drainClose()
 					}
 					return
 				}
@@ -831,6 +833,98 @@ func (c *conn) drained() bool {
 		return true
 	}
 	return !waiting
+}
+
+// inputBeforeAcked waits, once the drain has found the connection of a
+// client that was sending drained, until the client's system has
+// acknowledged every reply written, and reports whether input arrived
+// meanwhile. The replies carry the window that lets the client send what it
+// still holds, and what it sends in answer comes before its
+// acknowledgement: so the drain reads and answers it, where it would have
+// arrived while the connection lingers (see drainClose), unanswered.
+func (c *conn) inputBeforeAcked() bool {
+	return awaitAck(c.rawConn(), func(int) bool { return true })
+}
+
+// drainClose ends the drained connection of a client that was sending: it
+// ends the server's side of the stream after the last reply, then reads and
+// drops what still arrives until the client's system has acknowledged that
+// end (see awaitAck). From then on the client reads every reply, then the
+// end of the stream, even if a byte it sends after that resets the
+// connection: until then, that byte would have reset it before the end, and
+// the client read the reset instead, and lost the replies still in the
+// server's send buffer. The caller closes the connection.
+func (c *conn) drainClose() {
+	if c.tlsIn != nil {
+		c.tlsIn.tc.CloseWrite() // close_notify; the socket's end below
+	}
+	endDrained(c.rawConn())
+}
+
+// endDrained ends the server's side of the socket nc and reads and drops
+// what arrives until the peer has acknowledged it, as drainClose says.
+func endDrained(nc net.Conn) {
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	awaitAck(nc, func(fd int) bool { discard(fd); return false })
+}
+
+// rawConn returns the socket of the connection: nc, or beneath TLS.
+func (c *conn) rawConn() net.Conn {
+	if c.tlsIn != nil {
+		return c.tlsIn.tc.NetConn()
+	}
+	return c.nc
+}
+
+// awaitAck waits until the peer of nc has acknowledged every byte written
+// to nc, its end of the stream included once sent (on Linux: SIOCOUTQ;
+// elsewhere it does not wait), or until the peer closes its side, or for
+// lingerTimeout at most (a client that reads nothing does not acknowledge a
+// full window), or until Close closes nc. When input waits it calls input
+// with the socket, and returns true at once if input does; it returns false
+// otherwise. The system signals no acknowledgement: it is asked every
+// 100 µs at first, doubling up to 10 ms, and at each input.
+func awaitAck(nc net.Conn, input func(fd int) bool) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	defer nc.SetReadDeadline(time.Time{}) // the callers set theirs again
+	wait, until := 100*time.Microsecond, time.Now().Add(lingerTimeout)
+	for {
+		stop, done := false, false
+		if rc.Control(func(fd uintptr) {
+			waiting, ended := peek(int(fd))
+			if waiting {
+				if stop = input(int(fd)); stop {
+					return
+				}
+			}
+			done = ended || unacked(int(fd)) == 0
+		}) != nil {
+			return false
+		}
+		switch {
+		case stop:
+			return true
+		case done || !time.Now().Before(until):
+			return false
+		}
+		// Wait for input, or for the next look.
+		nc.SetReadDeadline(time.Now().Add(wait))
+		rc.Read(func(fd uintptr) bool {
+			waiting, ended := peek(int(fd))
+			return waiting || ended
+		})
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 // readFailed answers a protocol error before the connection closes. It
