@@ -1099,6 +1099,7 @@ func cmdInfo(c *conn, args [][]byte) {
 	}
 	s := c.s
 	st := s.Stats()
+	own := c.batch.ledger // this client's, not yet published
 	up := time.Since(s.started)
 	port := ""
 	if _, p, err := net.SplitHostPort(c.laddr.String()); err == nil {
@@ -1130,6 +1131,16 @@ func cmdInfo(c *conn, args [][]byte) {
 		"evicted_clients:"+strconv.FormatInt(st.Evicted, 10),
 		"throttle_allowed:"+strconv.FormatInt(st.Allowed+c.batch.allowed, 10),
 		"throttle_limited:"+strconv.FormatInt(st.Limited+c.batch.limited, 10),
+		"throttle_fail_open:"+strconv.FormatInt(st.FailOpen, 10),
+		"throttle_fail_closed:"+strconv.FormatInt(st.FailClosed, 10),
+		"charges:"+strconv.FormatInt(st.Charges+own.charges, 10),
+		"charges_in_debt:"+strconv.FormatInt(st.ChargesInDebt+own.chargesInDebt, 10),
+		"reserves_admitted:"+strconv.FormatInt(st.ReservesAdmitted+own.reservesAdmitted, 10),
+		"reserves_refused:"+strconv.FormatInt(st.ReservesRefused+own.reservesRefused, 10),
+		"settles:"+strconv.FormatInt(st.Settles+own.settles, 10),
+		"settles_in_debt:"+strconv.FormatInt(st.SettlesInDebt+own.settlesInDebt, 10),
+		"settles_again:"+strconv.FormatInt(st.SettlesAgain+own.settlesAgain, 10),
+		"settles_unknown:"+strconv.FormatInt(st.SettlesUnknown+own.settlesUnknown, 10),
 		"evicted_keys:"+strconv.FormatUint(funnel.EvictionsOf(s.store), 10),
 	)
 	var keyspace []string

@@ -309,16 +309,18 @@ func (c *conn) decided(r *funnel.Result) bool {
 // set; any other r is left as it is): it counts it, fail-open or
 // fail-closed, and reports whether it answered it with the error reply
 // storeDownText (Config.FailClosed's FailClosedError), in which case the
-// caller writes nothing more. Under FailClosedRefuse, a fail-closed r is
-// changed into the refusal to write: a retry after of
-// funnel.FallbackRetry, nothing remaining (the reply's reset after is
-// fallbackReset).
+// caller writes nothing more. A fail-open r is changed into the reply that
+// every command gives it (see fallbackReset): the whole limit remaining, no
+// wait. Under FailClosedRefuse, a fail-closed r is changed into the refusal
+// to write: a retry after of funnel.FallbackRetry, nothing remaining. The
+// reply's reset after is fallbackReset either way.
 func (c *conn) fallback(r *funnel.Result) bool {
 	if !r.Fallback {
 		return false
 	}
 	if r.Allowed {
 		c.s.failOpen.Add(1)
+		r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay = r.Limit, 0, 0, 0
 		return false
 	}
 	c.s.failClosed.Add(1)
@@ -384,6 +386,10 @@ func cmdFunnelCharge(c *conn, args [][]byte) {
 		c.replyError(err)
 		return
 	}
+	c.batch.ledger.charges++
+	if !r.Allowed {
+		c.batch.ledger.chargesInDebt++
+	}
 	c.writeFamResult(r)
 }
 
@@ -400,6 +406,11 @@ func cmdFunnelReserve(c *conn, args [][]byte) {
 		}
 		// A fallback records no reservation.
 		rv, r = funnel.Reservation{}, c.s.cfg.Fail.Fallback(f.limit)
+	}
+	if r.Allowed {
+		c.batch.ledger.reservesAdmitted++
+	} else {
+		c.batch.ledger.reservesRefused++
 	}
 	if c.decided(&r) {
 		return
@@ -435,8 +446,20 @@ func cmdFunnelSettle(c *conn, args [][]byte) {
 		// debt does not fit, is the client's error; a store that cannot
 		// record the settle answers the fail-closed error, never a
 		// fallback.
+		if errors.Is(err, funnel.ErrUnknownReservation) {
+			c.batch.ledger.settlesUnknown++
+		}
 		c.replyError(err)
 		return
+	}
+	switch {
+	case st.Again:
+		c.batch.ledger.settlesAgain++
+	case !st.Result.Allowed:
+		c.batch.ledger.settles++
+		c.batch.ledger.settlesInDebt++
+	default:
+		c.batch.ledger.settles++
 	}
 	c.wr.WriteArray(8)
 	c.writeFamInts(st.Result)

@@ -247,10 +247,15 @@ func cmdGCRA(c *conn, args [][]byte) {
 		if c.decided(&fr) {
 			return
 		}
+		// As CL.THROTTLE answers them (see fallbackReset): fail-open, the
+		// whole limit remaining; FailClosedRefuse, limited, nothing
+		// remaining, retry in 1 s; a reset after of -1 either way.
 		if r.Limited {
-			// FailClosedRefuse: limited, nothing remaining, retry in 1 s.
-			r.Remaining, r.RetryAfter, r.ResetAfter = 0, int64(fr.RetryAfter/time.Second), 0
+			r.Remaining, r.RetryAfter = 0, int64(fr.RetryAfter/time.Second)
+		} else {
+			r.Remaining, r.RetryAfter = r.Limit, -1
 		}
+		r.ResetAfter = fallbackReset
 	} else {
 		c.count(!r.Limited)
 	}

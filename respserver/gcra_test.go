@@ -274,7 +274,9 @@ func TestGCRARedisCLI(t *testing.T) {
 
 // With Redis down, GCRA answers the store's fallback as CL.THROTTLE does:
 // TRYAGAIN by default, a refusal with a retry after of one second under
-// FailClosedRefuse, a fresh key's reply when failing open.
+// FailClosedRefuse, allowed with the whole limit remaining when failing
+// open, and a reset after of -1 (failing open, it was a fresh key's reply;
+// refusing, a reset after of 0).
 func TestGCRAFallbacks(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -284,8 +286,8 @@ func TestGCRAFallbacks(t *testing.T) {
 		want     string
 	}{
 		{"FailClosedError", respserver.Config{}, false, storeDown},
-		{"FailClosedRefuse", respserver.Config{FailClosed: respserver.FailClosedRefuse}, false, ints(1, 6, 0, 1, 0)},
-		{"FailOpen", respserver.Config{}, true, ints(0, 6, 5, -1, 6)},
+		{"FailClosedRefuse", respserver.Config{FailClosed: respserver.FailClosedRefuse}, false, ints(1, 6, 0, 1, -1)},
+		{"FailOpen", respserver.Config{}, true, ints(0, 6, 6, -1, -1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

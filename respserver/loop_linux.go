@@ -259,6 +259,7 @@ type eventLoop struct {
 	now       time.Time // when the last epoll_wait returned
 	nextSweep time.Time
 	draining  bool // the server is closing: close connections once drained
+	acking    int  // connections whose ackWait is set
 }
 
 func newLoop(s *Server, id int) (*eventLoop, error) {
@@ -325,7 +326,11 @@ func (l *eventLoop) run() {
 			runtime.Gosched()
 			yielded = l.now
 		}
-		n, err := unix.EpollWait(l.epfd, l.events[:], l.timeout(sweep))
+		timeout := l.timeout(sweep)
+		if l.acking > 0 && (timeout < 0 || timeout > 1) {
+			timeout = 1 // ackPoll
+		}
+		n, err := unix.EpollWait(l.epfd, l.events[:], timeout)
 		l.now = time.Now()
 		if err != nil {
 			if err != unix.EINTR {
@@ -354,6 +359,9 @@ func (l *eventLoop) run() {
 		}
 		if !l.draining && s.closing.Load() {
 			l.startDrain()
+		}
+		if l.acking > 0 {
+			l.ackPoll()
 		}
 		if sweep && !l.now.Before(l.nextSweep) {
 			l.sweep(idle)
@@ -453,6 +461,10 @@ func (l *eventLoop) detach(lc *lconn) int {
 	if fd < 0 {
 		return -1
 	}
+	if lc.ackWait {
+		lc.ackWait = false
+		l.acking--
+	}
 	if lc.slot >= 0 {
 		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 		l.conns[fd] = nil
@@ -469,15 +481,16 @@ func (l *eventLoop) detach(lc *lconn) int {
 }
 
 // end closes a connection that is done, with every reply written; one
-// closed for bad input lingers first (see lingerClose), on a goroutine of
-// its own that closes it, still counted among the server's clients until
-// then.
+// closed for bad input lingers first (see lingerClose), and one drained by
+// Shutdown while its client was sending waits for the client to take the
+// end of the stream (see conn.drainClose), on a goroutine of its own that
+// closes it, still counted among the server's clients until then.
 func (l *eventLoop) end(lc *lconn) {
-	if !lc.linger || l.s.closing.Load() {
+	if !lc.linger && !lc.drainEnd {
 		l.close(lc)
 		return
 	}
-	fd, c := l.detach(lc), lc.c
+	fd, c, drained := l.detach(lc), lc.c, lc.drainEnd
 	// The descriptor goes to Go's netpoller, which lingerClose waits on.
 	f := os.NewFile(uintptr(fd), "")
 	nc, err := net.FileConn(f)
@@ -491,7 +504,11 @@ func (l *eventLoop) end(lc *lconn) {
 	l.s.mu.Unlock()
 	go func() {
 		defer l.s.forget(c)
-		lingerClose(nc)
+		if drained {
+			endDrained(nc)
+		} else {
+			lingerClose(nc)
+		}
 		nc.Close()
 	}()
 }
@@ -564,9 +581,59 @@ func (l *eventLoop) serve(lc *lconn) {
 		// Done (QUIT, an error, the end of the input), with every reply
 		// written.
 		l.end(lc)
-	case l.s.closing.Load() && !inputWaiting(lc.fd):
-		// Drained, as Shutdown says.
-		l.close(lc)
+	case l.s.closing.Load():
+		lc.busy = lc.busy || ran
+		if inputWaiting(lc.fd) {
+			lc.busy = true
+			break
+		}
+		if lc.busy && l.awaitAck(lc) {
+			break
+		}
+		// Drained, as Shutdown says; a client that was sending may still
+		// be, and its connection ends as conn.drainClose says.
+		if lc.busy {
+			lc.drainEnd = true
+			l.end(lc)
+		} else {
+			l.close(lc)
+		}
+	}
+}
+
+// awaitAck reports whether the drained connection of a client that was
+// sending waits for the client's system to acknowledge every reply written,
+// as conn.inputBeforeAcked says why; the loop then serves it again at its
+// next wake-up, at most a millisecond later (see ackPoll), for
+// lingerTimeout at most.
+func (l *eventLoop) awaitAck(lc *lconn) bool {
+	if unacked(lc.fd) == 0 {
+		return false
+	}
+	if lc.ackBy.IsZero() {
+		lc.ackBy = l.now.Add(lingerTimeout)
+	}
+	if !l.now.Before(lc.ackBy) {
+		return false
+	}
+	if !lc.ackWait {
+		lc.ackWait = true
+		l.acking++
+	}
+	return true
+}
+
+// ackPoll serves again the drained connections that wait for an
+// acknowledgement (see awaitAck).
+func (l *eventLoop) ackPoll() {
+	for _, lc := range slices.Clone(l.list) {
+		if lc.fd >= 0 && lc.ackWait {
+			lc.ackWait = false
+			l.acking--
+			if !lc.outWatch {
+				l.serve(lc)
+			}
+		}
 	}
 }
 
@@ -637,6 +704,10 @@ type lconn struct {
 	outWatch bool      // epoll watches EPOLLOUT, not EPOLLIN
 	finish   bool      // close once the replies are written
 	linger   bool      // and linger first: closed for bad input
+	drainEnd bool      // or end as conn.drainClose does: drained while busy
+	busy     bool      // Shutdown's drain has found the client sending
+	ackWait  bool      // drained, waiting for the client's acknowledgement (awaitAck)
+	ackBy    time.Time // when the wait for it ends
 	last     time.Time // the last commands or written replies, for IdleTimeout
 }
 

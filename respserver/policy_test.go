@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/respserver"
 )
 
@@ -61,7 +62,7 @@ func TestStoreDownOneReply(t *testing.T) {
 	if got, want := c.do("CL.THROTTLE", "k", "4", "10", "60"), ints(0, 5, 5, -1, -1); got != want {
 		t.Errorf("fail open: %q, want %q", got, want)
 	}
-	if got, want := c.do("FUNNEL.ALLOW", "k", "gcra", "10", "60000"), ints(1, 10, 0, -1, -1, 0, 0); got != want {
+	if got, want := c.do("FUNNEL.ALLOW", "k", "gcra", "10", "60000"), ints(1, 10, 10, -1, -1, 0, 0); got != want {
 		t.Errorf("fail open FUNNEL.ALLOW: %q", got)
 	}
 	if got := c.do("PTTL", "k"); got != tryagain {
@@ -71,6 +72,85 @@ func TestStoreDownOneReply(t *testing.T) {
 	c = serveFailing(t, respserver.Config{FailClosed: respserver.FailClosedRefuse}, down)
 	if got, want := c.do("CL.THROTTLE", "k", "4", "10", "60"), ints(1, 5, 0, 1, -1); got != want {
 		t.Errorf("fail closed, refuse: %q, want %q", got, want)
+	}
+}
+
+// downEverywhere is a store down for every call: decisions, GCRA, reserves
+// and settles.
+type downEverywhere struct{ failingStore }
+
+func (d downEverywhere) GCRA(context.Context, string, gcra.CommandParams) (funnel.GCRAResult, error) {
+	return funnel.GCRAResult{}, d.err
+}
+
+func (d downEverywhere) Reserve(context.Context, string, funnel.Checked, int64, string, time.Duration) (funnel.Result, error) {
+	return funnel.Result{}, d.err
+}
+
+func (d downEverywhere) Settle(context.Context, string, string, int64) (funnel.Settlement, error) {
+	return funnel.Settlement{}, d.err
+}
+
+// TestFallbackRepliesAgree: with the store down, every decision command
+// says the same guess. Failing open: allowed, the whole limit remaining, no
+// wait, a reset after of -1 (FUNNEL.ALLOW, FUNNEL.RESERVE, FUNNEL.ALLOWALL's
+// results and FUNNEL.ACQUIRE answered 0 remaining, which tells a client that
+// paces itself to stop, where CL.THROTTLE answered the whole limit; GCRA a
+// fresh key's reply). Under FailClosedRefuse: limited, nothing remaining,
+// retry in 1 s, a reset after of -1 (GCRA's was 0).
+func TestFallbackRepliesAgree(t *testing.T) {
+	t.Parallel()
+	down := fmt.Errorf("store: dial tcp 10.1.2.3:6379: connection refused: %w", funnel.ErrUnavailable)
+	serve := func(cfg respserver.Config) *client {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return serveStore(t, ln, cfg, downEverywhere{failingStore{down}}, nil).dial(t)
+	}
+	fam := func(v ...int64) string { return strings.TrimPrefix(ints(v...), "*7\r\n") }
+	for _, tc := range []struct {
+		name string
+		cfg  respserver.Config
+		want map[string]string
+	}{
+		{"FailOpen", respserver.Config{Fail: funnel.FailOpen}, map[string]string{
+			"CL.THROTTLE":     ints(0, 5, 5, -1, -1),
+			"GCRA":            ints(0, 6, 6, -1, -1),
+			"FUNNEL.ALLOW":    ints(1, 10, 10, -1, -1, 0, 0),
+			"PEEK":            ints(1, 10, 10, -1, -1, 0, 0),
+			"FUNNEL.RESERVE":  "*8\r\n" + fam(1, 10, 10, -1, -1, 0, 0) + "$-1\r\n",
+			"FUNNEL.ALLOWALL": "*4\r\n:1\r\n:-1\r\n:-1\r\n*2\r\n" + ints(1, 10, 10, -1, -1, 0, 0) + ints(1, 5, 5, -1, -1, 0, 0),
+			"FUNNEL.ACQUIRE":  "*7\r\n:1\r\n:2\r\n:2\r\n:-1\r\n:-1\r\n",
+		}},
+		{"FailClosedRefuse", respserver.Config{FailClosed: respserver.FailClosedRefuse}, map[string]string{
+			"CL.THROTTLE":     ints(1, 5, 0, 1, -1),
+			"GCRA":            ints(1, 6, 0, 1, -1),
+			"FUNNEL.ALLOW":    ints(0, 10, 0, 1000, -1, 0, 0),
+			"PEEK":            ints(0, 10, 0, 1000, -1, 0, 0),
+			"FUNNEL.RESERVE":  "*8\r\n" + fam(0, 10, 0, 1000, -1, 0, 0) + "$-1\r\n",
+			"FUNNEL.ALLOWALL": "*4\r\n:0\r\n:0\r\n:1000\r\n*2\r\n" + ints(0, 10, 0, 1000, -1, 0, 0) + ints(0, 5, 0, 1000, -1, 0, 0),
+			"FUNNEL.ACQUIRE":  "*7\r\n:0\r\n:2\r\n:0\r\n:1000\r\n:-1\r\n$-1\r\n:0\r\n",
+		}},
+	} {
+		c := serve(tc.cfg)
+		for name, cmd := range map[string][]string{
+			"CL.THROTTLE":     {"CL.THROTTLE", "k", "4", "10", "60"},
+			"GCRA":            {"GCRA", "g", "5", "10", "60"},
+			"FUNNEL.ALLOW":    {"FUNNEL.ALLOW", "k", "gcra", "10", "60000", "QUANTITY", "3"},
+			"PEEK":            {"FUNNEL.ALLOW", "k", "gcra", "10", "60000", "QUANTITY", "3", "PEEK"},
+			"FUNNEL.RESERVE":  {"FUNNEL.RESERVE", "k", "gcra", "10", "60000", "QUANTITY", "3"},
+			"FUNNEL.ALLOWALL": {"FUNNEL.ALLOWALL", "2", "LIMIT", "a", "gcra", "10", "60000", "LIMIT", "b", "fixed_window", "5", "1000"},
+			"FUNNEL.ACQUIRE":  {"FUNNEL.ACQUIRE", "c", "2", "30000"},
+		} {
+			got, want := c.do(cmd...), tc.want[name]
+			if name == "FUNNEL.ACQUIRE" && tc.name == "FailOpen" {
+				got = got[:min(len(got), len(want))] // then the lease id and the delay
+			}
+			if got != want {
+				t.Errorf("%s: %v with the store down:\n got %q\nwant %q", tc.name, cmd, got, want)
+			}
+		}
 	}
 }
 

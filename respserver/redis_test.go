@@ -140,7 +140,8 @@ func TestServerThrottleWrongType(t *testing.T) {
 // With Redis down, a fail-closed fallback is never a reply that looks like
 // a decision: by default the error TRYAGAIN, or with FailClosedRefuse a
 // refusal with a retry after of one second (not 0). A fail-open fallback
-// answers allowed. Every fallback's reset after is -1, which no decision
+// answers allowed, the whole limit remaining, on every command (FUNNEL.*
+// answered 0 remaining). Every fallback's reset after is -1, which no decision
 // answers (a fail-open CL.THROTTLE was [0,16,16,-1,0], a peek of a full
 // bucket). Each is counted in Stats, and none is logged per call.
 func TestServerFallbacks(t *testing.T) {
@@ -158,7 +159,7 @@ func TestServerFallbacks(t *testing.T) {
 		{"FailClosedRefuse", respserver.Config{FailClosed: respserver.FailClosedRefuse}, false,
 			ints(1, 16, 0, 1, -1), ints(0, 10, 0, 1000, -1, 0, 0), "*7\r\n:0\r\n:3\r\n:0\r\n:1000\r\n:-1\r\n$-1\r\n:0\r\n"},
 		{"FailOpen", respserver.Config{}, true,
-			ints(0, 16, 16, -1, -1), ints(1, 10, 0, -1, -1, 0, 0), "*7\r\n:1\r\n:3\r\n:0\r\n:-1\r\n:-1\r\n$32\r\n"}, // and a random id
+			ints(0, 16, 16, -1, -1), ints(1, 10, 10, -1, -1, 0, 0), "*7\r\n:1\r\n:3\r\n:3\r\n:-1\r\n:-1\r\n$32\r\n"}, // and a random id
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -243,7 +243,7 @@ func TestFunnelReserveStoreDown(t *testing.T) {
 		cfg     respserver.Config
 		reserve string
 	}{
-		{respserver.Config{Fail: funnel.FailOpen}, "*8\r\n" + strings.TrimPrefix(ints(1, 10, 0, -1, -1, 0, 0), "*7\r\n") + "$-1\r\n"},
+		{respserver.Config{Fail: funnel.FailOpen}, "*8\r\n" + strings.TrimPrefix(ints(1, 10, 10, -1, -1, 0, 0), "*7\r\n") + "$-1\r\n"},
 		{respserver.Config{Fail: funnel.FailClosed, FailClosed: respserver.FailClosedRefuse}, "*8\r\n" + strings.TrimPrefix(ints(0, 10, 0, 1000, -1, 0, 0), "*7\r\n") + "$-1\r\n"},
 		{respserver.Config{Fail: funnel.FailClosed}, storeDown},
 	} {
@@ -374,7 +374,7 @@ func TestFunnelReserveRedisDown(t *testing.T) {
 	c := ts.dial(t)
 	id := reserve(t, c, ints(1, 10, 9, -1, 100, 0, 0), "k", "gcra", "10", "1000", "QUANTITY", "1")
 	srv.Stop()
-	if got, want := c.do("FUNNEL.RESERVE", "k", "gcra", "10", "1000", "QUANTITY", "1"), "*8\r\n"+strings.TrimPrefix(ints(1, 10, 0, -1, -1, 0, 0), "*7\r\n")+"$-1\r\n"; got != want {
+	if got, want := c.do("FUNNEL.RESERVE", "k", "gcra", "10", "1000", "QUANTITY", "1"), "*8\r\n"+strings.TrimPrefix(ints(1, 10, 10, -1, -1, 0, 0), "*7\r\n")+"$-1\r\n"; got != want {
 		t.Errorf("FUNNEL.RESERVE with Redis down:\n got %q\nwant %q", got, want)
 	}
 	if got := c.do("FUNNEL.SETTLE", "k", id, "1"); got != storeDown {

@@ -151,14 +151,19 @@ const (
 // no reply of its own for it.)
 const storeDownText = "TRYAGAIN store unavailable: the request was not decided"
 
-// fallbackReset is the reset after (the last integer of CL.THROTTLE's reply,
-// the fifth of FUNNEL.ALLOW's and FUNNEL.ACQUIRE's) of every reply to a
+// fallbackReset is the reset after (the last integer of CL.THROTTLE's and
+// GCRA's replies, the fifth of FUNNEL.ALLOW's, FUNNEL.RESERVE's,
+// FUNNEL.ALLOWALL's results and FUNNEL.ACQUIRE's) of every reply to a
 // fallback, fail-open or fail-closed: -1, which no decision answers (a
 // decision's reset after is 0 or more), so that a client can tell "the
-// store did not decide" from a decision. A redis-cell client reads the
-// reply as usual: fail-open is [0, limit, limit, -1, -1], allowed with the
-// whole limit remaining; FailClosedRefuse is [1, limit, 0, 1, -1], limited
-// with a retry after of 1 s.
+// store did not decide" from a decision. Every command says the same
+// guess: a fail-open reply is allowed with the whole limit remaining and
+// no wait (nothing was counted, and the next request is admitted as well:
+// a remaining of 0 would tell a client that paces itself to stop), as
+// CL.THROTTLE's [0, limit, limit, -1, -1] and FUNNEL.ALLOW's [1, limit,
+// limit, -1, -1, 0, 0]; FailClosedRefuse is limited with nothing remaining
+// and a retry after of 1 s, [1, limit, 0, 1, -1] and [0, limit, 0, 1000,
+// -1, 0, 0].
 const fallbackReset = -1
 
 // NonBlockingStore is a store that may say that its calls never wait on the
@@ -199,11 +204,38 @@ type Server struct {
 	done      counters   // of connections that have closed
 	loops     *loopGroup // started by the first Serve that uses them
 	connWG    sync.WaitGroup
+
+	// testHookDrained, when not nil, is called by a connection's goroutine
+	// when Shutdown's drain has found it drained, before it ends it.
+	testHookDrained func(net.Conn)
 }
 
 // counters are a connection's statistics.
 type counters struct {
 	commands, allowed, limited int64
+	ledger                     ledgerCounts
+}
+
+// ledgerCounts count the calls of the limiter family that are not plain
+// throttles: charges, reserves and settles, as Stats reports them. They are
+// published under the connection's mu (they are rarer than throttles).
+type ledgerCounts struct {
+	charges, chargesInDebt            int64
+	reservesAdmitted, reservesRefused int64
+	settles, settlesAgain             int64
+	settlesInDebt, settlesUnknown     int64
+}
+
+// add adds o to l.
+func (l *ledgerCounts) add(o ledgerCounts) {
+	l.charges += o.charges
+	l.chargesInDebt += o.chargesInDebt
+	l.reservesAdmitted += o.reservesAdmitted
+	l.reservesRefused += o.reservesRefused
+	l.settles += o.settles
+	l.settlesAgain += o.settlesAgain
+	l.settlesInDebt += o.settlesInDebt
+	l.settlesUnknown += o.settlesUnknown
 }
 
 // New returns a server of store configured by cfg.
@@ -365,7 +397,18 @@ func (s *Server) admit(c *conn, nc net.Conn, place func()) bool {
 // pipeline that goes on arriving while the server answers its start
 // included, and no connection is closed with input unread, which would make
 // the system reset it and drop the replies not yet delivered. An idle client
-// is disconnected at once. The part of a command whose rest has not arrived
+// is disconnected at once. A client that was sending when the drain began
+// may still be, its last bytes in flight when the socket looks empty: sent
+// in answer to the window that the last replies opened, they arrive before
+// the client's system acknowledges those replies, so the server waits for
+// that acknowledgement (on Linux), reading and answering what comes
+// meanwhile. Then it ends its side of the stream, and reads and drops what
+// still arrives until the client's system has acknowledged the end too:
+// from then on the client reads every reply then the end of the stream,
+// even if a byte it sends later resets the connection. Each wait lasts 5 s
+// at most (a client that reads nothing acknowledges nothing); the system
+// signals no acknowledgement, so the server asks for it, every 100 µs at
+// first, up to every 10 ms. The part of a command whose rest has not arrived
 // is dropped. Over TLS, the server looks into crypto/tls's buffers as well
 // as into the socket. Where the server cannot look into a socket (a
 // connection that is not one, or a platform other than Unix), a connection
@@ -444,6 +487,9 @@ func (s *Server) forget(c *conn) {
 	s.done.commands += c.stats.commands.Load()
 	s.done.allowed += c.stats.allowed.Load()
 	s.done.limited += c.stats.limited.Load()
+	c.mu.Lock()
+	s.done.ledger.add(c.ledger)
+	c.mu.Unlock()
 	s.mu.Unlock()
 	s.connWG.Done()
 }
@@ -468,6 +514,21 @@ type Stats struct {
 	// FailOpen and FailClosed count the decisions the store could not make
 	// and answered with its fail-open or fail-closed fallback.
 	FailOpen, FailClosed int64
+	// Charges counts the costs recorded by FUNNEL.CHARGE, and
+	// ChargesInDebt those of them that left their key over its limit (the
+	// reply's allowed 0: the key is refused until the debt has drained).
+	// A charge the store could not record is counted in neither.
+	Charges, ChargesInDebt int64
+	// ReservesAdmitted and ReservesRefused count FUNNEL.RESERVE by outcome,
+	// as Allowed and Limited (which count them too) do: a reservation is
+	// recorded for each admitted one but fail-open fallbacks.
+	ReservesAdmitted, ReservesRefused int64
+	// Settles counts the reservations settled by FUNNEL.SETTLE, and
+	// SettlesInDebt those of them that left their key over its limit (an
+	// actual cost above the estimate charged into debt). SettlesAgain counts
+	// the settles of a reservation settled before (nothing changed), and
+	// SettlesUnknown those refused for an unknown or expired reservation.
+	Settles, SettlesInDebt, SettlesAgain, SettlesUnknown int64
 }
 
 // Stats returns the server's counters. Counts of a connected client are
@@ -487,11 +548,18 @@ func (s *Server) Stats() Stats {
 		FailOpen:   s.failOpen.Load(),
 		FailClosed: s.failClosed.Load(),
 	}
+	l := s.done.ledger
 	for c := range s.conns {
 		st.Commands += c.stats.commands.Load()
 		st.Allowed += c.stats.allowed.Load()
 		st.Limited += c.stats.limited.Load()
+		c.mu.Lock()
+		l.add(c.ledger)
+		c.mu.Unlock()
 	}
+	st.Charges, st.ChargesInDebt = l.charges, l.chargesInDebt
+	st.ReservesAdmitted, st.ReservesRefused = l.reservesAdmitted, l.reservesRefused
+	st.Settles, st.SettlesInDebt, st.SettlesAgain, st.SettlesUnknown = l.settles, l.settlesInDebt, l.settlesAgain, l.settlesUnknown
 	return st
 }
 
@@ -511,13 +579,15 @@ type conn struct {
 	id        int64
 	created   time.Time
 
-	// Guarded by mu: read by CLIENT INFO/LIST of other connections.
-	mu    sync.Mutex
-	name  string
-	lib   [2]string // CLIENT SETINFO lib-name, lib-ver
-	user  string
-	proto int
-	last  time.Time // when the client last sent commands
+	// Guarded by mu: read by CLIENT INFO/LIST of other connections, and by
+	// Stats.
+	mu     sync.Mutex
+	ledger ledgerCounts // published from batch
+	name   string
+	lib    [2]string // CLIENT SETINFO lib-name, lib-ver
+	user   string
+	proto  int
+	last   time.Time // when the client last sent commands
 
 	tlsIn  *tlsInput // what rd reads on a TLS connection; nil otherwise
 	authed bool
@@ -582,10 +652,12 @@ func (c *conn) serve() {
 		c.wr = resp.NewWriter(deadlineWriter{c.nc, idle})
 	}
 	var idleAt time.Time // the read deadline of IdleTimeout or AuthTimeout; zero: none
+	busy := false        // Shutdown's drain has found the client sending
 	for {
 		if !c.rd.Ready() {
 			// Every command read so far is answered: flush once for the
 			// whole batch, then wait for more.
+			ran := c.batch.commands > 0
 			c.publish()
 			if err := c.wr.Flush(); err != nil {
 				return
@@ -597,9 +669,18 @@ func (c *conn) serve() {
 			// Shutdown sets closing, then a deadline that wakes the read:
 			// a deadline set here before closing is seen is overridden.
 			if c.s.closing.Load() {
-				if c.drained() {
+				busy = busy || ran
+				if c.drained() && !(busy && c.inputBeforeAcked()) {
+					if h := c.s.testHookDrained; h != nil {
+						h(c.nc)
+					}
+					if busy {
+						// The client may still be sending (see Shutdown).
+						c.drainClose()
+					}
 					return
 				}
+				busy = true
 				c.nc.SetReadDeadline(idleAt) // undo Shutdown's wake-up
 			}
 		}
@@ -754,6 +835,98 @@ func (c *conn) drained() bool {
 	return !waiting
 }
 
+// inputBeforeAcked waits, once the drain has found the connection of a
+// client that was sending drained, until the client's system has
+// acknowledged every reply written, and reports whether input arrived
+// meanwhile. The replies carry the window that lets the client send what it
+// still holds, and what it sends in answer comes before its
+// acknowledgement: so the drain reads and answers it, where it would have
+// arrived while the connection lingers (see drainClose), unanswered.
+func (c *conn) inputBeforeAcked() bool {
+	return awaitAck(c.rawConn(), func(int) bool { return true })
+}
+
+// drainClose ends the drained connection of a client that was sending: it
+// ends the server's side of the stream after the last reply, then reads and
+// drops what still arrives until the client's system has acknowledged that
+// end (see awaitAck). From then on the client reads every reply, then the
+// end of the stream, even if a byte it sends after that resets the
+// connection: until then, that byte would have reset it before the end, and
+// the client read the reset instead, and lost the replies still in the
+// server's send buffer. The caller closes the connection.
+func (c *conn) drainClose() {
+	if c.tlsIn != nil {
+		c.tlsIn.tc.CloseWrite() // close_notify; the socket's end below
+	}
+	endDrained(c.rawConn())
+}
+
+// endDrained ends the server's side of the socket nc and reads and drops
+// what arrives until the peer has acknowledged it, as drainClose says.
+func endDrained(nc net.Conn) {
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	awaitAck(nc, func(fd int) bool { discard(fd); return false })
+}
+
+// rawConn returns the socket of the connection: nc, or beneath TLS.
+func (c *conn) rawConn() net.Conn {
+	if c.tlsIn != nil {
+		return c.tlsIn.tc.NetConn()
+	}
+	return c.nc
+}
+
+// awaitAck waits until the peer of nc has acknowledged every byte written
+// to nc, its end of the stream included once sent (on Linux: SIOCOUTQ;
+// elsewhere it does not wait), or until the peer closes its side, or for
+// lingerTimeout at most (a client that reads nothing does not acknowledge a
+// full window), or until Close closes nc. When input waits it calls input
+// with the socket, and returns true at once if input does; it returns false
+// otherwise. The system signals no acknowledgement: it is asked every
+// 100 µs at first, doubling up to 10 ms, and at each input.
+func awaitAck(nc net.Conn, input func(fd int) bool) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	defer nc.SetReadDeadline(time.Time{}) // the callers set theirs again
+	wait, until := 100*time.Microsecond, time.Now().Add(lingerTimeout)
+	for {
+		stop, done := false, false
+		if rc.Control(func(fd uintptr) {
+			waiting, ended := peek(int(fd))
+			if waiting {
+				if stop = input(int(fd)); stop {
+					return
+				}
+			}
+			done = ended || unacked(int(fd)) == 0
+		}) != nil {
+			return false
+		}
+		switch {
+		case stop:
+			return true
+		case done || !time.Now().Before(until):
+			return false
+		}
+		// Wait for input, or for the next look.
+		nc.SetReadDeadline(time.Now().Add(wait))
+		rc.Read(func(fd uintptr) bool {
+			waiting, ended := peek(int(fd))
+			return waiting || ended
+		})
+		wait = min(2*wait, 10*time.Millisecond)
+	}
+}
+
 // readFailed answers a protocol error before the connection closes. It
 // reports whether the client may still be sending what the server will not
 // read (a protocol error, a command over the query buffer): the connection
@@ -835,5 +1008,8 @@ func (c *conn) publishAt(now time.Time) {
 	}
 	c.mu.Lock()
 	c.last = now
+	if b.ledger != (ledgerCounts{}) {
+		c.ledger.add(b.ledger)
+	}
 	c.mu.Unlock()
 }
