@@ -155,7 +155,8 @@ func ForwardSettle(ctx context.Context, inner Store, key, id string, actual int6
 // is empty or longer than MaxLeaseIDLen (ErrInvalidLimit); a ttl that is
 // not whole milliseconds from 1 ms to MaxReservationTTL
 // (ErrInvalidQuantity); a time zone that LoadLocation does not load by its
-// name, such as a time.FixedZone (ErrInvalidLimit: the record names it). Both stores call it first, so that they refuse the
+// name, such as a time.FixedZone, or time.Local, whose name each process
+// reads as its own zone (ErrInvalidLimit: the record names the zone). Both stores call it first, so that they refuse the
 // same calls with the same errors.
 func CheckReserve(key string, limit *Checked, estimate int64, id string, ttl time.Duration) error {
 	if limit.Algorithm == Concurrency {
@@ -172,8 +173,9 @@ func CheckReserve(key string, limit *Checked, estimate int64, id string, ttl tim
 	}
 	if loc := limit.Location; loc != nil {
 		// The record names the zone (EncodeLimit): a zone that no name
-		// loads (time.FixedZone) could not be read back.
-		if l, err := LoadLocation(loc.String()); err != nil || l.String() != loc.String() {
+		// loads (time.FixedZone) could not be read back, and "Local" would
+		// be read back as the reader's own zone.
+		if l, err := LoadLocation(loc.String()); err != nil || l.String() != loc.String() || loc == time.Local {
 			return fmt.Errorf("%w %v: a reservation's time zone must be an IANA zone that LoadLocation loads by its name", ErrInvalidLimit, limit.Limit)
 		}
 	}

@@ -339,6 +339,10 @@ func testReserveErrors(t *testing.T, newStore NewStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	localZone, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 3, Calendar: funnel.Daily, Location: time.Local}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		limit funnel.Checked
 		n     int64
@@ -356,6 +360,7 @@ func testReserveErrors(t *testing.T, newStore NewStore) {
 		{g, 1, "a", funnel.MaxReservationTTL + ms, funnel.ErrInvalidQuantity},
 		{funnel.Checked{Limit: funnel5}, 1, "a", s, funnel.ErrInvalidLimit},
 		{fixedZone, 1, "a", s, funnel.ErrInvalidLimit},
+		{localZone, 1, "a", s, funnel.ErrInvalidLimit},
 	} {
 		if r, err := rs.Reserve(ctx, "re", c.limit, c.n, c.id, c.ttl); !errors.Is(err, c.err) {
 			t.Errorf("Reserve(%v, %d, %d-byte id, %v) = %+v, %v; want %v", c.limit.Limit, c.n, len(c.id), c.ttl, r, err, c.err)
