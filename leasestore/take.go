@@ -347,16 +347,37 @@ func (s *Store) want(e *entry, now int64) int64 {
 			life = max(life, e.life)
 		}
 		// A unit is spendable from the call's answer until its request
-		// was sent plus its lifetime: the call's duration is lost.
-		life = max(life-s.rtt.Load(), 0)
+		// was sent plus its lifetime: the call's duration is lost. So is
+		// the time this node takes to spend the units it still holds
+		// (spent first), as far as the next lease's units mature before
+		// it: near the limit, when the funnel is little ahead, its first
+		// units would end while the node still spends the last lease.
+		lost := s.rtt.Load()
+		if held := e.leases.live(now); held > 0 {
+			first := int64(0) // the next lease's first slot, from now (at least)
+			if e.at != 0 {
+				first = max(e.ahead-(now-e.at)-r.Tolerance, 0)
+			}
+			lost = max(lost, int64(float64(held)/a)-first)
+		}
+		life = max(life-lost, 0)
 		u := min(a*float64(r.Interval), 0.5)
 		// At most the units asked for in half a store lifetime (scaled
 		// as below), so that at twice the rate the fleet's leases queue
 		// within the horizon of future-dated units (2L): a key whose
 		// units live L would otherwise take them past it.
-		d := min(demandUnits(a*float64(life), u, e.disp), a*float64(s.lifetime)/2/(1-u))
+		full := min(demandUnits(a*float64(life), u, e.disp), 1<<52)
+		d := min(full, a*float64(s.lifetime)/2/(1-u))
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
-		w = max(w, min(int64(math.Ceil(min(d, 1<<52))), share))
+		if e.demand > 0 {
+			// The size (units that fit at once) is no more than the
+			// measured demand spends within their lifetime either: a
+			// node with a small share of the demand near the limit
+			// would otherwise lose its lease's tail (the give-back of
+			// which fails once another node has leased since).
+			w = min(w, int64(math.Ceil(full)))
+		}
+		w = max(w, min(int64(math.Ceil(d)), share))
 	}
 	if s.opts.MaxLease > 0 {
 		w = min(w, s.opts.MaxLease)
@@ -475,7 +496,11 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 			e.disp += (min(v*v/x, 4) - e.disp) / 4
 		}
 		if e.demand > 0 {
-			d = (e.demand + d) / 2 // smoothed: a lease sized on a burst is forfeited
+			// Smoothed over about a store lifetime: a lease sized on a
+			// burst is forfeited, and one sized on a few arrivals' count
+			// (16 nodes near the limit call every 15 ms or so, a dozen
+			// requests each) is as often too large, its tail lost.
+			d = e.demand + (d-e.demand)*min(0.5, dt/float64(s.lifetime))
 		}
 		e.demand = d
 	}
