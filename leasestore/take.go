@@ -65,8 +65,8 @@ type entry struct {
 	reduced gcra.Params
 	lk      int64
 	// life is the lifetime of the units of the key's last grant: lk, or
-	// longer under contention (see extension).
-	life int64
+	// longer under contention (see extension); life0 the grant's before.
+	life, life0 int64
 	// cmd marks a key of Redis's GCRA command (see Store.GCRA): its leases
 	// are the command's (redisstore.Store.LeaseGCRA), in microseconds on
 	// Redis's time in whole milliseconds; p and reduced are its funnel in
@@ -309,8 +309,9 @@ func (s *Store) horizon() int64 { return 2 * s.lifetime }
 
 // want is the units e's next lease asks for: its size (which doubles and
 // halves, up to maxLease), but no more than fitted at once at the last
-// call or decision in the store (1 when that was over a lifetime ago), or
-// its demand here when that is more: the units it spends within their
+// call or decision in the store (1 when that was over a lifetime ago) nor
+// than its measured demand spends within their lifetime, or its demand
+// here when that is more: the units it spends within their
 // lifetime (demandUnits; the last grant's lifetime while it is recent,
 // extended under contention, less the lease calls' average duration, in
 // which no unit is spent; at most the units asked for in half a store
@@ -344,7 +345,7 @@ func (s *Store) want(e *entry, now int64) int64 {
 		// contention (see extension), while it is recent.
 		life := e.lk
 		if e.at != 0 && now-e.at <= s.lifetime {
-			life = max(life, e.life)
+			life = max(life, min(e.life, e.life0))
 		}
 		// A unit is spendable from the call's answer until its request
 		// was sent plus its lifetime: the call's duration is lost. So is
@@ -532,7 +533,7 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	// The grant's units live longer when the funnel was ahead of Redis's
 	// time before it (see extension).
 	lk += s.extension(e, r, g.TAT-g.Units*r.Interval-g.Now)
-	e.life = lk
+	e.life0, e.life = e.life, lk
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
 	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
