@@ -355,9 +355,13 @@ func (s *Store) want(e *entry, now int64) int64 {
 		// units would end while the node still spends the last lease.
 		lost := s.rtt.Load()
 		if held := e.leases.live(now); held > 0 {
-			first := int64(0) // the next lease's first slot, from now (at least)
+			// The next lease's first slot, from now, if the funnel's
+			// lead stays what the last call found: under overload
+			// (other nodes' leases keep it ahead) it is far, and
+			// nothing is lost.
+			first := int64(0)
 			if e.at != 0 {
-				first = max(e.ahead-(now-e.at)-r.Tolerance, 0)
+				first = max(e.ahead-r.Tolerance, 0)
 			}
 			lost = max(lost, int64(float64(held)/a)-first)
 		}
