@@ -35,6 +35,11 @@ type entry struct {
 	// call (0 for a full bucket), and at the local time of that call's
 	// answer (0 before the first).
 	ahead, at int64
+	// lead is how far the key's TAT was ahead of Redis's time before the
+	// last call's grant (once its give-back applied), which its units'
+	// lifetime was extended by (see extension), and which left room for
+	// units at once when under the reduced tolerance.
+	lead int64
 	// flight is the lease call in flight for the key, if any.
 	flight *flight
 	// nodes is the number of nodes that leased the key lately, as the last
@@ -371,7 +376,21 @@ func (s *Store) want(e *entry, now int64) int64 {
 		// as below), so that at twice the rate the fleet's leases queue
 		// within the horizon of future-dated units (2L): a key whose
 		// units live L would otherwise take them past it.
-		full := min(demandUnits(a*float64(life), u, e.disp), 1<<52)
+		full := demandUnits(a*float64(life), u, e.disp)
+		if e.life > 0 && e.at != 0 && now-e.at <= s.lifetime && e.lead < r.Tolerance {
+			// Near the limit the funnel has room for m units at once
+			// (if its lead before a grant stays what the key's last
+			// grant found; a key's first lease is sized as if all its
+			// units were future-dated): they share
+			// one slot, so they end together, and only the units after
+			// them come one interval apart. k units are spent in time
+			// when k ≤ m within the lifetime (k ≤ a·ℓ), or when the last
+			// is, k/a ≤ ℓ + (k−m)·T: k·(1−a·T) ≤ a·(ℓ−m·T).
+			m := float64((r.Tolerance - e.lead) / r.Interval)
+			full = max(min(m, demandUnits(a*float64(life), 0, e.disp)),
+				demandUnits(a*max(float64(life)-m*float64(r.Interval), 0), u, e.disp))
+		}
+		full = min(full, 1<<52)
 		d := min(full, a*float64(s.lifetime)/2/(1-u))
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
 		if e.demand > 0 {
@@ -536,7 +555,8 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	}
 	// The grant's units live longer when the funnel was ahead of Redis's
 	// time before it (see extension).
-	lk += s.extension(e, r, g.TAT-g.Units*r.Interval-g.Now)
+	e.lead = max(g.TAT-g.Units*r.Interval-g.Now, 0)
+	lk += s.extension(e, r, e.lead)
 	e.life0, e.life = e.life, lk
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
