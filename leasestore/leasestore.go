@@ -164,7 +164,11 @@
 // D the index of dispersion of its arrivals, measured between calls: 1
 // for Poisson arrivals, 0 for evenly paced ones), because future-dated
 // units come one interval apart, faster than a node with part of the
-// demand spends them, and the arrivals spread around their rate; it is
+// demand spends them, and the arrivals spread around their rate (near the
+// limit, where the funnel's lead before the key's last grant left room for
+// m units at once, which share one slot and end together: k ≤ m within
+// a·ℓ, or k·(1−a·T) + 2·√(D·k) ≤ a·(ℓ−m·T)); ℓ is the shorter of the last
+// two grants' lifetimes, which vary with the funnel's lead; it is
 // capped by the units asked for in half a store lifetime (scaled by
 // 1/(1−a·T)), so that at twice the rate the fleet's leases queue within
 // the horizon (2L), by the node's share of one lifetime of the rate among
