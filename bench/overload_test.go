@@ -84,7 +84,9 @@ func overloadCases() []overloadCase {
 // the admissions over one exact funnel (replayed at the instant each was
 // answered, with 5 ms for reading that instant late: must be 0), and the
 // under-admission against one exact funnel given the same arrivals, over
-// the run and over its second second (steady state).
+// the run and over its last second (steady state: it starts once the
+// exact funnel's burst is spent, after a second and near the limit after
+// the burst over the excess demand).
 func benchLeaseOverload(b *testing.B, srv *redistest.Server, kind string, oc overloadCase) {
 	var stores []funnel.Store
 	var leases []*leasestore.Store
