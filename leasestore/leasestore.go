@@ -155,8 +155,8 @@
 // the key's demand here asks for more; and never above the units that fit
 // at once at the last call, nor (once measured) what the demand spends
 // within their lifetime. The key's demand here (the units asked for here
-// per second, admitted or not, measured between calls and smoothed over
-// about a store lifetime) sizes a lease as the units it can spend within
+// per second, admitted or not, between the last two calls, averaged with
+// the one before) sizes a lease as the units it can spend within
 // their lifetime ℓ (the last grant's, extended under contention, less the
 // call's duration, and less the time it takes to spend the units still
 // held where the next lease's first units mature before then): k such

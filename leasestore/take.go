@@ -520,11 +520,7 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 			e.disp += (min(v*v/x, 4) - e.disp) / 4
 		}
 		if e.demand > 0 {
-			// Smoothed over about a store lifetime: a lease sized on a
-			// burst is forfeited, and one sized on a few arrivals' count
-			// (16 nodes near the limit call every 15 ms or so, a dozen
-			// requests each) is as often too large, its tail lost.
-			d = e.demand + (d-e.demand)*min(0.5, dt/float64(s.lifetime))
+			d = (e.demand + d) / 2 // smoothed: a lease sized on a burst is forfeited
 		}
 		e.demand = d
 	}
