@@ -114,7 +114,8 @@ func zipfKeys(n int) []string {
 //     steady state); the units forfeited, and the share of decisions that
 //     waited on Redis;
 //   - overload: one hot key at 2×, 10× and 100× its limit (20,000/s), bursts
-//     0, 10, 500 and 10,000, 3 and 16 nodes, equal demand and 10:1 (see
+//     0, 10, 500 and 10,000, and near it (1.05×, 1.2×, 1.5×) with a burst
+//     of 500, 3 and 16 nodes, equal demand and 10:1 (see
 //     benchLeaseOverload): decisions/s, Redis commands and CPU per
 //     decision, over- and under-admission, each leasing row beside the
 //     same fleet on plain Redis.

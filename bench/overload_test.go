@@ -36,12 +36,12 @@ func (c overloadCase) rate() int64 {
 type overloadCase struct {
 	nodes   int
 	burst   int64
-	factor  int
+	factor  float64
 	unequal bool
 }
 
 func (c overloadCase) name() string {
-	s := fmt.Sprintf("%dx%d/burst%d/nodes%d", c.factor, c.rate(), c.burst, c.nodes)
+	s := fmt.Sprintf("%gx%d/burst%d/nodes%d", c.factor, c.rate(), c.burst, c.nodes)
 	if c.unequal {
 		s += "/unequal10to1"
 	}
@@ -49,17 +49,24 @@ func (c overloadCase) name() string {
 }
 
 // overloadCases are the rows: 2×, 10× and 100× the rate; bursts 0, 10,
-// 500 and 10,000; 3 and 16 nodes; with equal demand, and 10:1 for a few.
+// 500 and 10,000; 3 and 16 nodes; with equal demand, and 10:1 for a few;
+// and near the limit (1.05×, 1.2×, 1.5×) the smooth limit (burst 500).
 func overloadCases() []overloadCase {
 	var cs []overloadCase
-	for _, f := range []int{2, 10, 100} {
+	for _, f := range []float64{1.05, 1.2, 1.5} {
+		for _, n := range []int{3, 16} {
+			cs = append(cs, overloadCase{nodes: n, burst: 500, factor: f})
+		}
+		cs = append(cs, overloadCase{nodes: 16, burst: 500, factor: f, unequal: true})
+	}
+	for _, f := range []float64{2, 10, 100} {
 		for _, burst := range []int64{0, 10, 500, 10000} {
 			for _, n := range []int{3, 16} {
 				cs = append(cs, overloadCase{nodes: n, burst: burst, factor: f})
 			}
 		}
 	}
-	for _, f := range []int{2, 10} {
+	for _, f := range []float64{2, 10} {
 		for _, n := range []int{3, 16} {
 			cs = append(cs, overloadCase{nodes: n, burst: 500, factor: f, unequal: true})
 		}
@@ -67,7 +74,7 @@ func overloadCases() []overloadCase {
 	return cs
 }
 
-// benchLeaseOverload offers two seconds of demand at c.factor times the
+// benchLeaseOverload offers a few seconds of demand at c.factor times the
 // limit (20,000/s, or 2,000/s at 100×; the row's burst) to one hot key,
 // from workers spread over c.nodes nodes (leasing, or deciding every
 // request in Redis), paced (the factor reached is reported: plain Redis
@@ -77,7 +84,9 @@ func overloadCases() []overloadCase {
 // the admissions over one exact funnel (replayed at the instant each was
 // answered, with 5 ms for reading that instant late: must be 0), and the
 // under-admission against one exact funnel given the same arrivals, over
-// the run and over its second second (steady state).
+// the run and over its last second (steady state: it starts once the
+// exact funnel's burst is spent, after a second and near the limit after
+// the burst over the excess demand).
 func benchLeaseOverload(b *testing.B, srv *redistest.Server, kind string, oc overloadCase) {
 	var stores []funnel.Store
 	var leases []*leasestore.Store
@@ -124,8 +133,15 @@ func benchLeaseOverload(b *testing.B, srv *redistest.Server, kind string, oc ove
 		}
 	}
 	workers := len(workerNode)
-	const run = 2 * time.Second
-	offered := int64(oc.factor) * rate
+	// The second measured (steady state) starts once the exact funnel's
+	// burst is spent: after a second, and near the limit after the burst
+	// over the excess demand (1.05× with a burst of 500: half a second).
+	warm := time.Second
+	if oc.factor > 1 {
+		warm += time.Duration(float64(oc.burst+1) / (oc.factor - 1) / float64(rate) * float64(time.Second))
+	}
+	run := warm + time.Second
+	offered := int64(oc.factor * float64(rate))
 	gap := time.Duration(int64(time.Second) * int64(workers) / offered)
 	type event struct {
 		at      int64
@@ -185,7 +201,7 @@ func benchLeaseOverload(b *testing.B, srv *redistest.Server, kind string, oc ove
 	replay.Tolerance += int64(5 * time.Millisecond)
 	var tat, exactTAT int64
 	var admitted, over, exact, arrivals, admitted2, exact2 int64
-	half := start.Add(run / 2).UnixNano()
+	half := start.Add(warm).UnixNano()
 	for _, e := range events {
 		if e.allowed {
 			admitted++

@@ -153,15 +153,22 @@
 // among the nodes that leased it within the last lifetime (the lease call
 // counts them, in a sorted set beside the key, in its hash slot), unless
 // the key's demand here asks for more; and never above the units that fit
-// at once at the last call. The key's demand here (the units asked for
-// here per second, admitted or not, between the last two calls, averaged
-// with the one before) sizes a lease as the units it can spend within
-// their lifetime ℓ (the last grant's, extended under contention): k such
+// at once at the last call, nor (once measured) what the demand spends
+// within their lifetime. The key's demand here (the units asked for here
+// per second, admitted or not, between the last two calls, averaged with
+// the one before) sizes a lease as the units it can spend within
+// their lifetime ℓ (the last grant's, extended under contention, less the
+// call's duration, and less the time it takes to spend the units still
+// held where the next lease's first units mature before then): k such
 // that k·(1−a·T) + 2·√(D·k) ≤ a·ℓ (a the demand per ns, a·T at most 1/2,
 // D the index of dispersion of its arrivals, measured between calls: 1
 // for Poisson arrivals, 0 for evenly paced ones), because future-dated
 // units come one interval apart, faster than a node with part of the
-// demand spends them, and the arrivals spread around their rate; it is
+// demand spends them, and the arrivals spread around their rate (near the
+// limit, where the funnel's lead before the key's last grant left room for
+// m units at once, which share one slot and end together: k ≤ m within
+// a·ℓ, or k·(1−a·T) + 2·√(D·k) ≤ a·(ℓ−m·T)); ℓ is the shorter of the last
+// two grants' lifetimes, which vary with the funnel's lead; it is
 // capped by the units asked for in half a store lifetime (scaled by
 // 1/(1−a·T)), so that at twice the rate the fleet's leases queue within
 // the horizon (2L), by the node's share of one lifetime of the rate among

@@ -34,6 +34,19 @@ type model struct {
 	// clock moves by the first before the store decides and by the second
 	// before the answer is back.
 	rtt func() (int64, int64)
+	// idle is the time, summed over calls and decisions made from
+	// idleFrom on, by which a key's TAT (after a give-back) was behind
+	// the store's time: the funnel's units that nobody took while they
+	// could have been, which fall off a full bucket (ns; divided by the
+	// interval, units).
+	idle, idleFrom int64
+}
+
+// fellBehind notes that key's TAT tat was behind now. m.mu is held.
+func (m *model) fellBehind(tat, now int64) {
+	if now >= m.idleFrom && tat < now && tat != 0 {
+		m.idle += now - tat
+	}
 }
 
 func newModel(c *clock) *model { return &model{c: c, tats: map[string]int64{}} }
@@ -47,6 +60,11 @@ func (m *model) Lease(_ context.Context, key string, p gcra.Params, call redisst
 	m.c.t.Add(up)
 	m.mu.Lock()
 	now := m.c.now()
+	before := m.tats[key]
+	if req.BackUnits > 0 && req.BackEnd > 0 && before == req.BackEnd {
+		before -= req.BackUnits * p.Interval
+	}
+	m.fellBehind(before, now)
 	tat, n, err := gcra.Lease(now, m.tats[key], p, req)
 	if err == nil {
 		m.tats[key] = tat
@@ -94,6 +112,7 @@ func (m *model) Do(_ context.Context, ops []funnel.Op, res []funnel.Result) erro
 	if len(ops) != 1 || op.Kind != funnel.OpTake || op.Limit.Algorithm != funnel.GCRA {
 		return fmt.Errorf("the model takes one funnel op")
 	}
+	m.fellBehind(m.tats[op.Key], m.c.now())
 	tat, r, err := gcra.Decide(m.c.now(), m.tats[op.Key], op.Limit.GCRA, op.N)
 	if err != nil {
 		return err

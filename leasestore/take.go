@@ -35,6 +35,11 @@ type entry struct {
 	// call (0 for a full bucket), and at the local time of that call's
 	// answer (0 before the first).
 	ahead, at int64
+	// lead is how far the key's TAT was ahead of Redis's time before the
+	// last call's grant (once its give-back applied), which its units'
+	// lifetime was extended by (see extension), and which left room for
+	// units at once when under the reduced tolerance.
+	lead int64
 	// flight is the lease call in flight for the key, if any.
 	flight *flight
 	// nodes is the number of nodes that leased the key lately, as the last
@@ -65,8 +70,8 @@ type entry struct {
 	reduced gcra.Params
 	lk      int64
 	// life is the lifetime of the units of the key's last grant: lk, or
-	// longer under contention (see extension).
-	life int64
+	// longer under contention (see extension); life0 the grant's before.
+	life, life0 int64
 	// cmd marks a key of Redis's GCRA command (see Store.GCRA): its leases
 	// are the command's (redisstore.Store.LeaseGCRA), in microseconds on
 	// Redis's time in whole milliseconds; p and reduced are its funnel in
@@ -309,8 +314,9 @@ func (s *Store) horizon() int64 { return 2 * s.lifetime }
 
 // want is the units e's next lease asks for: its size (which doubles and
 // halves, up to maxLease), but no more than fitted at once at the last
-// call or decision in the store (1 when that was over a lifetime ago), or
-// its demand here when that is more: the units it spends within their
+// call or decision in the store (1 when that was over a lifetime ago) nor
+// than its measured demand spends within their lifetime, or its demand
+// here when that is more: the units it spends within their
 // lifetime (demandUnits; the last grant's lifetime while it is recent,
 // extended under contention, less the lease calls' average duration, in
 // which no unit is spent; at most the units asked for in half a store
@@ -344,19 +350,58 @@ func (s *Store) want(e *entry, now int64) int64 {
 		// contention (see extension), while it is recent.
 		life := e.lk
 		if e.at != 0 && now-e.at <= s.lifetime {
-			life = max(life, e.life)
+			life = max(life, min(e.life, e.life0))
 		}
 		// A unit is spendable from the call's answer until its request
-		// was sent plus its lifetime: the call's duration is lost.
-		life = max(life-s.rtt.Load(), 0)
+		// was sent plus its lifetime: the call's duration is lost. So is
+		// the time this node takes to spend the units it still holds
+		// (spent first), as far as the next lease's units mature before
+		// it: near the limit, when the funnel is little ahead, its first
+		// units would end while the node still spends the last lease.
+		lost := s.rtt.Load()
+		if held := e.leases.live(now); held > 0 {
+			// The next lease's first slot, from now, if the funnel's
+			// lead stays what the last call found: under overload
+			// (other nodes' leases keep it ahead) it is far, and
+			// nothing is lost.
+			first := int64(0)
+			if e.at != 0 {
+				first = max(e.ahead-r.Tolerance, 0)
+			}
+			lost = max(lost, int64(float64(held)/a)-first)
+		}
+		life = max(life-lost, 0)
 		u := min(a*float64(r.Interval), 0.5)
 		// At most the units asked for in half a store lifetime (scaled
 		// as below), so that at twice the rate the fleet's leases queue
 		// within the horizon of future-dated units (2L): a key whose
 		// units live L would otherwise take them past it.
-		d := min(demandUnits(a*float64(life), u, e.disp), a*float64(s.lifetime)/2/(1-u))
+		full := demandUnits(a*float64(life), u, e.disp)
+		if e.life > 0 && e.at != 0 && now-e.at <= s.lifetime && e.lead < r.Tolerance {
+			// Near the limit the funnel has room for m units at once
+			// (if its lead before a grant stays what the key's last
+			// grant found; a key's first lease is sized as if all its
+			// units were future-dated): they share
+			// one slot, so they end together, and only the units after
+			// them come one interval apart. k units are spent in time
+			// when k ≤ m within the lifetime (k ≤ a·ℓ), or when the last
+			// is, k/a ≤ ℓ + (k−m)·T: k·(1−a·T) ≤ a·(ℓ−m·T).
+			m := float64((r.Tolerance - e.lead) / r.Interval)
+			full = max(min(m, demandUnits(a*float64(life), 0, e.disp)),
+				demandUnits(a*max(float64(life)-m*float64(r.Interval), 0), u, e.disp))
+		}
+		full = min(full, 1<<52)
+		d := min(full, a*float64(s.lifetime)/2/(1-u))
 		share := max(s.maxLease(e, e.nodes), s.lifetime/r.Interval/max(e.nodes, 1))
-		w = max(w, min(int64(math.Ceil(min(d, 1<<52))), share))
+		if e.demand > 0 {
+			// The size (units that fit at once) is no more than the
+			// measured demand spends within their lifetime either: a
+			// node with a small share of the demand near the limit
+			// would otherwise lose its lease's tail (the give-back of
+			// which fails once another node has leased since).
+			w = min(w, int64(math.Ceil(full)))
+		}
+		w = max(w, min(int64(math.Ceil(d)), share))
 	}
 	if s.opts.MaxLease > 0 {
 		w = min(w, s.opts.MaxLease)
@@ -506,8 +551,9 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	}
 	// The grant's units live longer when the funnel was ahead of Redis's
 	// time before it (see extension).
-	lk += s.extension(e, r, g.TAT-g.Units*r.Interval-g.Now)
-	e.life = lk
+	e.lead = max(g.TAT-g.Units*r.Interval-g.Now, 0)
+	lk += s.extension(e, r, e.lead)
+	e.life0, e.life = e.life, lk
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
 	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
