@@ -804,9 +804,10 @@ for i = 1, nops do
     if n > 0 then
       newest = zlast(op.key)
     end
-    if take and (status == 1 or charge) and n + q > op.count then
+    if take and n + q > op.count then
       -- (a charge over the count waits for the same entry: the newest
-      -- count+1 of the log it leaves are kept)
+      -- count+1 of the log it leaves are kept; a take under a ban too,
+      -- whose RetryAfter is the later of the ban's and the log's own)
       if status == 1 then
         status = 0
       end

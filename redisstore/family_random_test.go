@@ -582,9 +582,7 @@ func TestBanKeyExpiresWithTheBan(t *testing.T) {
 // at times under another limit of the key's algorithm (more reservations than TestFamilyAgainstMemstore draws, on keys with
 // hash tags, braces that make none, and bytes that are not text) through
 // the Redis store and memstore, and checks that they agree as
-// TestFamilyAgainstMemstore does. A sliding log with a ban is left out:
-// refused under its ban, Redis answers the ban's RetryAfter alone where
-// memstore answers the later of the ban's and the log's own.
+// TestFamilyAgainstMemstore does.
 func TestReservationsAgainstMemstore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -592,7 +590,7 @@ func TestReservationsAgainstMemstore(t *testing.T) {
 	const seed, sequences, steps = 2027, 120, 60
 	var limits []funnel.Limit
 	for _, l := range familyLimits {
-		if l.Algorithm != funnel.Concurrency && !(l.Algorithm == funnel.SlidingLog && l.Ban > 0) {
+		if l.Algorithm != funnel.Concurrency {
 			limits = append(limits, l)
 		}
 	}

@@ -1,0 +1,82 @@
+package redisstore_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/internal/redistest"
+	"github.com/funnelrl/funnel/memstore"
+	"github.com/funnelrl/funnel/redisstore"
+)
+
+// parityStep is one op of a fixed sequence run through both stores at an
+// offset from the sequence's start (offsets may go back: a clock stepped
+// back), and the RetryAfter the stores must answer (unchecked when
+// negative).
+type parityStep struct {
+	at    time.Duration
+	op    funnel.Op
+	retry time.Duration
+}
+
+// runParity runs steps through the Redis store and memstore on one clock
+// and checks that they answer alike and leave the same state (as
+// TestFamilyAgainstMemstore checks), and that they answer each step's
+// RetryAfter.
+func runParity(t *testing.T, keys []string, steps []parityStep) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	var clock atomic.Int64
+	start := storetestDay0 + int64(10*time.Hour)
+	clock.Store(start)
+	mem := memstore.New(memstore.Options{Now: clock.Load, SweepInterval: -1})
+	defer mem.Close()
+	f := &familyRun{
+		t:      t,
+		r:      rand.New(rand.NewPCG(1, 1)),
+		ctx:    context.Background(),
+		clock:  &clock,
+		redis:  redisstore.New(srv.Client(), redisstore.Options{Now: clock.Load, Prefix: "parity:", Timeout: 20 * time.Second}),
+		mem:    mem,
+		keys:   keys,
+		where:  t.Name(),
+		counts: map[string]int{},
+	}
+	for i, s := range steps {
+		clock.Store(start + int64(s.at))
+		f.note("Do %s", describeOps([]funnel.Op{s.op}))
+		got := make([]funnel.Result, 1)
+		want := make([]funnel.Result, 1)
+		gerr := f.redis.Do(f.ctx, []funnel.Op{s.op}, got)
+		werr := f.mem.Do(f.ctx, []funnel.Op{s.op}, want)
+		f.compare("Do", got, gerr, want, werr)
+		if s.retry >= 0 && want[0].RetryAfter != s.retry {
+			t.Errorf("step %d: RetryAfter %v, want %v (%+v)", i+1, want[0].RetryAfter, s.retry, want[0])
+		}
+		f.compareState()
+	}
+}
+
+// TestBannedLogWaitsForItsOwnRetry checks that a sliding log refused under
+// its ban answers the later of the ban's end and the log's own RetryAfter
+// (funnel.Limit.Ban): Redis answered the ban's alone.
+func TestBannedLogWaitsForItsOwnRetry(t *testing.T) {
+	l := funnel.Limit{Algorithm: funnel.SlidingLog, Count: 1, Period: 3 * time.Second, Ban: time.Second}
+	c, err := l.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := funnel.Op{Kind: funnel.OpTake, Key: "log", Limit: c, N: 1}
+	peek := funnel.Op{Kind: funnel.OpPeek, Key: "log", Limit: c, N: 1}
+	runParity(t, []string{"log"}, []parityStep{
+		{0, take, 0},
+		{100 * time.Millisecond, take, 2900 * time.Millisecond}, // refused: the ban starts, 1 s
+		{500 * time.Millisecond, take, 2500 * time.Millisecond}, // banned, the log's wait is longer
+		{600 * time.Millisecond, peek, 2400 * time.Millisecond}, // a peek alike
+		{2 * time.Second, take, time.Second},                    // the ban has ended
+	})
+}
