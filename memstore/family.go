@@ -795,6 +795,13 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 				_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
 				return p.given(ar, r)
 			}
+		} else if op.N <= 0 {
+			// A refund of 0 changes nothing: the state stays, with its
+			// window and its expiry (under another limit, one that this
+			// limit reads as an earlier window's, empty, is still live
+			// under the limit that wrote it), as Redis leaves it.
+			_, ar, _ = algo.FixedDecide(now, p.fixed(), w.Count, span, 0)
+			return p.given(ar, r)
 		} else {
 			st = algo.FixedRefund(p.fixed(), span, op.N)
 		}

@@ -704,10 +704,14 @@ for i = 1, nops do
           op.px = e - nowms
         end
       end
-    else
+    elseif q > 0 then
+      -- A refund keeps the state's window (a later one's, or under
+      -- another limit of the algorithm one that this limit's holds), as
+      -- memstore keeps it: a limit that reads the state's window as its
+      -- own still counts the units left. A refund of 0 changes nothing.
       n = n - q
       if n > 0 then
-        op.write = string.format('F%d:%d:%d', s, e, n)
+        op.write = string.format('F%d:%d:%d', op.fs, e, n)
         op.px = e - nowms
       else
         op.clear = true

@@ -80,3 +80,35 @@ func TestBannedLogWaitsForItsOwnRetry(t *testing.T) {
 		{2 * time.Second, take, time.Second},                    // the ban has ended
 	})
 }
+
+// TestFixedRefundKeepsTheWindow checks that a refund to a fixed window
+// under another limit of the algorithm keeps the state's window (Redis
+// relabelled it to the refund's window, which the limit that wrote it then
+// read as an earlier window's, empty), and that a refund of 0 changes
+// nothing (the state's expiry neither, and a state that another limit
+// reads as an earlier window's is not dropped).
+func TestFixedRefundKeepsTheWindow(t *testing.T) {
+	short, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Period: 250 * time.Millisecond}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 3, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := func(kind funnel.OpKind, c funnel.Checked, n int64) funnel.Op {
+		return funnel.Op{Kind: kind, Key: "fw", Limit: c, N: n}
+	}
+	ms := time.Millisecond
+	runParity(t, []string{"fw"}, []parityStep{
+		{500 * ms, op(funnel.OpTake, short, 2), 0},
+		{600 * ms, op(funnel.OpRefund, long, 0), 0}, // the state stays [500, 750) ms's, to 750 ms
+		{700 * ms, op(funnel.OpTake, short, 3), 0},  // 2 + 3: 5
+		{710 * ms, op(funnel.OpTake, short, 1), 40 * ms},
+		{720 * ms, op(funnel.OpRefund, long, 1), -1}, // 4 left in [500, 750) ms
+		{730 * ms, op(funnel.OpTake, short, 2), 20 * ms},
+		{1000 * ms, op(funnel.OpTake, long, 2), 0},
+		{1600 * ms, op(funnel.OpRefund, short, 0), 0}, // an earlier window's to this limit: kept
+		{1700 * ms, op(funnel.OpTake, long, 2), 300 * ms},
+	})
+}
