@@ -112,3 +112,27 @@ func TestFixedRefundKeepsTheWindow(t *testing.T) {
 		{1700 * ms, op(funnel.OpTake, long, 2), 300 * ms},
 	})
 }
+
+// TestClockBackPeekKeepsTheState checks that a peek at a funnel whose
+// state is empty at now (its TAT reached) leaves the key as it is, as
+// memstore leaves it: after the clock is stepped back, the TAT ahead of now
+// still limits (Redis deleted the key, and then admitted a fresh burst).
+func TestClockBackPeekKeepsTheState(t *testing.T) {
+	c, err := funnel.Limit{Algorithm: funnel.GCRA, Count: 10, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := funnel.Op{Kind: funnel.OpTake, Key: "g", Limit: c, N: 1}
+	peek := funnel.Op{Kind: funnel.OpTake, Key: "g", Limit: c}
+	ms := time.Millisecond
+	runParity(t, []string{"g"}, []parityStep{
+		{0, take, 0},
+		{ms, take, 99 * ms},
+		{100 * ms, peek, 0}, // the TAT is now: empty
+		{40 * ms, take, 60 * ms},
+		{40 * ms, peek, 0},
+		{200 * ms, take, 0},
+		{300 * ms, peek, 0},
+		{250 * ms, take, 50 * ms},
+	})
+}
