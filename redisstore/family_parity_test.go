@@ -136,3 +136,22 @@ func TestClockBackPeekKeepsTheState(t *testing.T) {
 		{250 * ms, take, 50 * ms},
 	})
 }
+
+// TestClockBackRefundKeepsAnEmptyState checks that a refund to a funnel
+// whose state is empty at now leaves it as it is, as Redis leaves its key:
+// memstore forgot it, and admitted a fresh burst once the clock was
+// stepped back.
+func TestClockBackRefundKeepsAnEmptyState(t *testing.T) {
+	c, err := funnel.Limit{Algorithm: funnel.GCRA, Count: 10, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := funnel.Op{Kind: funnel.OpTake, Key: "g", Limit: c, N: 1}
+	refund := funnel.Op{Kind: funnel.OpRefund, Key: "g", Limit: c, N: 1}
+	ms := time.Millisecond
+	runParity(t, []string{"g"}, []parityStep{
+		{0, take, 0},
+		{150 * ms, refund, 0}, // the TAT, 100 ms, is past
+		{50 * ms, take, 50 * ms},
+	})
+}
