@@ -155,3 +155,25 @@ func TestClockBackRefundKeepsAnEmptyState(t *testing.T) {
 		{50 * ms, take, 50 * ms},
 	})
 }
+
+// TestClockBackThrottleRefundForgets checks that a funnel's refund (a
+// negative quantity) that leaves the TAT at now forgets the state in
+// memstore as Redis deletes its key (a TAT at now is an absent key's
+// state): memstore kept the TAT at now, which limited the key again once
+// the clock was stepped back.
+func TestClockBackThrottleRefundForgets(t *testing.T) {
+	c, err := funnel.Limit{Algorithm: funnel.GCRA, Count: 10, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := funnel.Op{Kind: funnel.OpTake, Key: "g", Limit: c, N: 1}
+	back := funnel.Op{Kind: funnel.OpTake, Key: "g", Limit: c, N: -1}
+	ms := time.Millisecond
+	runParity(t, []string{"g"}, []parityStep{
+		{0, take, 0},
+		{50 * ms, back, 0}, // past an empty bucket: the TAT would be now
+		{20 * ms, take, 0},
+		{200 * ms, back, 0}, // on a state empty already
+		{150 * ms, take, 0},
+	})
+}
