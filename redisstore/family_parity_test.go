@@ -177,3 +177,59 @@ func TestClockBackThrottleRefundForgets(t *testing.T) {
 		{150 * ms, take, 0},
 	})
 }
+
+// TestClockBackRefusedCallKeepsAnEndedState checks that a call refused on
+// one key leaves the ended state of another as it was (memstore reused the
+// space of an ended log, or of ended leases, for the call's new entries,
+// which overwrote them: once the clock was stepped back, the state read
+// live again with the refused call's entry in it).
+func TestClockBackRefusedCallKeepsAnEndedState(t *testing.T) {
+	logLimit, err := funnel.Limit{Algorithm: funnel.SlidingLog, Count: 2, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conc, err := funnel.Limit{Algorithm: funnel.Concurrency, Count: 1, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Minute}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"{k}log", "{k}conc", "{k}fixed"}
+	ms := time.Millisecond
+	srv := redistest.StartServer(t)
+	var clock atomic.Int64
+	start := storetestDay0 + int64(10*time.Hour)
+	mem := memstore.New(memstore.Options{Now: clock.Load, SweepInterval: -1})
+	defer mem.Close()
+	f := &familyRun{t: t, r: rand.New(rand.NewPCG(1, 1)), ctx: context.Background(), clock: &clock,
+		redis: redisstore.New(srv.Client(), redisstore.Options{Now: clock.Load, Prefix: "ended:", Timeout: 20 * time.Second}),
+		mem:   mem, keys: keys, where: t.Name(), counts: map[string]int{}}
+	at := func(d time.Duration, ops ...funnel.Op) []funnel.Result {
+		clock.Store(start + int64(d))
+		f.note("Do %s", describeOps(ops))
+		got := make([]funnel.Result, len(ops))
+		want := make([]funnel.Result, len(ops))
+		gerr := f.redis.Do(f.ctx, ops, got)
+		werr := f.mem.Do(f.ctx, ops, want)
+		f.compare("Do", got, gerr, want, werr)
+		f.compareState()
+		return want
+	}
+	at(0, funnel.Op{Kind: funnel.OpTake, Key: keys[0], Limit: logLimit, N: 1})
+	at(0, funnel.Op{Kind: funnel.OpTake, Key: keys[1], Limit: conc, N: 1, Lease: "a"})
+	at(0, funnel.Op{Kind: funnel.OpTake, Key: keys[2], Limit: fixed, N: 1})
+	// Both states have ended; the fixed window refuses the call.
+	at(1500*ms,
+		funnel.Op{Kind: funnel.OpTake, Key: keys[0], Limit: logLimit, N: 1},
+		funnel.Op{Kind: funnel.OpTake, Key: keys[1], Limit: conc, N: 1, Lease: "b"},
+		funnel.Op{Kind: funnel.OpTake, Key: keys[2], Limit: fixed, N: 1})
+	// The clock stepped back: the log's entry at 0 and the lease a count.
+	if r := at(500*ms, funnel.Op{Kind: funnel.OpTake, Key: keys[0], Limit: logLimit, N: 2}); r[0].RetryAfter != 500*ms {
+		t.Errorf("the log: %+v, want a RetryAfter of 500ms", r[0])
+	}
+	if r := at(500*ms, funnel.Op{Kind: funnel.OpTake, Key: keys[1], Limit: conc, N: 1, Lease: "c"}); r[0].RetryAfter != 500*ms {
+		t.Errorf("the leases: %+v, want a RetryAfter of 500ms", r[0])
+	}
+}
