@@ -325,35 +325,44 @@ if nops == 1 and ARGV[6] == 'c' then
     -- leases that have all expired go to the general path
     if not exists or last > nowms then
       -- last stays the latest expiry: it is after now, and only expiries
-      -- at or before now are dropped
-      local n, held, wait, others, unit, own = 0, 0, -1, -1, 0, nil
+      -- at or before now are dropped. The expired leases (old of them)
+      -- are dropped only by a write: a peek or a refusal leaves them, as
+      -- memstore does, so that they count again after a clock stepped
+      -- back.
+      local n, held, wait, others, unit, own, old = 0, 0, -1, -1, 0, nil, 0
       if exists then
-        redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
-        n = redis.call('ZCARD', key) - 1
+        old = redis.call('ZCOUNT', key, 0, nowms)
+        n = redis.call('ZCARD', key) - 1 - old
         if lat >= 0 then
           unit = -1 - redis.call('ZSCORE', key, '\0conc')
         end
         own = redis.call('ZSCORE', key, id)
-        if own then
+        if own and own + 0 > nowms then
           held = 1
         end
         others = last
         if own and own + 0 == last then
           others = -1
           local r = redis.call('ZRANGE', key, -2, -2, 'WITHSCORES')
-          if r[2] + 0 >= 0 then
+          if r[2] + 0 > nowms then
             others = r[2] + 0
           end
         end
       end
       local status = 1
+      if not take and old > 0 then
+        redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
+      end
       if take then
         if q > 1 then
           status = 0
         elseif q == 1 and held == 0 and n >= count then
           status = 0
-          wait = redis.call('ZRANGE', key, n - count + 1, n - count + 1, 'WITHSCORES')[2] + 0
+          wait = redis.call('ZRANGE', key, old + n - count + 1, old + n - count + 1, 'WITHSCORES')[2] + 0
         elseif q == 1 then
+          if old > 0 then
+            redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
+          end
           if unit == 0 and (def > 0 or not exists) then
             redis.call('ZADD', key, -1 - def, '\0conc')
           end
@@ -827,16 +836,18 @@ for i = 1, nops do
     -- last: the latest expiry of the leases held; others: the same without
     -- this one, which an acquire renews (perhaps to an earlier expiry, under
     -- a limit whose period was shortened)
-    local n, held, wait, last, others = 0, 0, -1, -1, -1
+    -- The expired leases (old of them) are dropped only by a write: a
+    -- peek or a refusal leaves them, as memstore does.
+    local n, held, wait, last, others, old = 0, 0, -1, -1, -1, 0
     local unit = 0
     if op.exists then
-      redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
-      n = redis.call('ZCARD', op.key) - 1
+      old = redis.call('ZCOUNT', op.key, 0, nowms)
+      n = redis.call('ZCARD', op.key) - 1 - old
       if op.lat >= 0 then
         unit = -1 - redis.call('ZSCORE', op.key, MARK.c)
       end
       local own = redis.call('ZSCORE', op.key, op.id)
-      if own then
+      if own and own + 0 > nowms then
         held = 1
       end
       if n > 0 then
@@ -845,24 +856,27 @@ for i = 1, nops do
         if own and own + 0 == last then
           others = -1
           local r = redis.call('ZRANGE', op.key, -2, -2, 'WITHSCORES')
-          if r[2] + 0 >= 0 then
+          if r[2] + 0 > nowms then
             others = r[2] + 0
           end
         end
       end
     end
-    op.n = n
+    op.n, op.old = n, old
     if take then
       if q > 1 then
         status = 0
       elseif q == 1 and held == 0 and n >= op.count then
         status = 0
         -- room for one once n−count+1 leases have expired
-        wait = zat(op.key, n - op.count + 1)
+        wait = zat(op.key, old + n - op.count + 1)
       end
     else
       -- Release; the reply is the leases it leaves. A latency moves the
       -- unit delay to the mean of the two, rounded down, at least 1ns.
+      if old > 0 then
+        redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
+      end
       status = held
       if held == 1 then
         redis.call('ZREM', op.key, op.id)
@@ -988,6 +1002,9 @@ for i = 1, nops do
       end
     else -- 'c'
       if take then
+        if op.old > 0 then
+          redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
+        end
         -- a key takes the default unit delay when it has none
         if op.unit == 0 and (op.def > 0 or not op.exists) then
           redis.call('ZADD', op.key, -1 - op.def, MARK.c)

@@ -233,3 +233,34 @@ func TestClockBackRefusedCallKeepsAnEndedState(t *testing.T) {
 		t.Errorf("the leases: %+v, want a RetryAfter of 500ms", r[0])
 	}
 }
+
+// TestClockBackPeekKeepsExpiredLeases checks that a peek at a concurrency
+// key, or a refused acquire, leaves its expired leases as memstore leaves
+// them (algo.Acquire: nothing is stored): Redis dropped them, and after
+// the clock was stepped back they no longer counted.
+func TestClockBackPeekKeepsExpiredLeases(t *testing.T) {
+	check := func(l funnel.Limit) funnel.Checked {
+		c, err := l.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	two := check(funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second})
+	one := check(funnel.Limit{Algorithm: funnel.Concurrency, Count: 1, Period: time.Second})
+	long := check(funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: 3 * time.Second})
+	acquire := func(key string, c funnel.Checked, id string) funnel.Op {
+		return funnel.Op{Kind: funnel.OpTake, Key: key, Limit: c, N: 1, Lease: id}
+	}
+	ms := time.Millisecond
+	runParity(t, []string{"peek", "refused"}, []parityStep{
+		{0, acquire("peek", two, "a"), 0},
+		{600 * ms, acquire("peek", two, "b"), 0},
+		{1200 * ms, funnel.Op{Kind: funnel.OpTake, Key: "peek", Limit: two, Lease: "x"}, 0}, // a has expired
+		{500 * ms, acquire("peek", two, "c"), 500 * ms},                                     // a counts again
+		{0, acquire("refused", long, "a"), 0},
+		{100 * ms, acquire("refused", two, "b"), 0},
+		{1500 * ms, acquire("refused", one, "c"), 1500 * ms}, // b has expired
+		{1000 * ms, acquire("refused", two, "d"), 100 * ms},  // b counts again
+	})
+}
