@@ -588,8 +588,17 @@ for i = 1, nops do
   end
   if kind and empty then
     -- An empty state of any kind (the same kind under a limit that has
-    -- changed too) reads as absent, as in memstore.
+    -- changed too) reads as absent, as in memstore. A funnel's ended
+    -- state under another algorithm, or another algorithm's under a
+    -- funnel, is dropped at once, whatever the op, as memstore drops it
+    -- (a funnel's TAT and the others' states are kept apart there): kept,
+    -- it would read live again after a clock stepped back, and answer
+    -- WRONGTYPE.
     op.replace = true
+    if (kind == 't') ~= (want == 't') then
+      redis.call('DEL', op.key)
+      op.replace = false
+    end
     kind = nil
   end
   op.exists = kind ~= nil
@@ -927,7 +936,9 @@ for i = 1, nops do
       redis.call('SET', op.bkey, fmt(uh, ul), 'PX', ms(pxOf(op.bh, op.bl) + slack))
     end
   elseif take and q > 0 or not take then
-    if op.replace and (alg == 'o' or alg == 'c') then
+    if op.replace and (alg == 'o' or alg == 'c') and take then
+      -- (a refund writes nothing to an ended state, which stays as it
+      -- is, as in memstore)
       redis.call('DEL', op.key)
     end
     if alg == 'g' or alg == 'l' then

@@ -264,3 +264,39 @@ func TestClockBackPeekKeepsExpiredLeases(t *testing.T) {
 		{1000 * ms, acquire("refused", two, "d"), 100 * ms},  // b counts again
 	})
 }
+
+// TestClockBackAnotherAlgorithmsEndedState checks that an op under a
+// funnel drops another algorithm's ended state (and an op under another
+// algorithm a funnel's), whatever the op, as memstore drops it, and that a
+// refund to an ended log leaves it as it is: Redis kept the first two
+// until a write, and deleted the log on a refund, and after the clock was
+// stepped back answered WRONGTYPE, or counted another log, where memstore
+// did not.
+func TestClockBackAnotherAlgorithmsEndedState(t *testing.T) {
+	check := func(l funnel.Limit) funnel.Checked {
+		c, err := l.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	sliding := check(funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 4, Period: 100 * time.Millisecond})
+	leaky := check(funnel.Limit{Algorithm: funnel.LeakyBucket, Count: 10, Period: time.Second})
+	fixed := check(funnel.Limit{Algorithm: funnel.FixedWindow, Count: 5, Period: time.Second})
+	log := check(funnel.Limit{Algorithm: funnel.SlidingLog, Count: 2, Period: time.Second})
+	op := func(kind funnel.OpKind, key string, c funnel.Checked, n int64) funnel.Op {
+		return funnel.Op{Kind: kind, Key: key, Limit: c, N: n}
+	}
+	ms := time.Millisecond
+	runParity(t, []string{"s", "t", "o"}, []parityStep{
+		{0, op(funnel.OpTake, "s", sliding, 1), 0},
+		{300 * ms, op(funnel.OpRefund, "s", leaky, 1), -1}, // the window's state has ended
+		{100 * ms, op(funnel.OpTake, "s", leaky, 1), 0},
+		{0, op(funnel.OpTake, "t", leaky, 1), 0},
+		{500 * ms, op(funnel.OpRefund, "t", fixed, 1), -1}, // the TAT is past
+		{50 * ms, op(funnel.OpTake, "t", fixed, 1), 0},
+		{0, op(funnel.OpTake, "o", log, 2), 0},
+		{1500 * ms, op(funnel.OpRefund, "o", log, 1), -1}, // the log has ended
+		{500 * ms, op(funnel.OpTake, "o", log, 1), 500 * ms},
+	})
+}
