@@ -350,7 +350,9 @@ if nops == 1 and ARGV[6] == 'c' then
         end
       end
       local status = 1
-      if not take and old > 0 then
+      if not take and old > 0 and (held == 1 or lat <= 0) then
+        -- (a latency reported for a lease not held is an error, which
+        -- changes nothing)
         redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
       end
       if take then
@@ -883,7 +885,9 @@ for i = 1, nops do
     else
       -- Release; the reply is the leases it leaves. A latency moves the
       -- unit delay to the mean of the two, rounded down, at least 1ns.
-      if old > 0 then
+      if old > 0 and (held == 1 or op.lat <= 0) then
+        -- (a latency reported for a lease not held is an error, which
+        -- changes nothing)
         redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
       end
       status = held

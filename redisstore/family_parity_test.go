@@ -300,3 +300,51 @@ func TestClockBackAnotherAlgorithmsEndedState(t *testing.T) {
 		{500 * ms, op(funnel.OpTake, "o", log, 1), 500 * ms},
 	})
 }
+
+// TestClockBackLatencyNotHeldChangesNothing checks that a release with a
+// latency of a lease not held, an error, leaves the expired leases as they
+// are, as memstore does: Redis dropped them, and after the clock was
+// stepped back they no longer counted.
+func TestClockBackLatencyNotHeldChangesNothing(t *testing.T) {
+	c, err := funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := time.Millisecond
+	srv := redistest.StartServer(t)
+	var clock atomic.Int64
+	start := storetestDay0 + int64(10*time.Hour)
+	mem := memstore.New(memstore.Options{Now: clock.Load, SweepInterval: -1})
+	defer mem.Close()
+	f := &familyRun{t: t, r: rand.New(rand.NewPCG(1, 1)), ctx: context.Background(), clock: &clock,
+		redis: redisstore.New(srv.Client(), redisstore.Options{Now: clock.Load, Prefix: "latency:", Timeout: 20 * time.Second}),
+		mem:   mem, keys: []string{"c"}, where: t.Name(), counts: map[string]int{}}
+	for _, s := range []struct {
+		at    time.Duration
+		id    string
+		n     int64
+		kind  funnel.OpKind
+		retry time.Duration
+	}{
+		{0, "a", 1, funnel.OpTake, 0},
+		{600 * ms, "b", 1, funnel.OpTake, 0},
+		{1200 * ms, "x", 0, funnel.OpRefund, -1}, // a has expired; x is not held: an error
+		{500 * ms, "c", 1, funnel.OpTake, 500 * ms},
+	} {
+		clock.Store(start + int64(s.at))
+		op := funnel.Op{Kind: s.kind, Key: "c", Limit: c, N: s.n, Lease: s.id}
+		if s.kind == funnel.OpRefund {
+			op.Latency = 10 * ms
+		}
+		f.note("Do %s", describeOps([]funnel.Op{op}))
+		got := make([]funnel.Result, 1)
+		want := make([]funnel.Result, 1)
+		gerr := f.redis.Do(f.ctx, []funnel.Op{op}, got)
+		werr := f.mem.Do(f.ctx, []funnel.Op{op}, want)
+		f.compare("Do", got, gerr, want, werr)
+		if s.retry >= 0 && want[0].RetryAfter != s.retry {
+			t.Errorf("%v: RetryAfter %v, want %v", s.at, want[0].RetryAfter, s.retry)
+		}
+		f.compareState()
+	}
+}
