@@ -254,11 +254,11 @@ if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9
   if not m.err and (not m[1] or m[1] == '\0log') then
     local q, count, period = ARGV[7] + 0, ARGV[10] + 0, ARGV[11] + 0
     local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
-    local exists, last = m[1] ~= nil, -1
+    local exists, last, lastm = m[1] ~= nil, -1, nil
     if exists then
       local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
       if r[2] + 0 >= 0 then
-        last = r[2] + 0
+        last, lastm = r[2] + 0, r[1]
       end
     end
     -- a log empty under the limit that wrote it goes to the general path
@@ -285,9 +285,12 @@ if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9
         if last > at then
           at = last
         end
+        -- numbered after the newest entry of the millisecond (see below)
         local base = 0
+        if last == at then
+          base = string.match(lastm, ':(%d+)$') + 0
+        end
         if exists then
-          base = redis.call('ZCOUNT', key, at, at)
           if old > 0 then
             redis.call('ZREMRANGEBYSCORE', key, 0, nowms - period)
           end
@@ -972,26 +975,34 @@ for i = 1, nops do
         -- past the count, and the log then keeps its newest count+1
         -- entries (the units beyond them decide nothing; see
         -- algo.LogCharge); an admitted take's never reach that bound.
-        -- Entries of one millisecond are numbered 1..k: when the kept ones
-        -- are all of the charge's millisecond, they are written afresh.
-        -- ZADD takes at most 500 members at a time (Lua's C stack). The
-        -- first also sets the marker's score to this limit's period (a
-        -- limit may change: the state is empty a period after its newest
-        -- entry, under the limit that wrote it last).
+        -- Entries of one millisecond are numbered from 1, new ones after
+        -- the newest of their millisecond (the oldest of a millisecond
+        -- may have been dropped: a charge's, once newer entries were
+        -- refunded after a clock stepped back): when the kept ones are all
+        -- of the charge's millisecond, they are written afresh. ZADD takes
+        -- at most 500 members at a time (Lua's C stack). The first also
+        -- sets the marker's score to this limit's period (a limit may
+        -- change: the state is empty a period after its newest entry,
+        -- under the limit that wrote it last).
         local at = ceilms
-        local e = 0
+        local e, top = 0, 0
         if op.exists then
-          local newest = zlast(op.key)
-          if newest > at then
-            at = newest
+          local r = redis.call('ZRANGE', op.key, -1, -1, 'WITHSCORES')
+          local newest = -1
+          if r[2] + 0 >= 0 then
+            newest = r[2] + 0
           end
-          e = redis.call('ZCOUNT', op.key, at, at)
+          if newest >= at then
+            at = newest
+            e = redis.call('ZCOUNT', op.key, at, at)
+            top = string.match(r[1], ':(%d+)$') + 0
+          end
           if op.old > 0 then
             redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
           end
         end
         local keep = op.count + 1
-        local first, total = e, op.n + q
+        local first, total = top, op.n + q
         if e + q >= keep then
           if op.exists then
             redis.call('ZREMRANGEBYSCORE', op.key, 0, '+inf')

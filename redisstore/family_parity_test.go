@@ -348,3 +348,27 @@ func TestClockBackLatencyNotHeldChangesNothing(t *testing.T) {
 		f.compareState()
 	}
 }
+
+// TestClockBackLogNumbersAfterTheNewest checks that the entries a sliding
+// log records at a millisecond that holds some already are numbered after
+// the newest of them: where a charge's oldest entries of the millisecond
+// had been dropped (its newest count+1 kept) and newer entries refunded
+// after the clock was stepped back, Redis numbered a new entry as one it
+// still held, and recorded nothing.
+func TestClockBackLogNumbersAfterTheNewest(t *testing.T) {
+	c, err := funnel.Limit{Algorithm: funnel.SlidingLog, Count: 3, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := func(kind funnel.OpKind, n int64) funnel.Op {
+		return funnel.Op{Kind: kind, Key: "log", Limit: c, N: n}
+	}
+	ms := time.Millisecond
+	runParity(t, []string{"log"}, []parityStep{
+		{0, op(funnel.OpCharge, 7), -1},        // 4 entries at 0 ms, numbered 1 to 4
+		{500 * ms, op(funnel.OpCharge, 2), -1}, // 2 at 500 ms; 1 and 2 at 0 ms dropped
+		{600 * ms, op(funnel.OpRefund, 2), -1}, // 3 and 4 at 0 ms left
+		{-200 * ms, op(funnel.OpTake, 1), 0},   // at 0 ms, the newest: 5
+		{-100 * ms, op(funnel.OpTake, 1), 1100 * ms},
+	})
+}
