@@ -90,9 +90,7 @@ if nk == 1 then
   local a = ARGV[5] / 256
   local ch, cl, vh, vl = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
   --> decide.lua
-  -- (a peek, of no cost, leaves the key as it is: one whose TAT is reached
-  -- stays until it expires, and limits after a clock stepped back)
-  if status == 1 and (ch ~= 0 or cl ~= 0) then
+  if status == 1 then
     --> store.lua
   end
   if dh < 1125899 then
@@ -174,7 +172,7 @@ for i = 1, nk do
     out[no] = -9 - bad
   else
     --> decide.lua
-    if f > 0 and status == 1 and (ch ~= 0 or cl ~= 0) then
+    if f > 0 and status == 1 then
       TH[f], TL[f], C[f] = th, tl, true
     end
     if dh < 1125899 then
@@ -186,7 +184,7 @@ for i = 1, nk do
     end
 
     -- A key is written once, after its last request, if one changed it.
-    if (f == 0 and status == 1 and (ch ~= 0 or cl ~= 0)) or (last and C[f]) then
+    if (f == 0 and status == 1) or (last and C[f]) then
       local key, raw = keys[i], raws[i]
       -- x = TAT - now >= 0
       local xh, xl = th - nh, tl - nl
