@@ -45,11 +45,13 @@ func LeakyDecide(now, tat int64, p gcra.Params, delay, q int64) (int64, Result, 
 
 // Refund gives back q units to a funnel (or delaying bucket) key at now:
 // its TAT moves back by q intervals, never to before now. It returns the new
-// TAT and false when the key is then empty (the state may be forgotten). A
-// q ≤ 0 gives nothing back.
+// TAT and false when the key is then empty (0 when the refund emptied it,
+// and the state may be forgotten; a TAT empty at now already is returned
+// as it is, as Redis leaves its key, so that after a clock stepped back it
+// still limits). A q ≤ 0 gives nothing back.
 func Refund(now, tat int64, p gcra.Params, q int64) (int64, bool) {
 	if tat <= now {
-		return 0, false
+		return tat, false
 	}
 	if q <= 0 {
 		return tat, true

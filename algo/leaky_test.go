@@ -115,7 +115,8 @@ func TestRefund(t *testing.T) {
 		{epoch, epoch + 3*d, -1, epoch + 3*d, true},
 		{epoch + 3*d - 1, epoch + 3*d, 1, 0, false},
 		{epoch, epoch + 3*d + 1, 3, epoch + 1, true},
-		{epoch, epoch, 1, 0, false},
+		{epoch, epoch, 1, epoch, false}, // empty already: as it is
+		{epoch, epoch - 1, 0, epoch - 1, false},
 		{epoch, 0, 1, 0, false},
 	} {
 		got, held := Refund(c.now, c.tat, p, c.q)

@@ -530,13 +530,21 @@ func (p *pending) decide(now int64, r *funnel.Result, many bool) error {
 	case p.kind == kindLog && op.Kind == funnel.OpPeek:
 		ar, err = algo.LogProbe(now, p.times(), w, op.N)
 	case p.kind == kindLog:
-		// The entries of the stored log are never modified.
-		p.st.times, ar, err = algo.LogDecide(now, p.times(), w, op.N)
+		// The entries of the stored log are never modified; those of an
+		// ended one are overwritten only by a call that cannot be refused
+		// (refused, the state stays, and reads live again after a clock
+		// stepped back).
+		times := p.times()
+		if !p.live && (many || op.Limit.Ban > 0) {
+			times = nil
+		}
+		p.st.times, ar, err = algo.LogDecide(now, times, w, op.N)
 	case p.kind == kindConc:
 		leases := p.leases()
-		if p.live && (many || op.Limit.Ban > 0) {
-			// A grant rewrites the leases in place; keep the stored ones
-			// intact while the call may still be refused.
+		if p.fs != nil && (many || op.Limit.Ban > 0) {
+			// A grant rewrites the leases in place (an ended state's
+			// too); keep the stored ones intact while the call may still
+			// be refused.
 			leases = append(make([]algo.Lease, 0, len(leases)+1), leases...)
 		}
 		cp := op.Limit.Conc(p.unit())
@@ -795,6 +803,13 @@ func (p *pending) refund(now int64, r *funnel.Result) error {
 				_, ar, _ = algo.FixedDecide(now, st, w.Count, span, 0)
 				return p.given(ar, r)
 			}
+		} else if op.N <= 0 {
+			// A refund of 0 changes nothing: the state stays, with its
+			// window and its expiry (under another limit, one that this
+			// limit reads as an earlier window's, empty, is still live
+			// under the limit that wrote it), as Redis leaves it.
+			_, ar, _ = algo.FixedDecide(now, p.fixed(), w.Count, span, 0)
+			return p.given(ar, r)
 		} else {
 			st = algo.FixedRefund(p.fixed(), span, op.N)
 		}

@@ -352,9 +352,9 @@ func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantit
 		if e := sh.table.Load().find(h, key); e != nil {
 			if tat := e.tat.Load(); tat > locked {
 				newTAT, r, err := gcra.Decide(now, tat, p, quantity)
-				// Refusals and peeks change nothing; a charge must land on
-				// the TAT it was computed from.
-				if err == nil && (!r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT)) {
+				// Refusals and peeks of a live TAT change nothing; a charge
+				// must land on the TAT it was computed from.
+				if err == nil && (!r.Allowed || (quantity == 0 && tat > now) || e.tat.CompareAndSwap(tat, forget(newTAT, now))) {
 					return funnel.ResultOf(p, r), nil
 				}
 			}
@@ -412,12 +412,25 @@ func decideOn(e *entry, now int64, p gcra.Params, quantity int64) (funnel.Result
 		if err != nil {
 			return funnel.Result{}, err, true
 		}
-		// Refusals and peeks change nothing; a charge must land on the TAT
-		// it was computed from, or be computed again.
-		if !r.Allowed || quantity == 0 || e.tat.CompareAndSwap(tat, newTAT) {
+		// Refusals and peeks of a live TAT change nothing; a charge must
+		// land on the TAT it was computed from, or be computed again.
+		if !r.Allowed || (quantity == 0 && tat > now) || e.tat.CompareAndSwap(tat, forget(newTAT, now)) {
 			return funnel.ResultOf(p, r), nil, true
 		}
 	}
+}
+
+// forget returns the TAT to store for tat, written at now: 0 (an empty
+// state, which the sweep drops) for a TAT at or before now, which a refund
+// (a negative quantity) or a peek of an empty state writes, as Redis
+// deletes a key whose TAT a write leaves at now (redis-cell writes a peek,
+// with a TTL of 0). Kept, it would limit the key again after a clock
+// stepped back, where Redis's key is gone.
+func forget(tat, now int64) int64 {
+	if tat <= now {
+		return 0
+	}
+	return tat
 }
 
 // throttleLocked decides for a key that was not found without the lock. It

@@ -254,11 +254,11 @@ if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9
   if not m.err and (not m[1] or m[1] == '\0log') then
     local q, count, period = ARGV[7] + 0, ARGV[10] + 0, ARGV[11] + 0
     local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
-    local exists, last = m[1] ~= nil, -1
+    local exists, last, lastm = m[1] ~= nil, -1, nil
     if exists then
       local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
       if r[2] + 0 >= 0 then
-        last = r[2] + 0
+        last, lastm = r[2] + 0, r[1]
       end
     end
     -- a log empty under the limit that wrote it goes to the general path
@@ -285,9 +285,12 @@ if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9
         if last > at then
           at = last
         end
+        -- numbered after the newest entry of the millisecond (see below)
         local base = 0
+        if last == at then
+          base = string.match(lastm, ':(%d+)$') + 0
+        end
         if exists then
-          base = redis.call('ZCOUNT', key, at, at)
           if old > 0 then
             redis.call('ZREMRANGEBYSCORE', key, 0, nowms - period)
           end
@@ -325,35 +328,46 @@ if nops == 1 and ARGV[6] == 'c' then
     -- leases that have all expired go to the general path
     if not exists or last > nowms then
       -- last stays the latest expiry: it is after now, and only expiries
-      -- at or before now are dropped
-      local n, held, wait, others, unit, own = 0, 0, -1, -1, 0, nil
+      -- at or before now are dropped. The expired leases (old of them)
+      -- are dropped only by a write: a peek or a refusal leaves them, as
+      -- memstore does, so that they count again after a clock stepped
+      -- back.
+      local n, held, wait, others, unit, own, old = 0, 0, -1, -1, 0, nil, 0
       if exists then
-        redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
-        n = redis.call('ZCARD', key) - 1
+        old = redis.call('ZCOUNT', key, 0, nowms)
+        n = redis.call('ZCARD', key) - 1 - old
         if lat >= 0 then
           unit = -1 - redis.call('ZSCORE', key, '\0conc')
         end
         own = redis.call('ZSCORE', key, id)
-        if own then
+        if own and own + 0 > nowms then
           held = 1
         end
         others = last
         if own and own + 0 == last then
           others = -1
           local r = redis.call('ZRANGE', key, -2, -2, 'WITHSCORES')
-          if r[2] + 0 >= 0 then
+          if r[2] + 0 > nowms then
             others = r[2] + 0
           end
         end
       end
       local status = 1
+      if not take and old > 0 and (held == 1 or lat <= 0) then
+        -- (a latency reported for a lease not held is an error, which
+        -- changes nothing)
+        redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
+      end
       if take then
         if q > 1 then
           status = 0
         elseif q == 1 and held == 0 and n >= count then
           status = 0
-          wait = redis.call('ZRANGE', key, n - count + 1, n - count + 1, 'WITHSCORES')[2] + 0
+          wait = redis.call('ZRANGE', key, old + n - count + 1, old + n - count + 1, 'WITHSCORES')[2] + 0
         elseif q == 1 then
+          if old > 0 then
+            redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
+          end
           if unit == 0 and (def > 0 or not exists) then
             redis.call('ZADD', key, -1 - def, '\0conc')
           end
@@ -579,8 +593,17 @@ for i = 1, nops do
   end
   if kind and empty then
     -- An empty state of any kind (the same kind under a limit that has
-    -- changed too) reads as absent, as in memstore.
+    -- changed too) reads as absent, as in memstore. A funnel's ended
+    -- state under another algorithm, or another algorithm's under a
+    -- funnel, is dropped at once, whatever the op, as memstore drops it
+    -- (a funnel's TAT and the others' states are kept apart there): kept,
+    -- it would read live again after a clock stepped back, and answer
+    -- WRONGTYPE.
     op.replace = true
+    if (kind == 't') ~= (want == 't') then
+      redis.call('DEL', op.key)
+      op.replace = false
+    end
     kind = nil
   end
   op.exists = kind ~= nil
@@ -704,10 +727,14 @@ for i = 1, nops do
           op.px = e - nowms
         end
       end
-    else
+    elseif q > 0 then
+      -- A refund keeps the state's window (a later one's, or under
+      -- another limit of the algorithm one that this limit's holds), as
+      -- memstore keeps it: a limit that reads the state's window as its
+      -- own still counts the units left. A refund of 0 changes nothing.
       n = n - q
       if n > 0 then
-        op.write = string.format('F%d:%d:%d', s, e, n)
+        op.write = string.format('F%d:%d:%d', op.fs, e, n)
         op.px = e - nowms
       else
         op.clear = true
@@ -804,9 +831,10 @@ for i = 1, nops do
     if n > 0 then
       newest = zlast(op.key)
     end
-    if take and (status == 1 or charge) and n + q > op.count then
+    if take and n + q > op.count then
       -- (a charge over the count waits for the same entry: the newest
-      -- count+1 of the log it leaves are kept)
+      -- count+1 of the log it leaves are kept; a take under a ban too,
+      -- whose RetryAfter is the later of the ban's and the log's own)
       if status == 1 then
         status = 0
       end
@@ -822,16 +850,18 @@ for i = 1, nops do
     -- last: the latest expiry of the leases held; others: the same without
     -- this one, which an acquire renews (perhaps to an earlier expiry, under
     -- a limit whose period was shortened)
-    local n, held, wait, last, others = 0, 0, -1, -1, -1
+    -- The expired leases (old of them) are dropped only by a write: a
+    -- peek or a refusal leaves them, as memstore does.
+    local n, held, wait, last, others, old = 0, 0, -1, -1, -1, 0
     local unit = 0
     if op.exists then
-      redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
-      n = redis.call('ZCARD', op.key) - 1
+      old = redis.call('ZCOUNT', op.key, 0, nowms)
+      n = redis.call('ZCARD', op.key) - 1 - old
       if op.lat >= 0 then
         unit = -1 - redis.call('ZSCORE', op.key, MARK.c)
       end
       local own = redis.call('ZSCORE', op.key, op.id)
-      if own then
+      if own and own + 0 > nowms then
         held = 1
       end
       if n > 0 then
@@ -840,24 +870,29 @@ for i = 1, nops do
         if own and own + 0 == last then
           others = -1
           local r = redis.call('ZRANGE', op.key, -2, -2, 'WITHSCORES')
-          if r[2] + 0 >= 0 then
+          if r[2] + 0 > nowms then
             others = r[2] + 0
           end
         end
       end
     end
-    op.n = n
+    op.n, op.old = n, old
     if take then
       if q > 1 then
         status = 0
       elseif q == 1 and held == 0 and n >= op.count then
         status = 0
         -- room for one once n−count+1 leases have expired
-        wait = zat(op.key, n - op.count + 1)
+        wait = zat(op.key, old + n - op.count + 1)
       end
     else
       -- Release; the reply is the leases it leaves. A latency moves the
       -- unit delay to the mean of the two, rounded down, at least 1ns.
+      if old > 0 and (held == 1 or op.lat <= 0) then
+        -- (a latency reported for a lease not held is an error, which
+        -- changes nothing)
+        redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
+      end
       status = held
       if held == 1 then
         redis.call('ZREM', op.key, op.id)
@@ -908,7 +943,9 @@ for i = 1, nops do
       redis.call('SET', op.bkey, fmt(uh, ul), 'PX', ms(pxOf(op.bh, op.bl) + slack))
     end
   elseif take and q > 0 or not take then
-    if op.replace and (alg == 'o' or alg == 'c') then
+    if op.replace and (alg == 'o' or alg == 'c') and take then
+      -- (a refund writes nothing to an ended state, which stays as it
+      -- is, as in memstore)
       redis.call('DEL', op.key)
     end
     if alg == 'g' or alg == 'l' then
@@ -938,26 +975,34 @@ for i = 1, nops do
         -- past the count, and the log then keeps its newest count+1
         -- entries (the units beyond them decide nothing; see
         -- algo.LogCharge); an admitted take's never reach that bound.
-        -- Entries of one millisecond are numbered 1..k: when the kept ones
-        -- are all of the charge's millisecond, they are written afresh.
-        -- ZADD takes at most 500 members at a time (Lua's C stack). The
-        -- first also sets the marker's score to this limit's period (a
-        -- limit may change: the state is empty a period after its newest
-        -- entry, under the limit that wrote it last).
+        -- Entries of one millisecond are numbered from 1, new ones after
+        -- the newest of their millisecond (the oldest of a millisecond
+        -- may have been dropped: a charge's, once newer entries were
+        -- refunded after a clock stepped back): when the kept ones are all
+        -- of the charge's millisecond, they are written afresh. ZADD takes
+        -- at most 500 members at a time (Lua's C stack). The first also
+        -- sets the marker's score to this limit's period (a limit may
+        -- change: the state is empty a period after its newest entry,
+        -- under the limit that wrote it last).
         local at = ceilms
-        local e = 0
+        local e, top = 0, 0
         if op.exists then
-          local newest = zlast(op.key)
-          if newest > at then
-            at = newest
+          local r = redis.call('ZRANGE', op.key, -1, -1, 'WITHSCORES')
+          local newest = -1
+          if r[2] + 0 >= 0 then
+            newest = r[2] + 0
           end
-          e = redis.call('ZCOUNT', op.key, at, at)
+          if newest >= at then
+            at = newest
+            e = redis.call('ZCOUNT', op.key, at, at)
+            top = string.match(r[1], ':(%d+)$') + 0
+          end
           if op.old > 0 then
             redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms - op.period)
           end
         end
         local keep = op.count + 1
-        local first, total = e, op.n + q
+        local first, total = top, op.n + q
         if e + q >= keep then
           if op.exists then
             redis.call('ZREMRANGEBYSCORE', op.key, 0, '+inf')
@@ -983,6 +1028,9 @@ for i = 1, nops do
       end
     else -- 'c'
       if take then
+        if op.old > 0 then
+          redis.call('ZREMRANGEBYSCORE', op.key, 0, nowms)
+        end
         -- a key takes the default unit delay when it has none
         if op.unit == 0 and (op.def > 0 or not op.exists) then
           redis.call('ZADD', op.key, -1 - op.def, MARK.c)
