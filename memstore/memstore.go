@@ -348,13 +348,15 @@ func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantit
 		h = 1
 	}
 	sh := &s.shards[h>>s.shift]
-	if p.Interval > 0 {
+	if p.Interval > 0 && quantity > 0 {
+		// A take of units (peeks and refunds, which may write an empty
+		// state, go to decideOn).
 		if e := sh.table.Load().find(h, key); e != nil {
 			if tat := e.tat.Load(); tat > locked {
 				newTAT, r, err := gcra.Decide(now, tat, p, quantity)
-				// Refusals and peeks of a live TAT change nothing; a charge
-				// must land on the TAT it was computed from.
-				if err == nil && (!r.Allowed || (quantity == 0 && tat > now) || e.tat.CompareAndSwap(tat, forget(newTAT, now))) {
+				// Refusals change nothing; a charge must land on the TAT
+				// it was computed from.
+				if err == nil && (!r.Allowed || e.tat.CompareAndSwap(tat, newTAT)) {
 					return funnel.ResultOf(p, r), nil
 				}
 			}
@@ -363,8 +365,9 @@ func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantit
 	return s.takeFunnelSlow(sh, h, key, now, p, quantity)
 }
 
-// takeFunnelSlow is TakeFunnel for all but a key found, live and decided
-// at the first try: bad parameters, a decision's error, a charge that lost
+// takeFunnelSlow is TakeFunnel for all but a take of units (a quantity
+// above 0) on a key found, live and decided at the first try: peeks and
+// refunds, bad parameters, a decision's error, a charge that lost
 // its compare-and-swap to another (it is decided again), a key held by a Do
 // call or deleted meanwhile, and a key the table does not hold.
 func (s *Store) takeFunnelSlow(sh *shard, h uint64, key string, now int64, p gcra.Params, quantity int64) (funnel.Result, error) {
