@@ -558,7 +558,7 @@ func (s *Store) banKey(key string) (string, error) {
 		tag := hashTag(full)
 		if tag == "" {
 			if strings.ContainsAny(full, "{}") {
-				return "", fmt.Errorf("%w: on a Ring, a key with braces but no hash tag cannot be banned (%q)", funnel.ErrCrossSlot, key)
+				return "", fmt.Errorf("%w: on a Ring, a key with braces but no hash tag cannot have keys of its own beside it (its ban, its reservations): give it a hash tag (%q)", funnel.ErrCrossSlot, key)
 			}
 			tag = full
 		}
