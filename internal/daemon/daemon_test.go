@@ -303,8 +303,12 @@ func TestDaemonHTTP(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
+	if r, err := rdb.Do(ctx, "FUNNEL.CHARGE", "c", "gcra", 1, 60000, "QUANTITY", 3).Int64Slice(); err != nil || r[0] != 0 {
+		t.Fatalf("FUNNEL.CHARGE into debt: %v, %v", r, err)
+	}
 	code, body := get("/metrics")
 	if code != 200 || !strings.Contains(body, `funnel_decisions_total{outcome="refused",rule="http"} 1`) ||
+		!strings.Contains(body, `funnel_resp_costs_total{kind="charge_in_debt"} 1`) ||
 		!strings.Contains(body, `funnel_connected_clients{protocol="resp"} 1`) ||
 		!strings.Contains(body, `funnel_resp_decisions_total{outcome="allowed"} 1`) ||
 		!strings.Contains(body, "funnel_store_evicted_keys_total 0") {

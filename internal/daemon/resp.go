@@ -66,7 +66,33 @@ func (d *Daemon) openRESP() error {
 	if err := d.metrics.FailOpenFunc("resp", stat(func(st respserver.Stats) int64 { return st.FailOpen })); err != nil {
 		return err
 	}
+	// Costs known afterwards: charges and settles are not decisions.
+	for _, c := range []struct {
+		kind string
+		f    func(respserver.Stats) int64
+	}{
+		{"charge", func(st respserver.Stats) int64 { return st.Charges }},
+		{"charge_in_debt", func(st respserver.Stats) int64 { return st.ChargesInDebt }},
+		{"settle", func(st respserver.Stats) int64 { return st.Settles }},
+		{"settle_in_debt", func(st respserver.Stats) int64 { return st.SettlesInDebt }},
+		{"settle_again", func(st respserver.Stats) int64 { return st.SettlesAgain }},
+		{"settle_unknown", func(st respserver.Stats) int64 { return st.SettlesUnknown }},
+	} {
+		if err := d.metrics.Registry().Register(respCosts(d.metrics.Namespace(), c.kind, stat(c.f))); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// respCosts counts the RESP server's charges and settles of one kind.
+func respCosts(ns, kind string, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace:   ns,
+		Name:        "resp_costs_total",
+		Help:        "Costs recorded over the Redis protocol after the fact, by kind: charge (FUNNEL.CHARGE), charge_in_debt (of them, those that left their key over its limit), settle (FUNNEL.SETTLE), settle_in_debt, settle_again (a reservation settled before: nothing changed), settle_unknown (an unknown or expired reservation).",
+		ConstLabels: prometheus.Labels{"kind": kind},
+	}, f)
 }
 
 // respDecisions counts the RESP server's decisions of one outcome.
