@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/funnelrl/funnel"
@@ -65,8 +64,10 @@ func (s *Store) Reserve(_ context.Context, key string, limit funnel.Checked, est
 				// The newest entries are the take's.
 				at = one[0].st.times[len(one[0].st.times)-1]
 			}
-			// The key and the id may alias a buffer the caller reuses.
-			kept := resvKey{strings.Clone(key), strings.Clone(id)}
+			// The key and the id may alias a buffer the caller reuses:
+			// copied, in one allocation.
+			both := key + id
+			kept := resvKey{both[:len(key)], both[len(key):]}
 			sh.addReservation(kept, &reservation{limit: limit, estimate: estimate, at: at, end: one[0].tat, expires: now + int64(ttl)})
 		}
 		sh.mu.Unlock()
