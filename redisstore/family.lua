@@ -506,7 +506,7 @@ for i = 1, nops do
   local op = { kind = A[a], alg = A[a + 1], q = A[a + 2] + 0, bh = A[a + 3] + 0, bl = A[a + 4] + 0,
     key = KEYS[2 * i - 1], bkey = KEYS[2 * i], status = false, exists = false, replace = false, clear = false,
     th = false, tl = false, nh = false, nl = false, xh = false, xl = false, ch = false, cl = false, vh = false,
-    vl = false, count = false, period = false, write = false, px = false }
+    vl = false, count = false, period = false, write = false, px = false, ws = false, we = false }
   a = a + 5
   local alg = op.alg
   if alg == 'g' or alg == 'l' then
@@ -515,8 +515,18 @@ for i = 1, nops do
   else
     op.count, op.period = A[a] + 0, A[a + 1] + 0
     a = a + 2
-    if alg == 'f' and op.period == 0 then
-      op.spans = { A[a] + 0, A[a + 1] + 0, A[a + 2] + 0, A[a + 3] + 0, A[a + 4] + 0, A[a + 5] + 0 }
+    if alg == 'f' and op.period > 0 then
+      op.ws = nowms - nowms % op.period
+      op.we = op.ws + op.period
+    elseif alg == 'f' then
+      -- the calendar window that holds now, of the three given (ws stays
+      -- false when none does: the clocks are apart)
+      for j = a, a + 4, 2 do
+        local s, e = A[j] + 0, A[j + 1] + 0
+        if s <= nowms and nowms < e then
+          op.ws, op.we = s, e
+        end
+      end
       a = a + 6
     elseif alg == 'c' then
       op.id, op.def, op.lat = A[a], tonumber(A[a + 1]) or 0, tonumber(A[a + 2]) or -1
@@ -685,20 +695,9 @@ for i = 1, nops do
       end
     end
   elseif alg == 'f' then
-    local s, e
-    if op.period > 0 then
-      s = nowms - nowms % op.period
-      e = s + op.period
-    else
-      local sp = op.spans
-      for j = 1, 5, 2 do
-        if sp[j] <= nowms and nowms < sp[j + 1] then
-          s, e = sp[j], sp[j + 1]
-        end
-      end
-      if not s then
-        return redis.error_reply('ERR funnel: the calendar window of key ' .. i .. ' is not near Redis time; are the clocks apart?')
-      end
+    local s, e = op.ws, op.we
+    if not s then
+      return redis.error_reply('ERR funnel: the calendar window of key ' .. i .. ' is not near Redis time; are the clocks apart?')
     end
     local n = 0
     if op.fs and op.fs >= s then

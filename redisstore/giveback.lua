@@ -55,20 +55,9 @@ if gh then
         redis.call('DEL', key)
       end
     elseif alg == 'f' then
-      local s, e
-      if op.period > 0 then
-        s = nowms - nowms % op.period
-        e = s + op.period
-      else
-        local sp = op.spans
-        for j = 1, 5, 2 do
-          if sp[j] <= nowms and nowms < sp[j + 1] then
-            s, e = sp[j], sp[j + 1]
-          end
-        end
-        if not s then
-          return redis.error_reply('ERR funnel: the calendar window of key 1 is not near Redis time; are the clocks apart?')
-        end
+      local s, e = op.ws, op.we
+      if not s then
+        return redis.error_reply('ERR funnel: the calendar window of key 1 is not near Redis time; are the clocks apart?')
       end
       -- (a state of a later window, the clock stepped back, is counted
       -- now, but holds none of the reservation's units: nothing is given
