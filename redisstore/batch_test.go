@@ -157,7 +157,7 @@ func TestBatchingUnderLoad(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < 20; i++ {
 					k := (w + i) % keys
-					r, err := s.throttle(context.Background(), "k"+strconv.Itoa(k), p, 1)
+					r, err := s.throttle(context.Background(), "k"+strconv.Itoa(k), p, 1, -1)
 					if err != nil || r.Fallback {
 						t.Errorf("%+v, %v", r, err)
 						return
@@ -166,7 +166,7 @@ func TestBatchingUnderLoad(t *testing.T) {
 						admitted[k].Add(1)
 					}
 					if i%5 == 0 {
-						if _, err := s.throttle(context.Background(), "bad", p, 1); errors.Is(err, ErrWrongType) {
+						if _, err := s.throttle(context.Background(), "bad", p, 1, -1); errors.Is(err, ErrWrongType) {
 							wrong.Add(1)
 						}
 					}

@@ -40,7 +40,7 @@ func TestClockGuard(t *testing.T) {
 		}
 		take := func(n int64) (funnel.Result, funnel.Result) {
 			t.Helper()
-			r, err := s.throttle(ctx, "k", p, n)
+			r, err := s.throttle(ctx, "k", p, n, -1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +93,7 @@ func TestClockGuard(t *testing.T) {
 				t.Fatalf("step %v undone: lease %+v, %v; want one unit", step, g, err)
 			}
 			leased++
-			if r, err := s.throttle(ctx, "l", p, 0); err != nil || r.Remaining != 10-leased {
+			if r, err := s.throttle(ctx, "l", p, 0, -1); err != nil || r.Remaining != 10-leased {
 				t.Fatalf("step %v undone: %+v, %v; want %d remaining (a refused lease took nothing)", step, r, err, 10-leased)
 			}
 			if r, w := take(0); r.Fallback || w.Fallback || r.Remaining != 9 || w.Remaining != 9 {

@@ -61,11 +61,21 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	if len(res) < len(ops) {
 		return fmt.Errorf("redisstore: %d results for %d ops", len(res), len(ops))
 	}
-	if op := &ops[0]; len(ops) == 1 && op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 {
+	if op := &ops[0]; len(ops) == 1 && op.Kind == funnel.OpTake && op.Limit.Ban == 0 &&
+		(op.Limit.Algorithm == funnel.GCRA || op.Limit.Algorithm == funnel.LeakyBucket && op.N > 0 && op.Limit.DelayUnits >= 0) {
+		// One take on a funnel, or of some units on a delaying bucket,
+		// whose admission and state are the funnel's (algo.LeakyDecide):
+		// gcra.lua, batched with the others in flight. (A delaying
+		// bucket's take of 0 keeps an ended TAT, as memstore's does, so
+		// that it limits again after a clock stepped back: family.lua.)
 		if op.Limit.GCRA.Interval <= 0 {
 			return fmt.Errorf("%w %v: parameters not computed by Limit.Check", funnel.ErrInvalidLimit, op.Limit.Limit)
 		}
-		r, err := s.throttle(ctx, op.Key, op.Limit.GCRA, op.N)
+		delay := int64(-1)
+		if op.Limit.Algorithm == funnel.LeakyBucket {
+			delay = op.Limit.DelayUnits
+		}
+		r, err := s.throttle(ctx, op.Key, op.Limit.GCRA, op.N, delay)
 		res[0] = r
 		return err
 	}

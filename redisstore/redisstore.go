@@ -99,6 +99,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funnelrl/funnel"
+	"github.com/funnelrl/funnel/algo"
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/lograte"
 )
@@ -266,7 +267,9 @@ func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 // throttle decides a request for quantity units of key under the funnel p
 // at Redis's current time through gcra.lua, batched with the decisions
 // waiting at the same moment: Do's path for one funnel op without a ban,
-// the commonest call. If Redis cannot be reached within the timeout, the
+// the commonest call, and for one take on a delaying bucket without a ban
+// (delay ≥ 0: its delay units; -1 for a funnel), whose admission and state
+// are the funnel's. If Redis cannot be reached within the timeout, the
 // result has Fallback set, Allowed is the fail-open or fail-closed answer,
 // and the error is nil. A negative quantity is a refund, never past a full
 // bucket (see gcra.Decide). The error is gcra.ErrOverflow for a request
@@ -274,7 +277,7 @@ func (s *Store) Fallbacks() int64 { return s.fallbacks.Load() }
 // other than a TAT (a key that holds the state of another algorithm of the
 // family reads as absent once that state is empty, as in family.lua), or is
 // the context's error when ctx ended first.
-func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantity, delay int64) (funnel.Result, error) {
 	cost, err := gcra.Cost(p, quantity)
 	if err != nil {
 		return funnel.Result{}, err
@@ -307,6 +310,13 @@ func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantit
 			errInternal, status, r, derr, d, quantity, p)
 	case status == 2:
 		return funnel.Result{}, gcra.ErrOverflow
+	case delay >= 0:
+		// A delaying bucket: the funnel's admission, and its delay.
+		_, ar, err := algo.LeakyDecide(0, d, p, delay, quantity)
+		if err != nil {
+			return funnel.Result{}, err
+		}
+		return funnel.ResultOfAlgo(p.Limit, ar), nil
 	}
 	return funnel.ResultOf(p, r), nil
 }

@@ -82,7 +82,7 @@ func TestReloadsOnNoscript(t *testing.T) {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		r, err := s.throttle(ctx, "k", mustParams(t), 1)
+		r, err := s.throttle(ctx, "k", mustParams(t), 1, -1)
 		if err != nil || r.Fallback || !r.Allowed {
 			t.Fatalf("after SCRIPT FLUSH: %+v, %v", r, err)
 		}
