@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -45,15 +46,33 @@ const (
 // store's timeout for a batch to take it.
 var errQueueTimeout = errors.New("redisstore: timed out waiting for Redis to take the decision")
 
+// req is one decision: a funnel's take (gcra.lua), or a window's
+// (window.lua) when alg is set.
+type req struct {
+	key       string // with the store's prefix
+	cost, tol int64  // a funnel's, in ns
+	// a window's: "f" (fixed) or "s" (sliding), the quantity, the count
+	// and the period in ms
+	alg              string
+	q, count, period int64
+}
+
+// reply is the script's answer to a req: for a funnel, status and d (see
+// gcra.lua), or err (wraps ErrWrongType); for a window, Redis's now in ns,
+// code and prev (see window.lua).
+type reply struct {
+	status, d       int64
+	now, code, prev int64
+	err             error
+}
+
 // call is one decision waiting in a batch.
 type call struct {
-	key       string // with the store's prefix
-	cost, tol int64
-	queued    time.Time
-	state     atomic.Int32 // callWaiting, callDone or callAbandoned
-	done      chan struct{}
-	status, d int64
-	err       error
+	req
+	reply
+	queued time.Time
+	state  atomic.Int32 // callWaiting, callDone or callAbandoned
+	done   chan struct{}
 }
 
 const (
@@ -64,11 +83,13 @@ const (
 
 // group is the queue of decisions that may share a batch.
 type group struct {
+	b      *batcher
 	queue  []*call
 	active int // batches being sent, including one sent inline
 }
 
-// batcher holds the groups of a store.
+// batcher holds the groups of a store's decisions of one script: the
+// funnels' (gcra.lua) or the windows' (window.lua).
 type batcher struct {
 	mu     sync.Mutex
 	groups map[uint16]*group
@@ -77,27 +98,42 @@ type batcher struct {
 // decide applies one throttle decision (cost and tolerance in ns) to key and
 // returns the script's status and d for it.
 func (s *Store) decide(ctx context.Context, key string, cost, tol int64) (status, d int64, err error) {
-	key = s.prefix + key
+	r, err := s.run(ctx, &s.batches, req{key: s.prefix + key, cost: cost, tol: tol})
+	if err == nil {
+		err = r.err
+	}
+	return r.status, r.d, err
+}
+
+// decideWindow applies one take of q units of key under a window (alg "f"
+// or "s", count, period in ms) and returns Redis's now in ns and the
+// script's code and prev for it (see window.lua).
+func (s *Store) decideWindow(ctx context.Context, key, alg string, q, count, period int64) (now, code, prev int64, err error) {
+	r, err := s.run(ctx, &s.wbatches, req{key: s.prefix + key, alg: alg, q: q, count: count, period: period})
+	return r.now, r.code, r.prev, err
+}
+
+// run decides r, in a batch of b's when others are in flight.
+func (s *Store) run(ctx context.Context, b *batcher, r req) (reply, error) {
 	mode := s.runner.grouping()
 	if mode == groupNone {
-		return s.sendOne(ctx, key, cost, tol)
+		return s.sendOne(ctx, r)
 	}
 	var slot uint16
 	if mode == groupSlot {
-		slot = keySlot(key)
+		slot = keySlot(r.key)
 	}
-	b := &s.batches
 	b.mu.Lock()
 	g := b.groups[slot]
 	if g == nil {
-		g = &group{}
+		g = &group{b: b}
 		b.groups[slot] = g
 	}
 	if g.active == 0 {
 		// Idle: send it from here, under the caller's own context.
 		g.active = 1
 		b.mu.Unlock()
-		status, d, err = s.sendOne(ctx, key, cost, tol)
+		rep, err := s.sendOne(ctx, r)
 		b.mu.Lock()
 		if len(g.queue) > 0 {
 			go s.flush(g) // keeps the active slot for the decisions that came meanwhile
@@ -105,9 +141,9 @@ func (s *Store) decide(ctx context.Context, key string, cost, tol int64) (status
 			g.active--
 		}
 		b.mu.Unlock()
-		return status, d, err
+		return rep, err
 	}
-	c := &call{key: key, cost: cost, tol: tol, queued: time.Now(), done: make(chan struct{})}
+	c := &call{req: r, queued: time.Now(), done: make(chan struct{})}
 	g.queue = append(g.queue, c)
 	// Another batch goes out at once only when enough decisions wait for
 	// it; a few wait for a batch in flight to come back, and go together.
@@ -124,16 +160,16 @@ func (s *Store) decide(ctx context.Context, key string, cost, tol int64) (status
 	case <-c.done:
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
-			return 0, 0, fmt.Errorf("redisstore: %w", ctx.Err())
+			return reply{}, fmt.Errorf("redisstore: %w", ctx.Err())
 		}
 		<-c.done // its answer is being delivered
 	}
-	return c.status, c.d, c.err
+	return c.reply, c.err
 }
 
 // flush sends batches from g's queue until it is empty.
 func (s *Store) flush(g *group) {
-	b := &s.batches
+	b := g.b
 	for {
 		b.mu.Lock()
 		var batch []*call
@@ -173,22 +209,59 @@ func (s *Store) flush(g *group) {
 }
 
 // sendOne decides one key in a script call of its own.
-func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (status, d int64, err error) {
+func (s *Store) sendOne(ctx context.Context, r req) (reply, error) {
+	if r.alg != "" {
+		args, err := s.args("", 0)
+		if err != nil {
+			return reply{}, err
+		}
+		v, err := s.evalTimed(ctx, windowScript, []string{r.key}, windowArgs(args[1:], r))
+		if err != nil {
+			return reply{}, err
+		}
+		out, err := decodeWindows(v, 1)
+		if err != nil {
+			return reply{}, err
+		}
+		return out[0], nil
+	}
 	args, err := s.args("t", 1)
 	if err != nil {
-		return 0, 0, err
+		return reply{}, err
 	}
 	// "1536" = 6*256: the limbs are ARGV[6..9] (see throttleArgs).
-	args = appendLimbs(appendLimbs(append(args, "1536"), cost), tol)
-	v, err := s.evalTimed(ctx, gcraLua, []string{key}, args)
+	args = appendLimbs(appendLimbs(append(args, "1536"), r.cost), r.tol)
+	v, err := s.evalTimed(ctx, gcraLua, []string{r.key}, args)
 	if err != nil {
-		return 0, 0, err
+		return reply{}, err
 	}
 	answers, err := decodeAnswers(v, 1)
 	if err != nil {
-		return 0, 0, err
+		return reply{}, err
 	}
-	return answers[0].status, answers[0].d, answers[0].err
+	return reply{status: answers[0].status, d: answers[0].d, err: answers[0].err}, nil
+}
+
+// windowArgs appends r's four arguments of window.lua to args.
+func windowArgs(args []string, r req) []string {
+	return append(args, r.alg, limb(r.q), limb(r.count), limb(r.period))
+}
+
+// decodeWindows decodes window.lua's answers for n requests.
+func decodeWindows(v []int64, n int) ([]reply, error) {
+	if len(v) != 2+2*n || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second)-1 || v[1] < 0 || v[1] >= 1e9 {
+		return nil, fmt.Errorf("%w: window script reply %v for %d keys", errInternal, v, n)
+	}
+	now := v[0]*1e9 + v[1]
+	out := make([]reply, n)
+	for i := range out {
+		code, prev := v[2+2*i], v[3+2*i]
+		if code < -1 || prev < 0 {
+			return nil, fmt.Errorf("%w: window script reply %v for %d keys", errInternal, v, n)
+		}
+		out[i] = reply{now: now, code: code, prev: prev}
+	}
+	return out, nil
 }
 
 // send decides a batch in one script call, and hands each call its answer.
@@ -198,6 +271,10 @@ func (s *Store) sendOne(ctx context.Context, key string, cost, tol int64) (statu
 func (s *Store) send(batch []*call) {
 	if len(batch) > 1 {
 		s.batched.Add(int64(len(batch)))
+	}
+	if batch[0].alg != "" {
+		s.sendWindows(batch)
+		return
 	}
 	keys := make([]string, len(batch))
 	args, err := s.args("t", len(batch))
@@ -215,6 +292,40 @@ func (s *Store) send(batch []*call) {
 			if answers, err = decodeAnswers(v, len(batch)); err == nil {
 				for i, c := range batch {
 					c.status, c.d, c.err = answers[i].status, answers[i].d, answers[i].err
+					c.deliver()
+				}
+				return
+			}
+		}
+	}
+	for _, c := range batch {
+		c.err = err
+		c.deliver()
+	}
+}
+
+// sendWindows is send for a batch of windows' takes (window.lua).
+func (s *Store) sendWindows(batch []*call) {
+	keys := make([]string, len(batch))
+	args, err := s.args("", 0)
+	if err == nil {
+		args = slices.Grow(args[1:], 4*len(batch))
+		for i, c := range batch {
+			keys[i] = c.key
+			args = windowArgs(args, c.req)
+		}
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if s.timeout > 0 {
+			ctx, cancel = context.WithDeadline(ctx, batch[0].queued.Add(s.timeout))
+		}
+		var v []int64
+		v, err = s.evalBy(ctx, windowScript, keys, args)
+		cancel()
+		if err == nil {
+			var out []reply
+			if out, err = decodeWindows(v, len(batch)); err == nil {
+				for i, c := range batch {
+					c.reply = out[i]
 					c.deliver()
 				}
 				return

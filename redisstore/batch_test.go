@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
@@ -73,7 +74,7 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			batch = append(batch, &call{key: key, cost: cost, tol: p.Tolerance, queued: time.Now(), done: make(chan struct{})})
+			batch = append(batch, &call{req: req{key: key, cost: cost, tol: p.Tolerance}, queued: time.Now(), done: make(chan struct{})})
 			switch key {
 			case "bad", "list":
 				want = append(want, answer{err: ErrWrongType})
@@ -244,7 +245,7 @@ func TestKeySlotAgreesWithRedis(t *testing.T) {
 // The script's argument of each request says where its limits are, where the
 // first request on its key is, and whether it is the last one on it.
 func TestThrottleArgs(t *testing.T) {
-	c := func(key string, cost int64) *call { return &call{key: key, cost: cost, tol: 5e9} }
+	c := func(key string, cost int64) *call { return &call{req: req{key: key, cost: cost, tol: 5e9}} }
 	batch := []*call{c("a", 1), c("b", 1), c("a", 1), c("c", 2e9+3), c("a", 2e9+3), c("c", 2e9+3)}
 	keys, args := throttleArgs(batch, make([]string, len(batch)), []string{"t", "", "", "0"})
 	if want := []string{"a", "b", "a", "c", "a", "c"}; !slices.Equal(keys, want) {
@@ -262,5 +263,81 @@ func TestThrottleArgs(t *testing.T) {
 	}
 	if !slices.Equal(args, want) {
 		t.Errorf("args\n%q, want\n%q", args, want)
+	}
+}
+
+// Windows' takes are batched as funnels' are (window.lua): under load, with
+// the clock still, each key admits exactly its count, every admitted take
+// seeing the ones before it (their Remaining are count-1 down to 0, once
+// each), keys coming several times in one batch; a key of another kind
+// goes to family.lua and fails alone.
+func TestWindowBatches(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	const now int64 = 1_795_350_508_971_038_011
+	s := New(c, Options{Now: func() int64 { return now }, Timeout: 10 * time.Second})
+	lim := funnel.New(s)
+	limits := map[string]funnel.Limit{
+		"f1": {Algorithm: funnel.FixedWindow, Count: 50, Period: time.Second},
+		"f2": {Algorithm: funnel.FixedWindow, Count: 70, Period: time.Minute},
+		"s1": {Algorithm: funnel.SlidingWindow, Count: 40, Period: time.Second},
+		"s2": {Algorithm: funnel.SlidingWindow, Count: 60, Period: 10 * time.Second},
+		"z":  {Algorithm: funnel.FixedWindow, Count: 50, Period: time.Second},
+	}
+	c.ZAdd(ctx, "z", redis.Z{Score: 1, Member: "x"})
+	keys := []string{"f1", "f2", "s1", "s2", "f1", "s1", "z"}
+	var mu sync.Mutex
+	remaining := map[string][]int64{}
+	var wrong atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 48; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 20 {
+				key := keys[r.IntN(len(keys))]
+				res, err := lim.Allow(ctx, key, limits[key])
+				switch {
+				case key == "z":
+					if !errors.Is(err, funnel.ErrWrongType) {
+						t.Errorf("a take on a sorted set: %+v, %v", res, err)
+					}
+					wrong.Add(1)
+				case err != nil || res.Fallback:
+					t.Errorf("%s: %+v, %v", key, res, err)
+				case res.Allowed:
+					mu.Lock()
+					remaining[key] = append(remaining[key], res.Remaining)
+					mu.Unlock()
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	for key, l := range limits {
+		if key == "z" {
+			continue
+		}
+		got := remaining[key]
+		slices.Sort(got)
+		if int64(len(got)) != l.Count {
+			t.Errorf("%s admitted %d, want %d", key, len(got), l.Count)
+			continue
+		}
+		for i, r := range got {
+			if r != int64(i) {
+				t.Errorf("%s: Remaining of the admitted takes %v, want each of 0 to %d once", key, got, l.Count-1)
+				break
+			}
+		}
+	}
+	if s.batched.Load() == 0 {
+		t.Error("no decision was made in a batch")
+	}
+	if wrong.Load() == 0 {
+		t.Error("no take on the sorted set")
 	}
 }

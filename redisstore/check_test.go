@@ -76,8 +76,8 @@ func TestBatchDeadlineIsTheOldestDecisions(t *testing.T) {
 	s := newStore(r, Options{Timeout: 100 * time.Millisecond})
 	queued := time.Now().Add(-70 * time.Millisecond)
 	batch := []*call{
-		{key: "a", cost: 1, tol: 1, queued: queued, done: make(chan struct{})},
-		{key: "b", cost: 1, tol: 1, queued: queued.Add(30 * time.Millisecond), done: make(chan struct{})},
+		{req: req{key: "a", cost: 1, tol: 1}, queued: queued, done: make(chan struct{})},
+		{req: req{key: "b", cost: 1, tol: 1}, queued: queued.Add(30 * time.Millisecond), done: make(chan struct{})},
 	}
 	s.send(batch)
 	if got, want := <-r.deadlines, queued.Add(100*time.Millisecond); !got.Equal(want) {

@@ -243,22 +243,18 @@ func (s *Store) opArgs(op funnel.Op) ([]string, error) {
 var errClock = errors.New("redisstore: the calendar window is not near Redis's time; are the clocks apart?")
 
 // window decides op, one take of a fixed window of a fixed period or of a
-// sliding window counter without a ban, through window.lua: family.lua's
-// decision for it, in a call that costs Redis less. It reports false, with
-// nothing changed, when the key holds anything else (another algorithm's
-// state, empty or not), which Do then sends to family.lua.
+// sliding window counter without a ban, through window.lua (batched with
+// the others in flight): family.lua's decision for it, in a call that
+// costs Redis less. It reports false, with nothing changed, when the key
+// holds anything else (another algorithm's state, empty or not), which Do
+// then sends to family.lua.
 func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (bool, error) {
 	c := &op.Limit
-	args, err := s.args("", 0)
-	if err != nil {
-		return true, err
-	}
 	alg := "f"
 	if c.Algorithm == funnel.SlidingWindow {
 		alg = "s"
 	}
-	args = append(args[1:], alg, limb(min(op.N, c.Window.Count+1)), limb(c.Window.Count), limb(c.Window.Period))
-	v, err := s.evalTimed(ctx, windowScript, []string{s.prefix + op.Key}, args)
+	now, code, prev, err := s.decideWindow(ctx, op.Key, alg, min(op.N, c.Window.Count+1), c.Window.Count, c.Window.Period)
 	if err != nil {
 		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) {
 			return true, err
@@ -271,30 +267,22 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 		*res = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: c.Capacity()}
 		return true, nil
 	}
-	if len(v) == 1 && v[0] == -1 {
+	if code == -1 {
 		return false, nil
 	}
-	want := 3
-	if alg == "s" {
-		want = 4
-	}
-	if len(v) != want || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second) || v[1] < 0 || v[1] >= 1e9 || v[2] < 0 {
-		return true, fmt.Errorf("%w: window script reply %v", errInternal, v)
-	}
-	now := v[0]*1e9 + v[1]
 	nowms := now / int64(time.Millisecond)
 	start := nowms - nowms%c.Window.Period
 	// The state the script found, in family.lua's terms (see familyResult).
-	f := [6]int64{v[2] & 3, 0, 0, start, start + c.Window.Period, v[2] >> 2}
+	f := [6]int64{code & 3, 0, 0, start, start + c.Window.Period, code >> 2}
 	if alg == "s" {
-		f[4], f[5] = v[3], v[2]>>2
+		f[4], f[5] = prev, code>>2
 	}
 	r, err := familyResult(now, *op, f[:], op.N)
 	if err != nil {
 		return true, err
 	}
 	if (f[0] == 1) != r.Allowed {
-		return true, fmt.Errorf("%w: window script status %d where Go decides %+v (%+v, %+v)", errInternal, f[0], r, v, op)
+		return true, fmt.Errorf("%w: window script status %d where Go decides %+v (%d %d, %+v)", errInternal, f[0], r, code, prev, op)
 	}
 	*res = r
 	return true, nil

@@ -209,9 +209,10 @@ type Store struct {
 	now      func() int64
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
 
-	clock     redisClock // the offset of Redis's clock, for deadlines
-	guard     int64      // Options.ClockGuard in µs; 0: none
-	batches   batcher
+	clock     redisClock         // the offset of Redis's clock, for deadlines
+	guard     int64              // Options.ClockGuard in µs; 0: none
+	batches   batcher            // funnels' decisions (gcra.lua)
+	wbatches  batcher            // windows' takes (window.lua)
 	batched   atomic.Int64       // decisions made in batches of more than one
 	logs      *lograte.Sometimes // failures, at most one record per logInterval
 	fallbacks atomic.Int64
@@ -229,6 +230,7 @@ func newStore(r runner, opts Options) *Store {
 	s := &Store{
 		runner:   r,
 		batches:  batcher{groups: map[uint16]*group{}},
+		wbatches: batcher{groups: map[uint16]*group{}},
 		prefix:   opts.Prefix,
 		timeout:  opts.Timeout,
 		failOpen: opts.Fail == funnel.FailOpen,

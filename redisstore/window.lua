@@ -1,94 +1,112 @@
--- One take of a fixed window of a fixed period (not a calendar's) or of a
--- sliding window counter, without a ban: family.lua's inline path for
--- them, as a script of its own, whose arguments and reply are short. What
--- Redis spends on a call is its arguments, the commands and C functions
--- the script calls, and the numbers of its reply (about a thousand Redis
--- instructions each), more than the decision: family.lua's call takes 13
--- arguments and two keys (the ban's) and answers 8 numbers. Any key that
--- does not hold a window of the op's kind, as family.lua writes it, goes
--- to family.lua (which reads another algorithm's empty state as absent,
--- and answers WRONGTYPE for the rest): this answers { -1 } and changes
--- nothing.
+-- One take, or a batch of takes, each on a fixed window of a fixed period
+-- (not a calendar's) or on a sliding window counter, without a ban:
+-- family.lua's inline decision for them, as a script of its own, whose
+-- arguments and reply are short. What Redis spends on a call is its
+-- arguments, the commands and C functions the script calls, and the
+-- numbers of its reply (about a thousand Redis instructions each), more
+-- than the decision: family.lua's call takes 13 arguments and two keys
+-- (the ban's) and answers 8 numbers. A key that does not hold a window of
+-- its request's kind, as family.lua writes it, goes to family.lua (which
+-- reads another algorithm's empty state as absent, and answers WRONGTYPE
+-- for the rest): its answer here is -1, and it is left as it is.
 --
--- KEYS[1]  the key
+-- KEYS     the keys, in the order their requests are decided (a key may
+--          come more than once: each request reads what the ones before it
+--          wrote)
 -- ARGV     now's seconds and nanoseconds ('' or '-' and a deadline, see
---          now.lua), milliseconds added to the expiry (tests only), the
---          algorithm (f or s), the quantity, the count, the period in ms
+--          now.lua), milliseconds added to every expiry (tests only), then
+--          four per request: the algorithm (f or s), the quantity, the
+--          count, the period in ms
 --
--- Reply: now's seconds and nanoseconds, then n*4 + status (n the units
--- the fixed window counts before the take, or the sliding window's
--- current count; status 1 allowed and written, 0 refused), and for the
--- sliding window the previous window's count. The window's start (and a
--- fixed window's end) follow from now and the period, as here.
+-- Reply: now's seconds and nanoseconds, then two numbers per request:
+-- n*4 + status (n the units the fixed window counted before the take, or
+-- the sliding window's current count; status 1 allowed and written, 0
+-- refused), or -1; and the sliding window's previous count (0 for a fixed
+-- window). A window's start (and a fixed window's end) follow from now and
+-- its period, as here.
 
 local nh, nl
 local ti = 1
 --> now.lua
-local key = KEYS[1]
-local raw = redis.pcall('GET', key)
-if type(raw) == 'table' then
-  return { -1 }
-end
-local slack, q, count, p = ARGV[3] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
+local slack = ARGV[3] + 0
 local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
-local s = nowms - nowms % p
-if ARGV[4] == 'f' then
-  local e = s + p
-  local n = 0
-  if raw then
-    local fs, fe, fn = string.match(raw, '^F(%d+):(%d+):(%d+)$')
-    if not fs then
-      return { -1 }
-    elseif fe + 0 > nowms and fs + 0 >= s then
-      -- (a later window's: the clock was stepped back)
-      n = fn + 0
+local nk, out = #KEYS, nil
+if nk > 1 then
+  out = { nh, nl }
+end
+for i = 1, nk do
+  local key, a = KEYS[i], 4 * i
+  local code, prev = -1, 0
+  local raw = redis.pcall('GET', key)
+  if type(raw) ~= 'table' then
+    local q, count, p = ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
+    local s = nowms - nowms % p
+    if ARGV[a] == 'f' then
+      local e = s + p
+      local n, ok = 0, true
+      if raw then
+        local fs, fe, fn = string.match(raw, '^F(%d+):(%d+):(%d+)$')
+        if not fs then
+          ok = false
+        elseif fe + 0 > nowms and fs + 0 >= s then
+          -- (a later window's: the clock was stepped back)
+          n = fn + 0
+        end
+      end
+      if ok and n < 1125899906842624 then
+        code = n * 4
+        if n + q <= count then
+          code = code + 1
+          if q > 0 then
+            redis.call('PSETEX', key, string.format('%d', e - nowms + slack), string.format('F%d:%d:%d', s, e, n + q))
+          end
+        end
+      end
+    else
+      local cur, ok = 0, true
+      if raw then
+        local ss, sp, sprev, scur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
+        if not ss then
+          ok = false
+        else
+          ss, sp, sprev, scur = ss + 0, sp + 0, sprev + 0, scur + 0
+          local at = 0
+          if scur > 0 then
+            at = ss + 2 * sp
+          elseif sprev > 0 then
+            at = ss + sp
+          end
+          if at > nowms then
+            if ss >= s then
+              -- (or a later window's: the clock was stepped back)
+              prev, cur = sprev, scur
+            elseif ss == s - p then
+              prev = scur
+            end
+          end
+        end
+      end
+      if ok and cur < 1125899906842624 then
+        local el = nowms - s
+        -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
+        local w = prev * (p - el) + p - 1
+        code = cur * 4
+        if cur + (w - w % p) / p + q <= count then
+          code = code + 1
+          if q > 0 then
+            redis.call('PSETEX', key, string.format('%d', s + 2 * p - nowms + slack), string.format('S%d:%d:%d:%d', s, p, prev, cur + q))
+          end
+        end
+      else
+        prev = 0
+      end
     end
   end
-  if n >= 1125899906842624 then
-    return { -1 }
+  if nk == 1 then
+    -- (a table made whole costs less than one grown)
+    return { nh, nl, code, prev }
   end
-  if n + q > count then
-    return { nh, nl, n * 4 }
-  end
-  if q > 0 then
-    redis.call('PSETEX', key, string.format('%d', e - nowms + slack), string.format('F%d:%d:%d', s, e, n + q))
-  end
-  return { nh, nl, n * 4 + 1 }
+  out[2 * i + 1] = code
+  out[2 * i + 2] = prev
 end
-
-local prev, cur = 0, 0
-if raw then
-  local ss, sp, sprev, scur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
-  if not ss then
-    return { -1 }
-  end
-  ss, sp, sprev, scur = ss + 0, sp + 0, sprev + 0, scur + 0
-  local at = 0
-  if scur > 0 then
-    at = ss + 2 * sp
-  elseif sprev > 0 then
-    at = ss + sp
-  end
-  if at > nowms then
-    if ss >= s then
-      -- (or a later window's: the clock was stepped back)
-      prev, cur = sprev, scur
-    elseif ss == s - p then
-      prev = scur
-    end
-  end
-end
-if cur >= 1125899906842624 then
-  return { -1 }
-end
-local el = nowms - s
--- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
-local w = prev * (p - el) + p - 1
-local est = cur + (w - w % p) / p
-if est + q > count then
-  return { nh, nl, cur * 4, prev }
-end
-if q > 0 then
-  redis.call('PSETEX', key, string.format('%d', s + 2 * p - nowms + slack), string.format('S%d:%d:%d:%d', s, p, prev, cur + q))
-end
-return { nh, nl, cur * 4 + 1, prev }
+return out
