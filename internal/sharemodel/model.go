@@ -59,6 +59,18 @@ func (m Mutation) String() string {
 	return "unknown"
 }
 
+// The ways to split the capacity B among the live nodes.
+const (
+	// CapHalf gives half of B equally and half in proportion to the rate.
+	CapHalf = iota
+	// CapSqrt splits B in proportion to the square root of each node's
+	// target rate: a bucket whose arrivals match its rate refuses about
+	// 1/(2c) of them, so this minimises the sum of those losses.
+	CapSqrt
+	// CapProp splits B in proportion to the rate.
+	CapProp
+)
+
 // Config is one simulation: a funnel, a fleet, its traffic and its links.
 // All times are simulated nanoseconds.
 type Config struct {
@@ -94,6 +106,12 @@ type Config struct {
 	// Headroom is the relative margin added to each reported demand before
 	// water-filling.
 	Headroom float64
+	// Sigmas shifts each reported demand by this many standard deviations
+	// of its estimate (a Poisson rate averaged over Smoothing): negative
+	// values shade a share toward what the node will surely use.
+	Sigmas float64
+	// CapSplit chooses how the capacity B is divided (see the Cap constants).
+	CapSplit int
 	// Smoothing is the time constant of a node's demand average.
 	Smoothing time.Duration
 	// Mutation breaks one rule on purpose (tests only).
@@ -222,16 +240,28 @@ func (a *allocator) call(n int, now int64, demand float64) grant {
 		usedC += c
 	}
 	R := 1e9 / float64(a.interval) // units per second
-	target := waterfill(a, active, R)
-	kT := int64(target / R * RateParts)
+	targets := waterfill(a, active, R)
+	kT := int64(targets[0] / R * RateParts)
 	kT = min(max(kT, 0), RateParts)
-	// Capacity: half split equally among the live nodes, half in
-	// proportion to the rate; no more than the bucket drains in the longer
-	// of τ and L, and at least one unit.
-	share := 0.5/float64(len(active)) + 0.5*float64(kT)/RateParts
+	// Capacity: split among the live nodes by their targets (see the Cap
+	// constants); no more than the bucket drains in the longer of τ and L,
+	// and at least one unit.
+	var share float64
+	switch cfg.CapSplit {
+	case CapHalf:
+		share = 0.5/float64(len(active)) + 0.5*float64(kT)/RateParts
+	case CapSqrt:
+		var sum float64
+		for _, x := range targets {
+			sum += math.Sqrt(x)
+		}
+		share = math.Sqrt(targets[0]) / sum
+	case CapProp:
+		share = float64(kT) / RateParts
+	}
 	cT := int64(share * float64(a.capUnits))
 	drainCap := kT * max(a.tau, a.lifetime) // level units drained in that time
-	cT = min(cT, max(drainCap, a.unit))
+	cT = max(min(cT, drainCap), a.unit)
 	if cfg.Mutation == CapacityOverB {
 		cT = 2 * a.capUnits / int64(len(active))
 	}
@@ -241,9 +271,9 @@ func (a *allocator) call(n int, now int64, demand float64) grant {
 		c = min(c, a.capUnits-usedC)
 	}
 	life := a.lifetime
-	if math.IsInf(demand, 1) || k*10 < kT*9 || c*10 < cT*9 {
-		// Demand not yet measured, or the others still hold part of this
-		// node's target: come back sooner.
+	if math.IsInf(demand, 1) || k*10 < kT*8 {
+		// Demand not yet measured, or the others still hold more than a
+		// fifth of this node's target rate: come back sooner.
 		life /= 4
 	}
 	if k <= 0 || c < a.unit {
@@ -267,25 +297,37 @@ func (a *allocator) call(n int, now int64, demand float64) grant {
 	return g
 }
 
-// waterfill returns node active[0]'s target rate (units per second): the
-// max-min fair division of R among the live nodes' demands (each raised by
-// the headroom), with whatever the demands leave split equally.
-func waterfill(a *allocator, active []int, R float64) float64 {
+// waterfill returns the live nodes' target rates (units per second): the
+// max-min fair division of R among their demands (each shifted by the
+// margins), with whatever the demands leave split equally.
+func waterfill(a *allocator, active []int, R float64) []float64 {
 	d := make([]float64, len(active))
 	for i, m := range active {
-		d[i] = a.demand[m] * (1 + a.cfg.Headroom)
+		x := a.demand[m]
+		if !math.IsInf(x, 1) {
+			sd := math.Sqrt(x / (2 * a.cfg.Smoothing.Seconds()))
+			x = max(x*(1+a.cfg.Headroom)+a.cfg.Sigmas*sd, 0)
+		}
+		d[i] = x
 	}
-	own := d[0]
-	sort.Float64s(d)
+	sorted := append([]float64(nil), d...)
+	sort.Float64s(sorted)
 	left := R
-	for i, x := range d {
-		rest := float64(len(d) - i)
+	level := math.Inf(1)
+	for i, x := range sorted {
+		rest := float64(len(sorted) - i)
 		if x*rest >= left {
-			return min(own, left/rest) // the water level
+			level = left / rest
+			left = 0
+			break
 		}
 		left -= x
 	}
-	return own + left/float64(len(d)) // all demands met: split the rest
+	extra := left / float64(len(d)) // all demands met: split the rest
+	for i := range d {
+		d[i] = min(d[i], level) + extra
+	}
+	return d
 }
 
 // localGrant is a grant as node reads it on its own clock: it admits in
@@ -305,12 +347,13 @@ type node struct {
 	inFlight bool
 	sentAt   int64 // local time of the call in flight
 	renewAt  int64 // local time of the next renewal
+	renewSeq int64 // the renewal timer's event
 	// demand measurement
-	count     int64 // arrivals since the last report
-	reportAt  int64 // local time of the last report
-	demand    float64
-	measured  bool
-	everSent  bool
+	count    int64 // arrivals since the last report
+	reportAt int64 // local time of the last report
+	demand   float64
+	measured bool
+	everSent bool
 }
 
 // drainTo brings the level to local time x: it falls at the largest rate
@@ -362,14 +405,22 @@ func (nd *node) capacityAt(x int64) int64 {
 	return c
 }
 
-// event is a call reaching the allocator or its reply reaching a node.
+// The kinds of event.
+const (
+	callEvent  = iota // a call reaches the allocator
+	replyEvent        // its reply reaches the node
+	renewEvent        // a node's renewal timer fires
+)
+
+// event is a call reaching the allocator, its reply reaching a node, or a
+// node's renewal timer.
 type event struct {
-	at    int64 // allocator (true) time
-	seq   int64
-	node  int
-	reply bool
-	g     grant
-	dem   float64
+	at   int64 // allocator (true) time
+	seq  int64
+	node int
+	kind int // callEvent, replyEvent or renewEvent
+	g    grant
+	dem  float64
 }
 
 type events []event
@@ -496,10 +547,18 @@ func Run(cfg Config) (Result, error) {
 				break
 			}
 			now = ev.at
-			if !ev.reply {
+			switch ev.kind {
+			case callEvent:
 				g := a.call(ev.node, now, ev.dem)
 				seq++
-				heap.Push(&q, event{at: now + oneWay(), seq: seq, node: ev.node, reply: true, g: g})
+				heap.Push(&q, event{at: now + oneWay(), seq: seq, node: ev.node, kind: replyEvent, g: g})
+				continue
+			case renewEvent:
+				// Renew ahead of the grant's end, if the node had requests
+				// since its last call; otherwise the grant lapses.
+				if nd := &nodes[ev.node]; !nd.inFlight && nd.count > 0 && nd.renewSeq == ev.seq {
+					send(ev.node, now)
+				}
 				continue
 			}
 			nd := &nodes[ev.node]
@@ -529,6 +588,9 @@ func Run(cfg Config) (Result, error) {
 				})
 			}
 			nd.renewAt = s + (g.End - g.Now) - margin
+			seq++
+			nd.renewSeq = seq
+			heap.Push(&q, event{at: max(nd.renewAt-nd.offset, now), seq: seq, node: ev.node, kind: renewEvent})
 			continue
 		}
 		t := nextArrival
@@ -543,6 +605,8 @@ func Run(cfg Config) (Result, error) {
 		x := t + nd.offset
 		nd.count++
 		if !nd.inFlight && x >= nd.renewAt {
+			// A node without a live grant (its first request, or its
+			// grant lapsed) calls at once.
 			send(n, t)
 		}
 		nd.drainTo(x)
