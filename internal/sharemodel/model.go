@@ -116,6 +116,10 @@ type Config struct {
 	Smoothing time.Duration
 	// Mutation breaks one rule on purpose (tests only).
 	Mutation Mutation
+	// Check has the allocator verify, after every grant, that the
+	// reservations hold at most R and B at every future instant
+	// (Result.Violations counts the grants after which they did not).
+	Check bool
 }
 
 // Result is what one simulation measured.
@@ -129,6 +133,9 @@ type Result struct {
 	Over int64
 	// Calls is the number of allocator calls.
 	Calls int64
+	// Violations is the number of grants after which the reservations
+	// held more than R or B at some instant (with Config.Check).
+	Violations int64
 	// The steady window's counts: requests, the fleet's admissions, the
 	// exact funnel's admissions, and requests the exact funnel admitted
 	// but the fleet refused.
@@ -194,6 +201,8 @@ type allocator struct {
 	res      [][]reservation
 	demand   []float64 // units per second; +Inf when unknown
 	seen     []int64   // the time of each node's last call
+
+	violations int64
 }
 
 // usage returns the rate and capacity that node m's reservations hold at
@@ -294,7 +303,39 @@ func (a *allocator) call(n int, now int64, demand float64) grant {
 	if k > 0 {
 		a.res[n] = append(a.res[n], reservation{start: g.Start, hold: hold, k: k, c: c})
 	}
+	if cfg.Check && !a.holds(now) {
+		a.violations++
+	}
 	return g
+}
+
+// holds reports whether, at every instant from now on, the nodes'
+// reservations (each node's largest live one) add up to at most R and B.
+// The sums only change where a reservation starts or ends.
+func (a *allocator) holds(now int64) bool {
+	pts := []int64{now}
+	for _, rs := range a.res {
+		for _, r := range rs {
+			if r.start > now {
+				pts = append(pts, r.start)
+			}
+			if r.hold > now {
+				pts = append(pts, r.hold)
+			}
+		}
+	}
+	for _, t := range pts {
+		var k, c int64
+		for m := range a.res {
+			km, cm := a.usage(m, t)
+			k += km
+			c += cm
+		}
+		if k > RateParts || c > a.capUnits {
+			return false
+		}
+	}
+	return true
 }
 
 // waterfill returns the live nodes' target rates (units per second): the
@@ -643,6 +684,7 @@ func Run(cfg Config) (Result, error) {
 			}
 		}
 	}
+	res.Violations = a.violations
 	return res, nil
 }
 
