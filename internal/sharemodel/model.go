@@ -112,6 +112,12 @@ type Config struct {
 	Sigmas float64
 	// CapSplit chooses how the capacity B is divided (see the Cap constants).
 	CapSplit int
+	// CallBudget, when positive, lengthens the grants beyond Lifetime (up
+	// to MaxLifetime) so that the fleet's calls are about this share of
+	// its decisions: each grant lasts N/(CallBudget·Σ demand), N the live
+	// nodes.
+	CallBudget  float64
+	MaxLifetime time.Duration
 	// Smoothing is the time constant of a node's demand average.
 	Smoothing time.Duration
 	// Mutation breaks one rule on purpose (tests only).
@@ -200,7 +206,7 @@ type allocator struct {
 	interval int64
 	res      [][]reservation
 	demand   []float64 // units per second; +Inf when unknown
-	seen     []int64   // the time of each node's last call
+	seen     []int64   // until when each node competes: its last call plus 1.25 lifetimes
 
 	violations int64
 }
@@ -222,7 +228,26 @@ func (a *allocator) usage(m int, t int64) (k, c int64) {
 func (a *allocator) call(n int, now int64, demand float64) grant {
 	cfg := a.cfg
 	a.demand[n] = demand
-	a.seen[n] = now
+	life := a.lifetime
+	if cfg.CallBudget > 0 {
+		// Lengthen the grants until the fleet's calls, about one per live
+		// node and lifetime, are within the budget of its decisions.
+		var total float64
+		var nodes int
+		for m, d := range a.demand {
+			if m == n || now < a.seen[m] {
+				if !math.IsInf(d, 1) {
+					total += d
+				}
+				nodes++
+			}
+		}
+		if total > 0 {
+			want := float64(nodes) / (cfg.CallBudget * total) * 1e9
+			life = min(max(life, int64(want)), max(int64(cfg.MaxLifetime), life))
+		}
+	}
+	a.seen[n] = now + life + life/4 // the node competes until then
 	// Prune and find the live nodes. Every reservation starts at or before
 	// now, so the others' holdings only fall after now: what is free at now
 	// is free over the whole new grant.
@@ -239,7 +264,7 @@ func (a *allocator) call(n int, now int64, demand float64) grant {
 		if m == n {
 			continue
 		}
-		if len(live) > 0 || now-a.seen[m] <= a.lifetime+a.lifetime/4 {
+		if len(live) > 0 || now < a.seen[m] {
 			// A node that holds a grant, or called within about a
 			// lifetime (its grant may have been empty): it competes.
 			active = append(active, m)
@@ -279,10 +304,13 @@ func (a *allocator) call(n int, now int64, demand float64) grant {
 		k = min(k, RateParts-usedK)
 		c = min(c, a.capUnits-usedC)
 	}
-	life := a.lifetime
-	if math.IsInf(demand, 1) || k*10 < kT*8 {
+	kD := kT // the node's own (shaded) demand, in parts
+	if !math.IsInf(demand, 1) {
+		kD = min(kT, int64(shaded(a.cfg, demand)/R*RateParts))
+	}
+	if math.IsInf(demand, 1) || k*10 < kD*8 {
 		// Demand not yet measured, or the others still hold more than a
-		// fifth of this node's target rate: come back sooner.
+		// fifth of what this node needs: come back sooner.
 		life /= 4
 	}
 	if k <= 0 || c < a.unit {
@@ -344,12 +372,7 @@ func (a *allocator) holds(now int64) bool {
 func waterfill(a *allocator, active []int, R float64) []float64 {
 	d := make([]float64, len(active))
 	for i, m := range active {
-		x := a.demand[m]
-		if !math.IsInf(x, 1) {
-			sd := math.Sqrt(x / (2 * a.cfg.Smoothing.Seconds()))
-			x = max(x*(1+a.cfg.Headroom)+a.cfg.Sigmas*sd, 0)
-		}
-		d[i] = x
+		d[i] = shaded(a.cfg, a.demand[m])
 	}
 	sorted := append([]float64(nil), d...)
 	sort.Float64s(sorted)
@@ -369,6 +392,16 @@ func waterfill(a *allocator, active []int, R float64) []float64 {
 		d[i] = min(d[i], level) + extra
 	}
 	return d
+}
+
+// shaded returns a reported demand (units per second) shifted by the
+// configured margins; an unknown demand (+Inf) stays unknown.
+func shaded(cfg *Config, x float64) float64 {
+	if math.IsInf(x, 1) {
+		return x
+	}
+	sd := math.Sqrt(x / (2 * cfg.Smoothing.Seconds()))
+	return max(x*(1+cfg.Headroom)+cfg.Sigmas*sd, 0)
 }
 
 // localGrant is a grant as node reads it on its own clock: it admits in
