@@ -17,11 +17,15 @@
 // the allocator answers with a grant (now, start, end, hold, k, c): admit
 // in [start, end) through a local bucket of rate k and capacity c, whose
 // rate and capacity stay reserved until hold = end + ⌈c/k⌉ (the time a
-// full bucket takes to drain at k). In the model start is the call's time,
-// end = start + L (L/4 when the node's demand is not yet measured or the
-// other nodes still hold more than a fifth of its target rate), and k, c are
-// whole parts of R and of B (RateParts parts of R; levels in units of
-// 1/(RateParts·T), so all arithmetic is exact in int64).
+// full bucket takes to drain at k). In the model start is the call's time
+// and end = start + L; a grant lasts L/4 when the node's demand is not yet
+// measured or when the other nodes still hold more than a fifth of the
+// rate its own demand needs, so that it comes back once they have renewed;
+// with a call budget b (Config.CallBudget) grants last N/(b·Σ demand), at
+// least L and at most a maximum, so that slow limits keep their calls
+// within about b of their decisions. k and c are whole parts of R and of B
+// (RateParts parts of R; levels in units of 1/(RateParts·T), so all
+// arithmetic is exact in int64).
 //
 // The allocator's rule, for node n at time now:
 //
@@ -36,11 +40,12 @@
 //     own older reservations combine with the new one by max, and each
 //     satisfied (I) when it was made).
 //   - A node's target is its max-min fair share (water-filling) of R among
-//     the nodes that hold a reservation or called within 1.25 L, on their
-//     demands shaded by one standard deviation of the estimate (a share
-//     goes to what the node will surely use: in overload an unused share
-//     is lost, while a share below the demand only hands rate to a node
-//     that uses it); demands that leave rate over get it split equally.
+//     the nodes that hold a reservation or called within 1.25 lifetimes of
+//     their grant, on their demands shaded by one standard deviation of
+//     the estimate (a share goes to what the node will surely use: in
+//     overload an unused share is lost, while a share below the demand
+//     only hands rate to a node that uses it); demands that leave rate
+//     over get it split equally.
 //     The capacity is split in proportion to the square root of the
 //     targets (a bucket whose arrivals match its rate refuses about 1/(2c)
 //     of them, and this split minimises the sum), at most what the bucket

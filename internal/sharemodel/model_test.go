@@ -57,6 +57,14 @@ func TestReplay(t *testing.T) {
 			c.Weights = weights(c.Nodes, 10)
 			c.Rotate = 110 * time.Millisecond
 		}},
+		{"lifetimes to a call budget", func(c *Config) {
+			c.Count = 2000
+			c.CallBudget = 0.008
+			c.MaxLifetime = 2 * time.Second
+			c.Duration = 3 * time.Second
+			c.Weights = weights(c.Nodes, 10)
+			c.Rotate = 700 * time.Millisecond
+		}},
 		{"proportional capacity, headroom", func(c *Config) {
 			c.CapSplit = CapProp
 			c.Headroom = 0.1
@@ -80,6 +88,7 @@ func TestReplay(t *testing.T) {
 				if r.Over != 0 || r.Violations != 0 {
 					t.Errorf("%s, factor %v, seed %d: %d over-admissions, %d grants over R or B", c.name, f, seed, r.Over, r.Violations)
 				}
+				// Lifetimes only lengthen under a call budget.
 				bound := int64(cfg.Nodes) * (4*int64(cfg.Duration/cfg.Lifetime) + 2)
 				if r.Calls > bound {
 					t.Errorf("%s, factor %v, seed %d: %d calls, more than %d", c.name, f, seed, r.Calls, bound)
