@@ -49,7 +49,10 @@
 //     The capacity is split in proportion to the square root of the
 //     targets (a bucket whose arrivals match its rate refuses about 1/(2c)
 //     of them, and this split minimises the sum), at most what the bucket
-//     drains in max(τ, L), at least one unit.
+//     drains in max(τ, L), at least one unit. A node whose demand is not
+//     yet measured (its first call) takes at most R/4, and a capacity that
+//     drains within L/4, so that the first caller of a cold key does not
+//     hold the whole funnel while the others start.
 //
 // The invariant, with ρ_n(t) and β_n(t) node n's holdings at t:
 //

@@ -119,14 +119,16 @@ func runRows(t *testing.T, rows []row, win time.Duration, seed uint64) []Result 
 	return out
 }
 
-// formatTable renders the results: calls per decision and per second,
+// formatTable renders the results: calls per decision in the steady
+// window and over the whole run (the start included), calls per second in
+// the steady window,
 // steady under-admission (for a factor above 1, the shortfall from R and
 // from one exact funnel fed the same requests, as shares of R; below 1,
 // the requests the exact funnel admitted and the fleet refused, as a
 // share of its admissions), and over-admissions.
 func formatTable(rows []row, res []Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-35s %10s %8s %8s %8s %8s %5s\n", "rate burst N demand L factor", "calls/dec", "calls/s", "under/R", "vsExact", "missed", "over")
+	fmt.Fprintf(&b, "%-35s %9s %9s %8s %8s %8s %8s %5s\n", "rate burst N demand L factor", "calls/dec", "(run)", "calls/s", "under/R", "vsExact", "missed", "over")
 	for i, r := range rows {
 		x := res[i]
 		underR, vsEx := "-", "-"
@@ -134,7 +136,7 @@ func formatTable(rows []row, res []Result) string {
 			underR = fmt.Sprintf("%.2f%%", 100*x.UnderVsR())
 			vsEx = fmt.Sprintf("%.2f%%", 100*x.UnderVsExact())
 		}
-		fmt.Fprintf(&b, "%-35s %10.4f %8.1f %8s %8s %7.2f%% %5d\n", r, x.CallsPerDecision(), x.CallsPerSecond(),
+		fmt.Fprintf(&b, "%-35s %9.4f %9.4f %8.1f %8s %8s %7.2f%% %5d\n", r, x.SteadyCallsPerDecision(), x.CallsPerDecision(), x.SteadyCallsPerSecond(),
 			underR, vsEx, 100*x.MissedShare(), x.Over)
 	}
 	return b.String()

@@ -137,8 +137,9 @@ type Result struct {
 	// Over is the number of the fleet's admissions that the replay through
 	// one exact funnel refused: over-admissions, which must be 0.
 	Over int64
-	// Calls is the number of allocator calls.
-	Calls int64
+	// Calls is the number of allocator calls; SteadyCalls those made in
+	// the steady window.
+	Calls, SteadyCalls int64
 	// Violations is the number of grants after which the reservations
 	// held more than R or B at some instant (with Config.Check).
 	Violations int64
@@ -154,11 +155,19 @@ type Result struct {
 	R float64
 }
 
-// CallsPerDecision is the allocator calls per request.
+// CallsPerDecision is the allocator calls per request, over the whole
+// simulation.
 func (r Result) CallsPerDecision() float64 { return float64(r.Calls) / float64(max(r.Arrivals, 1)) }
 
-// CallsPerSecond is the allocator calls per second.
-func (r Result) CallsPerSecond() float64 { return float64(r.Calls) / r.Seconds }
+// SteadyCallsPerDecision is the allocator calls per request in the steady
+// window.
+func (r Result) SteadyCallsPerDecision() float64 {
+	return float64(r.SteadyCalls) / float64(max(r.SteadyArrivals, 1))
+}
+
+// SteadyCallsPerSecond is the allocator calls per second in the steady
+// window.
+func (r Result) SteadyCallsPerSecond() float64 { return float64(r.SteadyCalls) / r.SteadySeconds }
 
 // UnderVsR is the steady window's shortfall of admissions from the rate,
 // as a share of the rate: 1 − admitted/(R·window).
@@ -295,6 +304,14 @@ func (a *allocator) call(n int, now int64, demand float64) grant {
 	}
 	cT := int64(share * float64(a.capUnits))
 	drainCap := kT * max(a.tau, a.lifetime) // level units drained in that time
+	if math.IsInf(demand, 1) {
+		// A node whose demand is not yet measured takes at most a quarter
+		// of R, and a capacity that drains within its short grant, so
+		// that the first caller of a cold key does not hold the whole
+		// funnel for τ while the others start.
+		kT = min(kT, RateParts/4)
+		drainCap = kT * (a.lifetime / 4)
+	}
 	cT = max(min(cT, drainCap), a.unit)
 	if cfg.Mutation == CapacityOverB {
 		cT = 2 * a.capUnits / int64(len(active))
@@ -609,6 +626,9 @@ func Run(cfg Config) (Result, error) {
 		nd.inFlight = true
 		nd.sentAt = x
 		res.Calls++
+		if t >= steady {
+			res.SteadyCalls++
+		}
 		seq++
 		heap.Push(&q, event{at: t + oneWay(), seq: seq, node: n, dem: dem})
 	}
