@@ -87,6 +87,9 @@ type Config struct {
 	// Rotate, when positive, moves the weights one node along every Rotate
 	// (node i takes node i−1's weight), so that the demand shifts.
 	Rotate time.Duration
+	// JoinAt, when positive, keeps the last node silent until then: it
+	// joins a fleet already running, whose shares must shrink to let it in.
+	JoinAt time.Duration
 	// Factor is the demand as a multiple of the rate R.
 	Factor float64
 	// Lifetime is L, the length of a grant.
@@ -576,16 +579,13 @@ func Run(cfg Config) (Result, error) {
 			weights[i] = 1
 		}
 	}
-	var wsum float64
-	for _, w := range weights {
-		wsum += w
-	}
 	oneWay := func() int64 {
 		if cfg.MaxOneWay <= 0 {
 			return 0
 		}
 		return rng.Int64N(int64(cfg.MaxOneWay) + 1)
 	}
+	wsum, wsumEarly := sum(weights), sum(weights[:len(weights)-1])
 	lambda := cfg.Factor * R / 1e9 // arrivals per ns
 	var q events
 	var seq int64
@@ -694,7 +694,11 @@ func Run(cfg Config) (Result, error) {
 		now = t
 		nextArrival = t + 1 + int64(rng.ExpFloat64()/lambda)
 		// Which node.
-		n := pickNode(rng.Float64()*wsum, weights, cfg.Rotate, t-epoch)
+		u, ws, total := rng.Float64(), weights, wsum
+		if t-epoch < int64(cfg.JoinAt) {
+			ws, total = weights[:len(weights)-1], wsumEarly // the last node has not joined
+		}
+		n := pickNode(u*total, ws, cfg.Rotate, t-epoch)
 		nd := &nodes[n]
 		x := t + nd.offset
 		nd.count++
@@ -739,6 +743,14 @@ func Run(cfg Config) (Result, error) {
 	}
 	res.Violations = a.violations
 	return res, nil
+}
+
+func sum(w []float64) float64 {
+	var s float64
+	for _, x := range w {
+		s += x
+	}
+	return s
 }
 
 // pickNode maps u in [0, Σw) to a node by weight, the weights moved

@@ -43,6 +43,12 @@ func TestReplay(t *testing.T) {
 			c.Weights = weights(c.Nodes, 10)
 			c.Rotate = 70 * time.Millisecond
 		}},
+		{"a node joins, clocks 100ms apart", func(c *Config) {
+			c.Nodes = 3
+			c.JoinAt = time.Second
+			c.MaxOffset = 100 * time.Millisecond
+		}},
+		{"a node joins, large burst", func(c *Config) { c.Burst = 10000; c.Nodes = 3; c.JoinAt = time.Second }},
 		{"small burst, 3 nodes", func(c *Config) { c.Burst = 10; c.Nodes = 3; c.Weights = weights(3, 10) }},
 		{"small burst, 16 nodes", func(c *Config) { c.Burst = 10 }},
 		{"large burst", func(c *Config) {
@@ -106,43 +112,36 @@ func TestReplay(t *testing.T) {
 // over-admission within a few seeds, while the same settings without the
 // mutation admit nothing over.
 func TestMutations(t *testing.T) {
+	// Most settings are a fleet of three at a few times the rate, whose
+	// third node joins after a second: the others' shares shrink to let
+	// it in while their buckets are full.
+	join := func(burst int64, f float64) func(*Config) {
+		return func(c *Config) {
+			c.Burst = burst
+			c.Nodes = 3
+			c.Factor = f
+			c.JoinAt = time.Second
+		}
+	}
 	cases := []struct {
 		m   Mutation
 		mod func(*Config)
 	}{
 		// The rate and capacity of a grant released at its end, while
 		// the node's bucket drains for up to τ more.
-		{ReleaseAtEnd, func(c *Config) {
-			c.Burst = 10000
-			c.Nodes = 3
-			c.Factor = 3
-			c.Weights = weights(3, 10)
-			c.Rotate = 110 * time.Millisecond
-		}},
-		// Σb = 2B: every node bursts its double share at the start.
+		{ReleaseAtEnd, join(10000, 3)},
+		// Σc = 2B: every node bursts its double share at the start.
 		{CapacityOverB, func(c *Config) { c.Nodes = 3; c.Factor = 1.5 }},
-		// Σr > R while shares move.
-		{RateOverR, func(c *Config) {
-			c.Nodes = 3
-			c.Factor = 1.5
-			c.Weights = weights(3, 10)
-			c.Rotate = 70 * time.Millisecond
-		}},
+		// Σk > R while the shares move.
+		{RateOverR, join(10000, 3)},
 		// A renewal drops the node's earlier grants: its level, up to the
 		// old capacity, is no longer reserved.
-		{ReplaceOnRenew, func(c *Config) {
-			c.Factor = 10
-			c.Weights = weights(c.Nodes, 100)
-			c.Rotate = 110 * time.Millisecond
-		}},
-		// Clocks 100 ms apart read as one.
+		{ReplaceOnRenew, join(10000, 10)},
+		// Clocks up to 100 ms apart read as one: a node behind admits
+		// under its old grant after the allocator has moved its capacity.
 		{NoClockMargin, func(c *Config) {
-			c.Burst = 10
-			c.Nodes = 3
-			c.Factor = 1.5
+			join(10, 3)(c)
 			c.MaxOffset = 100 * time.Millisecond
-			c.Weights = weights(3, 100)
-			c.Rotate = 110 * time.Millisecond
 		}},
 	}
 	for _, c := range cases {
