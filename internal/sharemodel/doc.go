@@ -149,17 +149,17 @@
 //   - Calls: one per node per L, 80 a second for 16 nodes and 15 for 3,
 //     whatever the factor: at 20,000/s 0.0080 per decision at 0.5× and
 //     0.0038 at 1.05× for 16 nodes (unit leases: about 0.13 and 0.027);
-//     at 2,000/s with L = 200 ms 0.08 at 0.5× and 0.038 at 1.05×, and
-//     0.0075 to 0.0088 with lifetimes lengthened to a budget of 0.8% (up
-//     to 2 s).
+//     at 2,000/s with L = 200 ms 0.08 at 0.5× and 0.038 at 1.05×, and at
+//     most 0.0088 with lifetimes lengthened to a budget of 0.8% (up to
+//     2 s).
 //   - Under-admission, demand at or above R: bursts of 500 and 10,000 at
 //     most 1.3% of R (16 nodes, 10:1, 1.5×; 0.8% at 1.05×, equal), and at
 //     most 1.9% with 2 s lifetimes. Burst 10 fails: 3 nodes lose up to
-//     12.5% of R at 1.05× (one exact funnel 3%), 16 nodes 30 to 65% (a
+//     12.6% of R at 1.05× (one exact funnel 3%), 16 nodes 30 to 65% (a
 //     node's part of B = 11 units is under one).
 //   - Below the limit, requests refused that one exact funnel admits: at
 //     most 1% of its admissions for bursts of 500 and 10,000 (1.7% with 2 s
-//     lifetimes), 10% for burst 10 on 3 nodes at 0.9×.
+//     lifetimes), about 10% for burst 10 on 3 nodes at 0.9×.
 //
 // # What Redis would need
 //
