@@ -74,8 +74,9 @@
 // largest capacity among the grants it may admit under at that instant;
 // between admissions ℓ falls at the largest rate among the grants it may
 // drain under (0 when there is none). Only differences of the node's own
-// clock count: its rate is taken to be the allocator's (a drift ε would
-// shorten both windows by ε·(L + τ)). The node renews on a timer a few
+// clock count: its rate is taken to be the allocator's (a clock whose rate
+// may differ from it by ε would end both windows sooner by ε times their
+// length from s, and drain at k/(1+ε)). The node renews on a timer a few
 // round trips before end + s − now (prefetch), reporting its demand,
 // unless it had no request since its last call: then the grant lapses and
 // its rate goes back to the pool when its hold passes.
