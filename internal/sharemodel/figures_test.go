@@ -22,7 +22,8 @@ type row struct {
 	nodes        int
 	unequal      bool
 	factor       float64
-	budget       bool // grants lengthened to a call budget of 0.8% (up to 2 s)
+	budget       bool          // grants lengthened to a call budget of 0.8% (up to 2 s)
+	rotate       time.Duration // the heavy node moves on every rotate
 }
 
 // config returns the row's simulation: L = 200 ms, round trips up to
@@ -32,7 +33,7 @@ func (r row) config(win time.Duration, seed uint64) Config {
 	cfg := Config{
 		Count: r.count, Period: time.Second, Burst: r.burst, Nodes: r.nodes, Factor: r.factor,
 		Lifetime: 200 * time.Millisecond, MaxOneWay: 100 * time.Microsecond, MaxOffset: time.Millisecond,
-		Seed: seed, Sigmas: -1, CapSplit: CapSqrt,
+		Seed: seed, Sigmas: -1, CapSplit: CapSqrt, Shift: 1.3, Grace: 5 * time.Millisecond,
 	}
 	if r.unequal {
 		cfg.Weights = weights(r.nodes, 10)
@@ -40,6 +41,7 @@ func (r row) config(win time.Duration, seed uint64) Config {
 	if r.budget {
 		cfg.CallBudget, cfg.MaxLifetime = 0.008, 2*time.Second
 	}
+	cfg.Rotate = r.rotate
 	cfg.Steady = time.Second
 	if r.factor > 1 {
 		// Twice the time one exact funnel takes to spend its burst: the
@@ -59,12 +61,15 @@ func (r row) String() string {
 	d := "equal"
 	if r.unequal {
 		d = "10:1"
+		if r.rotate > 0 {
+			d = fmt.Sprintf("10:1↻%v", r.rotate)
+		}
 	}
 	l := "0.2s"
 	if r.budget {
 		l = "≤2s"
 	}
-	return fmt.Sprintf("%6d/s %5d %2d %-5s %4s %6.2f", r.count, r.burst, r.nodes, d, l, r.factor)
+	return fmt.Sprintf("%6d/s %5d %2d %-12s %4s %6.2f", r.count, r.burst, r.nodes, d, l, r.factor)
 }
 
 // weights returns n weights: the first heavy, the others 1.
@@ -128,7 +133,7 @@ func runRows(t *testing.T, rows []row, win time.Duration, seed uint64) []Result 
 // share of its admissions), and over-admissions.
 func formatTable(rows []row, res []Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-35s %9s %9s %8s %8s %8s %8s %5s\n", "rate burst N demand L factor", "calls/dec", "(run)", "calls/s", "under/R", "vsExact", "missed", "over")
+	fmt.Fprintf(&b, "%-42s %9s %9s %8s %8s %8s %8s %5s\n", "rate burst N demand L factor", "calls/dec", "(run)", "calls/s", "under/R", "vsExact", "missed", "over")
 	for i, r := range rows {
 		x := res[i]
 		underR, vsEx := "-", "-"
@@ -136,7 +141,7 @@ func formatTable(rows []row, res []Result) string {
 			underR = fmt.Sprintf("%.2f%%", 100*x.UnderVsR())
 			vsEx = fmt.Sprintf("%.2f%%", 100*x.UnderVsExact())
 		}
-		fmt.Fprintf(&b, "%-35s %9.4f %9.4f %8.1f %8s %8s %7.2f%% %5d\n", r, x.SteadyCallsPerDecision(), x.CallsPerDecision(), x.SteadyCallsPerSecond(),
+		fmt.Fprintf(&b, "%-42s %9.4f %9.4f %8.1f %8s %8s %7.2f%% %5d\n", r, x.SteadyCallsPerDecision(), x.CallsPerDecision(), x.SteadyCallsPerSecond(),
 			underR, vsEx, 100*x.MissedShare(), x.Over)
 	}
 	return b.String()
@@ -149,9 +154,9 @@ func TestShareFigures(t *testing.T) {
 	win := *window
 	if !*figures {
 		rows = []row{
-			{20000, 500, 16, false, 1.05, false}, {20000, 500, 16, true, 2, false}, {20000, 10000, 3, true, 0.9, false},
-			{2000, 10, 3, false, 10, false}, {2000, 500, 16, true, 1.2, false}, {20000, 10, 16, false, 0.5, false},
-			{2000, 500, 16, true, 0.5, true},
+			{20000, 500, 16, false, 1.05, false, 0}, {20000, 500, 16, true, 2, false, 0}, {20000, 10000, 3, true, 0.9, false, 0},
+			{2000, 10, 3, false, 10, false, 0}, {2000, 500, 16, true, 1.2, false, 0}, {20000, 10, 16, false, 0.5, false, 0},
+			{2000, 500, 16, true, 0.5, true, 0}, {20000, 500, 16, true, 1.5, false, 250 * time.Millisecond},
 		}
 		win = 300 * time.Millisecond
 	}
@@ -163,8 +168,17 @@ func TestShareFigures(t *testing.T) {
 			for _, n := range []int{3, 16} {
 				for _, u := range []bool{false, true} {
 					for _, f := range []float64{0.5, 0.9, 1.05, 1.2, 1.5, 2, 10, 100} {
-						rows = append(rows, row{lim[0], lim[1], n, u, f, true})
+						rows = append(rows, row{lim[0], lim[1], n, u, f, true, 0})
 					}
+				}
+			}
+		}
+		// Shifting demand: the heavy node (10:1) moves on every second or
+		// every quarter second.
+		for _, lim := range [][2]int64{{20000, 500}, {2000, 500}} {
+			for _, rot := range []time.Duration{time.Second, 250 * time.Millisecond} {
+				for _, f := range []float64{0.9, 1.05, 1.5, 2} {
+					rows = append(rows, row{lim[0], lim[1], 16, true, f, false, rot})
 				}
 			}
 		}

@@ -35,6 +35,10 @@ const (
 	// the allocator (their rate and capacity are no longer reserved) and in
 	// the node (which drains and admits under the newest grant only).
 	ReplaceOnRenew
+	// NoTruncation has the allocator end a node's older grants at a call
+	// (Config.Grace) while the node goes on draining them until their
+	// original hold.
+	NoTruncation
 	// NoClockMargin has the node read the allocator's times as its own
 	// clock's, without the round trip's bounds on their difference.
 	NoClockMargin
@@ -53,6 +57,8 @@ func (m Mutation) String() string {
 		return "rate-over-R"
 	case ReplaceOnRenew:
 		return "replace-on-renew"
+	case NoTruncation:
+		return "no-truncation"
 	case NoClockMargin:
 		return "no-clock-margin"
 	}
@@ -121,6 +127,19 @@ type Config struct {
 	// nodes.
 	CallBudget  float64
 	MaxLifetime time.Duration
+	// Shift, when positive, has a node renew early (at least L/8 after its
+	// last call) when its arrivals since that call are off the demand it
+	// reported by more than a factor Shift−1 of it and by more than four
+	// standard deviations (of a Poisson count); it then reports their
+	// rate, unsmoothed.
+	Shift float64
+	// Grace, when positive, has each call end the node's older grants
+	// Grace after it is served: the node admits under them until Grace
+	// after it sends the call, and drains under them until then plus
+	// ⌈c/k⌉, so that the allocator can release them then (a node whose
+	// share shrank gives it back within Grace + τ, not at its old grant's
+	// end). Grace must exceed the round trip, or the node pauses.
+	Grace time.Duration
 	// Smoothing is the time constant of a node's demand average.
 	Smoothing time.Duration
 	// Mutation breaks one rule on purpose (tests only).
@@ -240,6 +259,14 @@ func (a *allocator) usage(m int, t int64) (k, c int64) {
 func (a *allocator) call(n int, now int64, demand float64) grant {
 	cfg := a.cfg
 	a.demand[n] = demand
+	if cfg.Grace > 0 {
+		// The node stopped admitting under its older grants Grace after
+		// it sent this call (before now), and drains them by then plus
+		// ⌈c/k⌉: their hold ends there.
+		for i, r := range a.res[n] {
+			a.res[n][i].hold = min(r.hold, now+int64(cfg.Grace)+(r.c+r.k-1)/r.k)
+		}
+	}
 	life := a.lifetime
 	if cfg.CallBudget > 0 {
 		// Lengthen the grants until the fleet's calls, about one per live
@@ -448,6 +475,7 @@ type node struct {
 	demand   float64
 	measured bool
 	everSent bool
+	reported float64 // the demand of the last call
 }
 
 // drainTo brings the level to local time x: it falls at the largest rate
@@ -601,14 +629,23 @@ func Run(cfg Config) (Result, error) {
 	nextArrival := now + int64(rng.ExpFloat64()/lambda)
 	margin := 2*int64(2*cfg.MaxOneWay) + int64(100*time.Microsecond)
 
-	send := func(n int, t int64) {
+	send := func(n int, t int64, shifted bool) {
 		nd := &nodes[n]
 		x := t + nd.offset
 		dem := math.Inf(1)
+		if cfg.Grace > 0 {
+			// Older grants end Grace after this call is sent.
+			for i, g := range nd.grants {
+				nd.grants[i].admitTo = min(g.admitTo, x+int64(cfg.Grace))
+				if cfg.Mutation != NoTruncation {
+					nd.grants[i].drainTo = min(g.drainTo, x+int64(cfg.Grace)+(g.c+g.k-1)/g.k)
+				}
+			}
+		}
 		if nd.everSent {
 			if span := x - nd.reportAt; span > 0 {
 				inst := float64(nd.count) / (float64(span) / 1e9)
-				if !nd.measured {
+				if !nd.measured || shifted {
 					nd.demand = inst
 					nd.measured = true
 				} else {
@@ -620,6 +657,7 @@ func Run(cfg Config) (Result, error) {
 				dem = nd.demand
 			}
 		}
+		nd.reported = dem
 		nd.everSent = true
 		nd.count = 0
 		nd.reportAt = x
@@ -651,7 +689,7 @@ func Run(cfg Config) (Result, error) {
 				// Renew ahead of the grant's end, if the node had requests
 				// since its last call; otherwise the grant lapses.
 				if nd := &nodes[ev.node]; !nd.inFlight && nd.count > 0 && nd.renewSeq == ev.seq {
-					send(ev.node, now)
+					send(ev.node, now, false)
 				}
 				continue
 			}
@@ -705,7 +743,17 @@ func Run(cfg Config) (Result, error) {
 		if !nd.inFlight && x >= nd.renewAt {
 			// A node without a live grant (its first request, or its
 			// grant lapsed) calls at once.
-			send(n, t)
+			send(n, t, false)
+		} else if cfg.Shift > 0 && !nd.inFlight && nd.measured && x-nd.reportAt >= a.lifetime/8 && nd.count >= 8 {
+			// Renew early when the demand has shifted.
+			// Its count since the last call is off the reported demand by
+			// more than the factor and than four standard deviations of a
+			// Poisson count.
+			want := nd.reported * float64(x-nd.reportAt) / 1e9
+			dev := math.Abs(float64(nd.count) - want)
+			if dev > (cfg.Shift-1)*want && dev > 4*math.Sqrt(want) {
+				send(n, t, true)
+			}
 		}
 		nd.drainTo(x)
 		admit := false
