@@ -81,6 +81,18 @@
 // unless it had no request since its last call: then the grant lapses and
 // its rate goes back to the pool when its hold passes.
 //
+// Two refinements let shares follow demand that moves between nodes. A
+// node renews early, at least L/8 after its last call, when its arrivals
+// since that call are off the demand it reported by more than 30% and by
+// more than four standard deviations of a Poisson count; it then reports
+// their rate unsmoothed. And every call ends the node's older grants: the
+// node admits under them only until s + g and drains under them only
+// until s + g + ⌈c/k⌉ (g a grace of 5 ms, well above a round trip; a node
+// whose answer is later pauses), and the allocator cuts their holds to
+// now + g + ⌈c/k⌉, which on the node's clock reads at or after those
+// instants. So a node whose share shrank gives it back within g + τ of
+// its call, not when its old grant would have ended.
+//
 // # Why the fleet never admits more than one exact funnel
 //
 // Let G(t) be the level of one exact funnel fed every admission of the
@@ -100,7 +112,9 @@
 //     drains at k_g or more until hold_g − δ (δ ≥ 0 the same for both, the
 //     part of the round trip after the decision), at least ⌈c_g/k_g⌉ after
 //     u, by which time ℓ_n is 0. Before that t < hold_g, and g's
-//     reservation holds β_n(t) ≥ c_g ≥ ℓ_n(t).
+//     reservation holds β_n(t) ≥ c_g ≥ ℓ_n(t). A later call that ends g
+//     moves its end to at most now' + g and its hold to now' + g +
+//     ⌈c_g/k_g⌉ on both sides, and the same argument holds with them.
 //  4. So when node n admits at t: G(t) + 1 ≤ Σ_{m≠n} ℓ_m(t) + ℓ_n(t) + 1 ≤
 //     Σ_{m≠n} β_m(t) + β_n(t) ≤ B (the node admits only if ℓ_n + 1 is within
 //     the capacity of a grant live at t), and the exact funnel admits it too.
@@ -113,15 +127,18 @@
 // released at its end rather than its hold, Σc = 2B, grants past R while
 // the others still hold their rate, a renewal that forgets the node's
 // earlier grants (its level, up to the old capacity, no longer reserved),
-// and the node reading the allocator's times as its own clock's: in each
-// case the replay finds an over-admission within a few seeds.
+// older grants ended in the allocator but still drained by the node, and
+// the node reading the allocator's times as its own clock's: in each case
+// the replay finds an over-admission within 20 seeds. The allocator also
+// checks (I) after every grant (Config.Check).
 //
 // # What it costs
 //
 // Calls: about one per node per L (a grant lasts L, renewals need one
-// round trip of margin), plus up to four per L for a node whose demand is
-// unmeasured or whose target the others still hold: bounded by N and L,
-// whatever the traffic or the rate. Calls per decision are that divided by
+// round trip of margin); a node whose demand is unmeasured, or whose
+// needs the others still hold, comes back after L/4, and one whose demand
+// shifts renews early, never within L/8 of its last call: at most 8 per
+// node and L, bounded by N and L whatever the traffic or the rate. Calls per decision are that divided by
 // the traffic, N/(L·f·R): at L = 200 ms, 16 nodes make about 80 calls a
 // second, 0.004/f per decision at 20,000/s but 0.04/f at 2,000/s.
 //
@@ -133,34 +150,42 @@
 // burst 10 on 16 nodes a node's share of B is under one unit and at most
 // 11 nodes can hold a share at all), and (c) capacity and rate held by
 // reservations whose bucket is already empty (the hold after a lapse or a
-// shrink, up to max(τ, L)). Below the limit every node gets its demand
+// shrink, up to max(τ, L)), and (d) the time shares take to follow demand
+// that moves: a share cannot be taken back before its holder calls, so
+// each move costs about the detection (L/8 or more), the holder's grace
+// and tail (g + τ), and the new holder's next call. Below the limit every node gets its demand
 // plus an equal part of the rest, and what is lost is the bursts a local
 // bucket of B/N cannot absorb that one bucket of B would.
 //
 // # Measured
 //
 // go test ./internal/sharemodel -run TestShareFigures -v -args -figures
-// simulates the table (about 20 s on two cores): rates 20,000/s (bursts 10,
+// simulates the table (about 30 s on two cores): rates 20,000/s (bursts 10,
 // 500, 10,000) and 2,000/s (bursts 10, 500), 3 and 16 nodes, equal and
 // 10:1 demand, factors 0.5 to 100, L = 200 ms, Poisson arrivals, one-way
 // delays up to 100 µs, clocks up to 1 ms apart; then the 2,000/s rows again
-// with grants lengthened to a call budget. No row over-admits. In the
+// with grants lengthened to a call budget, and 10:1 demand whose heavy node
+// moves every second or every quarter second. No row over-admits. In the
 // steady window:
 //
 //   - Calls: one per node per L, 80 a second for 16 nodes and 15 for 3,
-//     whatever the factor: at 20,000/s 0.0080 per decision at 0.5× and
-//     0.0038 at 1.05× for 16 nodes (unit leases: about 0.13 and 0.027);
-//     at 2,000/s with L = 200 ms 0.08 at 0.5× and 0.038 at 1.05×, and at
-//     most 0.0088 with lifetimes lengthened to a budget of 0.8% (up to
-//     2 s).
-//   - Under-admission, demand at or above R: bursts of 500 and 10,000 at
-//     most 1.3% of R (16 nodes, 10:1, 1.5×; 0.8% at 1.05×, equal), and at
-//     most 1.9% with 2 s lifetimes. Burst 10 fails: 3 nodes lose up to
-//     12.6% of R at 1.05× (one exact funnel 3%), 16 nodes 30 to 65% (a
-//     node's part of B = 11 units is under one).
+//     whatever the factor: at 20,000/s 0.008 per decision at 0.5× and
+//     0.004 at 1.05× for 16 nodes (unit leases: about 0.13 and 0.027); at
+//     2,000/s with L = 200 ms 0.08 at 0.5× and 0.039 at 1.05×, and at most
+//     0.0085 with lifetimes lengthened to a budget of 0.8% (up to 2 s).
+//   - Under-admission, demand at or above R, steady demand: bursts of 500
+//     and 10,000 at most 1.5% of R (1.3% at 20,000/s), 2.1% with 2 s
+//     lifetimes. Burst 10 fails: 3 nodes lose up to 12.6% of R at 1.05×
+//     (one exact funnel 3%), 16 nodes 30 to 65% (a node's part of B = 11
+//     units is under one unit).
+//   - Demand that moves: 4.1% of R at 1.05× when the heavy node moves
+//     every second (7.2% at 2,000/s), 14.4% every quarter second; 1.9% and
+//     3.4% at 1.5×; nothing from 2× on.
 //   - Below the limit, requests refused that one exact funnel admits: at
-//     most 1% of its admissions for bursts of 500 and 10,000 (1.7% with 2 s
-//     lifetimes), about 10% for burst 10 on 3 nodes at 0.9×.
+//     most 0.8% of its admissions for bursts of 500 and 10,000 (1.1% with
+//     2 s lifetimes; 3.4% with demand moving every second, 6.1% at
+//     2,000/s, 15% every quarter second), about 10% for burst 10 on 3
+//     nodes at 0.9×.
 //
 // # What Redis would need
 //
@@ -169,7 +194,8 @@
 // restarted process never inherits a level it does not know), holding its
 // live reservations (start, hold, k, c, at most two or three: the current
 // grant and the ones still draining), its last demand and the time of its
-// last call, all in Redis time (TIME, in µs). The script prunes the
+// last call, all in Redis time (TIME, in µs). The script cuts the
+// caller's older reservations to now + g + ⌈c/k⌉, prunes the
 // reservations whose hold has passed, sums the others' holdings at now
 // (O(N)), water-fills (O(N log N) on N ≤ a few dozen), appends the new
 // reservation, sets the hash's expiry to the largest hold, and answers
@@ -188,9 +214,11 @@
 // plain decisions) while the TAT key holds a TAT in the future, which
 // catches a mix within τ in one direction only. Funnel's own plain
 // decisions on a share-leased key could go through the same script as a
-// pool: a bucket kept in Redis at the rate and capacity the shares leave
-// (R − Σρ(now), B − Σβ(now) less its own level), exact because its level
-// and clock are Redis's; that is also the hybrid refinement (a node's
-// overflow beyond its share decided in the pool), which this model does
-// not simulate.
+// pool: a bucket kept in Redis that drains at whatever rate the shares
+// leave at each instant, R − Σρ(t), and whose level p the grants leave
+// room for (c ≤ B − Σβ − p), exact because its level and clock are
+// Redis's. That is also the hybrid refinement (a node's overflow beyond
+// its share decided in the pool), which this model does not simulate: in
+// overload the shares hold all of R, so a pool would need rate kept back
+// from them, and every request decided in it is a call.
 package sharemodel
