@@ -89,7 +89,7 @@ func TestReplay(t *testing.T) {
 			c.Sigmas = 2
 		}},
 	}
-	factors := []float64{0.5, 1.05, 3, 30}
+	factors := []float64{0.5, 1.05, 3, 10}
 	if testing.Short() {
 		factors = []float64{1.05, 3}
 	}
