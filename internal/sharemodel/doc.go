@@ -148,7 +148,7 @@
 // the refusals of a node whose arrivals match its share (≈ 1/(2c) of
 // them with capacity c, so small bursts split N ways lose most: with
 // burst 10 on 16 nodes a node's share of B is under one unit and at most
-// 11 nodes can hold a share at all), and (c) capacity and rate held by
+// 11 nodes can hold a share at all), (c) capacity and rate held by
 // reservations whose bucket is already empty (the hold after a lapse or a
 // shrink, up to max(τ, L)), and (d) the time shares take to follow demand
 // that moves: a share cannot be taken back before its holder calls, so
@@ -194,7 +194,8 @@
 // restarted process never inherits a level it does not know), holding its
 // live reservations (start, hold, k, c, at most two or three: the current
 // grant and the ones still draining), its last demand and the time of its
-// last call, all in Redis time (TIME, in µs). The script cuts the
+// last call, all in Redis time (TIME, in µs, the grant's end rounded
+// down and its hold up). The script cuts the
 // caller's older reservations to now + g + ⌈c/k⌉, prunes the
 // reservations whose hold has passed, sums the others' holdings at now
 // (O(N)), water-fills (O(N log N) on N ≤ a few dozen), appends the new
