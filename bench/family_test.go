@@ -187,23 +187,33 @@ func benchDecide(b *testing.B, scenario string, decide func(context.Context, str
 // each decision is one script call): redis-µs/op is the CPU Redis spent in
 // the scripts per decision (INFO commandstats), redis-cpu-µs/op the whole
 // process's. redis_rate's script is the anchor (BenchmarkRedis has it too).
+//
+// The par32 rows run 32 callers per CPU at once, as BenchmarkRedis's do:
+// the store then decides the takes of a funnel, a delaying bucket and a
+// window in batches (one script call for several decisions), the others
+// one call each.
 func BenchmarkFamilyRedis(b *testing.B) {
 	srv := redistest.StartServer(b)
-	for _, scenario := range []string{"hot", "keys100k"} {
-		for _, c := range familyCases {
-			b.Run(scenario+"/funnel-"+c.name, func(b *testing.B) {
-				benchFamilyRedis(b, srv, scenario, c)
-			})
-		}
-		for _, l := range redisLimiters {
-			if l.name == "redis_rate" {
-				b.Run(scenario+"/"+l.name, func(b *testing.B) { benchRedis(b, srv, l, scenario, 0) })
+	for _, mode := range []struct {
+		prefix   string
+		parallel int
+	}{{"", 0}, {"par32/", 32}} {
+		for _, scenario := range []string{"hot", "keys100k"} {
+			for _, c := range familyCases {
+				b.Run(mode.prefix+scenario+"/funnel-"+c.name, func(b *testing.B) {
+					benchFamilyRedis(b, srv, scenario, c, mode.parallel)
+				})
+			}
+			for _, l := range redisLimiters {
+				if l.name == "redis_rate" {
+					b.Run(mode.prefix+scenario+"/"+l.name, func(b *testing.B) { benchRedis(b, srv, l, scenario, mode.parallel) })
+				}
 			}
 		}
 	}
 }
 
-func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c familyCase) {
+func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c familyCase, parallel int) {
 	ctx := context.Background()
 	admin := srv.Client()
 	if err := admin.FlushAll(ctx).Err(); err != nil { // the benchmark's own server
@@ -222,7 +232,7 @@ func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c fa
 		b.Fatal(err)
 	}
 	cpuBefore := redisCPU(b, srv)
-	benchDecide(b, scenario, decide, 0)
+	benchDecide(b, scenario, decide, parallel)
 	cpuAfter := redisCPU(b, srv)
 	calls, usec := scriptStats(b, srv)
 	if calls == 0 {
