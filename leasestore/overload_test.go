@@ -116,8 +116,10 @@ func steadyAfter(p gcra.Params, factor float64) int64 {
 
 // TestOverloadModel measures steady overload in the model: 20,000/s with
 // bursts of 500 (leased for 12.5 ms) and 10,000 (200 ms), 3 and 16 nodes,
-// equal and 10:1 demand, 1.05× to 100× the rate, round trips of 0 and up to
-// 100 µs each way (the simulation runs one request at a time, so that a
+// equal and 10:1 demand, 1.05× to 100× the rate, and below it, 0.5× and
+// 0.9× (where the under-admission is the requests refused that one exact
+// funnel admits, and the calls per decision the cost), round trips of 0
+// and up to 100 µs each way (the simulation runs one request at a time, so that a
 // round trip stops every node's arrivals: those due meanwhile arrive
 // together when it is back, which keeps the load, and longer round trips
 // would bunch them more; and a lease call made in the background takes
@@ -145,7 +147,7 @@ func TestOverloadModel(t *testing.T) {
 				if unequal {
 					w[0] = 10
 				}
-				for _, f := range []float64{1.05, 1.2, 1.5, 2, 10, 100} {
+				for _, f := range []float64{0.5, 0.9, 1.05, 1.2, 1.5, 2, 10, 100} {
 					if !*overloadFigures && (nodes > 3 || f > 10 || f < 2 || unequal) {
 						continue
 					}
