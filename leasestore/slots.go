@@ -5,18 +5,23 @@ package leasestore
 // units that fitted in the tolerance at once, then future-dated units one
 // interval apart (gcra.LeaseSlot). On this process's clock, unit j is
 // spendable from at+delay(j) (at: when the answer was back, so that its
-// slot has certainly come) until exp+delay(j) (exp: when the request was
-// sent plus the key's lifetime, so that it is spent less than a lifetime
-// after its slot), and units are spent in order.
+// slot has certainly come) until exp+delay(j)+ext(j) (exp: when the
+// request was sent plus the key's lifetime, so that it is spent less than
+// its lifetime after its slot; ext(j) = min(ext+j·step, most), the
+// extension of its lifetime under contention, see Store.extension), and
+// units are spent in order. Both delay and ext grow with j, so the units
+// end in order.
 type slots struct {
 	n     int64 // units granted
 	next  int64 // the first unit neither spent nor passed over
 	last  int64 // the unit after the last one spent
 	used  int64 // units spent
 	at    int64 // local time unit 0 matures
-	exp   int64 // local time unit 0 ends
+	exp   int64 // local time unit 0 ends, without its extension
 	off   int64 // delay(j) = max(0, off+j·step)
 	step  int64
+	ext   int64 // ext(j) = min(ext+j·step, most), at least 0
+	most  int64
 	end   int64 // the key's TAT right after the grant (Redis time): the give-back's compare
 	early bool  // tests only: units spendable before their slot (a mutation)
 }
@@ -34,9 +39,67 @@ func (b *slots) upto(lim int64) int64 {
 	return (lim-b.off)/b.step + 1
 }
 
+// ended is the number of units j with delay(j)+ext(j) <= lim: the units
+// ended at exp+lim.
+func (b *slots) ended(lim int64) int64 {
+	if b.most == 0 {
+		return b.upto(lim)
+	}
+	// delay(j) is 0 before unit ja, off+j·step from it on; ext(j) is
+	// ext+j·step before unit jb, most from it on: on each of the three
+	// runs of units between them, delay(j)+ext(j) is c+d·j. It grows
+	// with j, so the units it counts on each run add up.
+	ja, jb := b.n, b.n
+	switch {
+	case b.off > 0:
+		ja = 0
+	case b.step > 0:
+		ja = min(ja, -b.off/b.step+1)
+	}
+	switch {
+	case b.ext >= b.most:
+		jb = 0
+	case b.step > 0:
+		jb = min(jb, (b.most-b.ext+b.step-1)/b.step)
+	}
+	j1, j2 := min(ja, jb), max(ja, jb)
+	var k int64
+	for _, run := range [3][2]int64{{0, j1}, {j1, j2}, {j2, b.n}} {
+		lo, hi := run[0], run[1]
+		if lo >= hi {
+			continue
+		}
+		var c, d int64
+		if lo >= ja {
+			c, d = b.off, b.step
+		}
+		if lo >= jb {
+			c += b.most
+		} else {
+			c, d = c+b.ext, d+b.step
+		}
+		switch {
+		case d == 0 && c <= lim:
+			k += hi - lo
+		case d > 0:
+			k += min(max(floorDiv(lim-c, d)+1-lo, 0), hi-lo)
+		}
+	}
+	return k
+}
+
+// floorDiv is x/y rounded down, for y > 0.
+func floorDiv(x, y int64) int64 {
+	q := x / y
+	if x%y != 0 && x < 0 {
+		q--
+	}
+	return q
+}
+
 // first is the first unit still spendable or to come at now: not spent,
 // not passed over, not ended.
-func (b *slots) first(now int64) int64 { return max(b.next, b.upto(now-b.exp)) }
+func (b *slots) first(now int64) int64 { return max(b.next, b.ended(now-b.exp)) }
 
 // mature is the number of units whose slot has come at now.
 func (b *slots) mature(now int64) int64 {
