@@ -24,8 +24,8 @@
 //     forfeited. ℓ is L_k, extended under contention by how far the
 //     funnel's TAT was ahead of Redis's time before the unit: unit j of a
 //     grant (0 for the first) whose funnel was d ahead before it lives
-//     ℓ_j = L_k + min(d+j·T, τ'−T, L−L_k), so at most min(L, τ−T), and
-//     the units of a grant end one interval apart.
+//     ℓ_j = L_k + min(d+j·T, τ'−T, L−L_k), so at most min(L, τ−T)
+//     (where L−L_k ≥ τ'−T, a grant's units end one interval apart).
 //   - Unspent units go back only if the key's TAT is still the lease's
 //     end (a compare-and-set in the lease call), and only the units after
 //     the last one spent; others are forfeited.
@@ -51,7 +51,7 @@
 //     base = max(X, n) takes units ending at x_j = base+(j+1)·T, and unit
 //     j's slot is σ_j = max(n, x_j−τ'): then X ≤ σ_j+τ'−T before it, which
 //     is Z ≤ σ_j+τ−T, step 2's condition. After it, the ends' TAT is
-//     max(Z, σ_j+ℓ)+T, and X moves to x_j (Z to x_j+L_k) exactly when
+//     max(Z, σ_j+ℓ_j)+T, and X moves to x_j (Z to x_j+L_k) exactly when
 //     σ_j+ℓ_j−L_k ≤ max(X, n) before the unit. With ℓ_j = L_k that always
 //     holds (σ_j ≤ max(X, n)): the funnel as before. Before unit j,
 //     max(X, n) is base+j·T = n+d+j·T (d = base−n; x_{j−1} from the
@@ -59,18 +59,17 @@
 //     holds for the units granted at once (σ_j = n), and with
 //     δ_j ≤ τ'−T for the future-dated ones (σ_j = x_j−τ' = x_{j−1}+T−τ').
 //     So the units' longer lives cost the funnel nothing: it is the same
-//     sequence of TATs as ever. A
-//     cold key's plain decision under the reduced funnel is a unit spent
-//     at n, whose end n is before n+L_k. Units never spent only lower the
-//     ends' TAT. A give-back, applied only when nothing followed the
-//     lease and only of the units after the last one spent, removes the
-//     last units of the sequence, each of which had moved X by T: X less
-//     their T's is at least what X would be without them (clamped to n,
-//     higher still). The units given back are debited again by the next
-//     lease.
+//     sequence of TATs as ever. A cold key's plain decision under the
+//     reduced funnel is a unit spent at n, whose end n is before n+L_k.
+//     Units never spent only lower the ends' TAT. A give-back, applied
+//     only when nothing followed the lease and only of the units after
+//     the last one spent, removes the last units of the sequence, each of
+//     which had moved X by T: X less their T's is at least what X would
+//     be without them (clamped to n, higher still). The units given back
+//     are debited again by the next lease.
 //  4. On the node's clock a unit is spendable from when the answer came
 //     back plus σ−n (Redis decided before), until when the request was
-//     sent plus ℓ+σ−n (Redis decided after). Only differences of the
+//     sent plus ℓ_j+σ−n (Redis decided after). Only differences of the
 //     node's clock count; its rate is taken to be Redis's. By step 2 the
 //     admissions conform to the configured funnel.
 //
