@@ -631,7 +631,8 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	ext, most := s.extension(e, r, e.lead)
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
-	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, ext: ext, most: most, end: g.TAT, early: s.earlyUnits}
+	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
+	l.extend(ext, most)
 	s.stats.forfeited.Add(e.leases.add(l))
 	return nil
 }
