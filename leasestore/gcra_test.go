@@ -336,10 +336,14 @@ func TestGCRALeasedReplies(t *testing.T) {
 // The command's lease time is Redis's in whole milliseconds, up to one
 // before the call ran: a lease made 999 µs into a millisecond ends a
 // millisecond before its key's lifetime after the call, so that no token
-// is spent more than L_k after its slot: 12 ms after the call, 12.999 ms
-// after its slot (the call's Redis time, 999 µs before it), past
-// L_k = 12.5 ms, the tokens held are not spent from memory (without the
-// millisecond, they would be).
+// is spent more than its lifetime after its slot: L_k = 12.5 ms, extended
+// by how far the funnel was ahead of the token (the cold decisions before
+// the lease left it 350 µs ahead, and each token before it one interval
+// more: 0.35 to 0.7 ms). 12.4 ms after the call, 13.399 ms after their
+// slot (the call's Redis time, 999 µs before it), past every token's
+// lifetime, the tokens held are not spent from memory (without the
+// millisecond, they would be: their lives end 12.85 to 13.2 ms after the
+// call).
 func TestGCRALeaseEndsAMillisecondEarly(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -369,7 +373,7 @@ func TestGCRALeaseEndsAMillisecondEarly(t *testing.T) {
 	if s.Stats().Local != st.Local+1 {
 		t.Fatalf("not spent from the lease 11 ms after it: %+v", s.Stats())
 	}
-	c.t.Add(int64(time.Millisecond))
+	c.t.Add(int64(1400 * time.Microsecond))
 	call()
 	if s.Stats().Local != st.Local+1 {
 		t.Fatalf("spent from the lease within its last millisecond: %+v", s.Stats())

@@ -20,10 +20,12 @@
 //     admission, it conforms to the reduced funnel (gcra.LeaseSlot): the
 //     call's Redis time for the units that fitted at once, later for
 //     future-dated ones. A unit is spent no earlier than its slot and
-//     less than its grant's lifetime ℓ after it; a unit not spent by then
-//     is forfeited. ℓ is L_k, extended under contention by how far the
-//     funnel's TAT was ahead of Redis's time before the grant, d:
-//     ℓ = L_k + min(d, τ'−T, L−L_k), so at most min(L, τ−T).
+//     less than its lifetime ℓ after it; a unit not spent by then is
+//     forfeited. ℓ is L_k, extended under contention by how far the
+//     funnel's TAT was ahead of Redis's time before the unit: unit j of a
+//     grant (0 for the first) whose funnel was d ahead before it lives
+//     ℓ_j = L_k + min(d+j·T, τ'−T, L−L_k), so at most min(L, τ−T)
+//     (where L−L_k ≥ τ'−T, a grant's units end one interval apart).
 //   - Unspent units go back only if the key's TAT is still the lease's
 //     end (a compare-and-set in the lease call), and only the units after
 //     the last one spent; others are forfeited.
@@ -49,24 +51,25 @@
 //     base = max(X, n) takes units ending at x_j = base+(j+1)·T, and unit
 //     j's slot is σ_j = max(n, x_j−τ'): then X ≤ σ_j+τ'−T before it, which
 //     is Z ≤ σ_j+τ−T, step 2's condition. After it, the ends' TAT is
-//     max(Z, σ_j+ℓ)+T, and X moves to x_j (Z to x_j+L_k) exactly when
-//     σ_j+ℓ−L_k ≤ max(X, n) before the unit. With ℓ = L_k that always
-//     holds (σ_j ≤ max(X, n)): the funnel as before. With the extension
-//     δ = ℓ−L_k ≤ d = base−n it holds for the units granted at once
-//     (σ_j = n, and n+δ ≤ base), and with δ ≤ τ'−T for the future-dated
-//     ones (σ_j = x_j−τ' = x_{j−1}+T−τ'). So the units' longer lives
-//     cost the funnel nothing: it is the same sequence of TATs as ever. A
-//     cold key's plain decision under the reduced funnel is a unit spent
-//     at n, whose end n is before n+L_k. Units never spent only lower the
-//     ends' TAT. A give-back, applied only when nothing followed the
-//     lease and only of the units after the last one spent, removes the
-//     last units of the sequence, each of which had moved X by T: X less
-//     their T's is at least what X would be without them (clamped to n,
-//     higher still). The units given back are debited again by the next
-//     lease.
+//     max(Z, σ_j+ℓ_j)+T, and X moves to x_j (Z to x_j+L_k) exactly when
+//     σ_j+ℓ_j−L_k ≤ max(X, n) before the unit. With ℓ_j = L_k that always
+//     holds (σ_j ≤ max(X, n)): the funnel as before. Before unit j,
+//     max(X, n) is base+j·T = n+d+j·T (d = base−n; x_{j−1} from the
+//     second unit on). So with the extension δ_j = ℓ_j−L_k ≤ d+j·T it
+//     holds for the units granted at once (σ_j = n), and with
+//     δ_j ≤ τ'−T for the future-dated ones (σ_j = x_j−τ' = x_{j−1}+T−τ').
+//     So the units' longer lives cost the funnel nothing: it is the same
+//     sequence of TATs as ever. A cold key's plain decision under the
+//     reduced funnel is a unit spent at n, whose end n is before n+L_k.
+//     Units never spent only lower the ends' TAT. A give-back, applied
+//     only when nothing followed the lease and only of the units after
+//     the last one spent, removes the last units of the sequence, each of
+//     which had moved X by T: X less their T's is at least what X would
+//     be without them (clamped to n, higher still). The units given back
+//     are debited again by the next lease.
 //  4. On the node's clock a unit is spendable from when the answer came
 //     back plus σ−n (Redis decided before), until when the request was
-//     sent plus ℓ+σ−n (Redis decided after). Only differences of the
+//     sent plus ℓ_j+σ−n (Redis decided after). Only differences of the
 //     node's clock count; its rate is taken to be Redis's. By step 2 the
 //     admissions conform to the configured funnel.
 //
@@ -80,7 +83,7 @@
 // limits, round trips of 0 to 20 ms, node clocks apart) and on a real
 // Redis; spending units before their slots, or the store's lifetime after
 // them rather than the key's, or extending a lifetime beyond how far the
-// funnel was ahead of its grant or beyond τ−T, fails them.
+// funnel was ahead of its unit or beyond τ−T, fails them.
 //
 // What the fleet gives up is under-admission: the R·L_k units of burst
 // (the extension of a contended key's lifetimes gives up nothing more:
@@ -156,19 +159,24 @@
 // at once at the last call, nor (once measured) what the demand spends
 // within their lifetime. The key's demand here (the units asked for here
 // per second, admitted or not, between the last two calls, averaged with
-// the one before) sizes a lease as the units it can spend within
-// their lifetime ℓ (the last grant's, extended under contention, less the
+// the one before; under contention, where a lease's unspent tail is lost,
+// the units asked for between calls over the time between them, both
+// averaged over about the last 8 calls, since the rate of an interval
+// that ends when a lease is spent overstates it) sizes a lease as the
+// units it can spend within
+// their lifetime ℓ (extended under contention, less the
 // call's duration, and less the time it takes to spend the units still
 // held where the next lease's first units mature before then): k such
 // that k·(1−a·T) + 2·√(D·k) ≤ a·ℓ (a the demand per ns, a·T at most 1/2,
-// D the index of dispersion of its arrivals, measured between calls: 1
-// for Poisson arrivals, 0 for evenly paced ones), because future-dated
-// units come one interval apart, faster than a node with part of the
-// demand spends them, and the arrivals spread around their rate (near the
-// limit, where the funnel's lead before the key's last grant left room for
-// m units at once, which share one slot and end together: k ≤ m within
-// a·ℓ, or k·(1−a·T) + 2·√(D·k) ≤ a·(ℓ−m·T)); ℓ is the shorter of the last
-// two grants' lifetimes, which vary with the funnel's lead; it is
+// D the index of dispersion of its arrivals, measured between calls and
+// averaged over about the last 16: 1
+// for Poisson arrivals, 0 for evenly paced ones), because a grant's units
+// end one interval apart, faster than a node with part of the demand
+// spends them, and the arrivals spread around their rate; ℓ is the first
+// unit's, from the mean of the funnel's leads before the key's last two
+// grants, which vary with the other nodes' leases (where the extension's
+// reach, L−L_k, is short of τ'−T, the units at once beyond it end
+// together, and only the units after them come one interval apart). It is
 // capped by the units asked for in half a store lifetime (scaled by
 // 1/(1−a·T)), so that at twice the rate the fleet's leases queue within
 // the horizon (2L), by the node's share of one lifetime of the rate among

@@ -37,7 +37,7 @@ type entry struct {
 	ahead, at int64
 	// lead is how far the key's TAT was ahead of Redis's time before the
 	// last call's grant (once its give-back applied), which its units'
-	// lifetime was extended by (see extension), and which left room for
+	// lifetimes were extended by (see extension), and which left room for
 	// units at once when under the reduced tolerance.
 	lead int64
 	// flight is the lease call in flight for the key, if any.
@@ -53,6 +53,11 @@ type entry struct {
 	// key's demand here, which sizes its leases under contention.
 	last, spentSince, askedSince int64
 	rate, demand                 float64
+	// askedAvg and span are the moving averages, over the calls, of the
+	// units asked for between two calls and of the time between them:
+	// their ratio, steady, is the demand that sizes a lease under
+	// contention (see want).
+	askedAvg, span, steady float64
 	// disp is the index of dispersion of the key's requests here (the
 	// variance of their count between two calls over its mean, 1 for
 	// Poisson arrivals), a moving average from 1.
@@ -69,9 +74,9 @@ type entry struct {
 	// lifetime (KeyLifetime): the tolerance it gave up.
 	reduced gcra.Params
 	lk      int64
-	// life is the lifetime of the units of the key's last grant: lk, or
-	// longer under contention (see extension); life0 the grant's before.
-	life, life0 int64
+	// lead0 is the lead before the grant before the last, and leads the
+	// grants that set lead and lead0 (at most 2).
+	lead0, leads int64
 	// cmd marks a key of Redis's GCRA command (see Store.GCRA): its leases
 	// are the command's (redisstore.Store.LeaseGCRA), in microseconds on
 	// Redis's time in whole milliseconds; p and reduced are its funnel in
@@ -289,22 +294,26 @@ func (s *Store) maxLease(e *entry, nodes int64) int64 {
 // extension is how much longer than the key's lifetime L_k the units of
 // a grant of e's key live, when the funnel's TAT before the grant was
 // ahead ns ahead of Redis's time (once the give-back applied; the
-// grant's end less its units): ahead itself, at most τ'−T (τ' the reduced
-// tolerance r.Tolerance, T the interval) and the store's lifetime less
-// L_k. So under contention a smooth limit's units live up to
-// min(L, τ−T) after their slots instead of L_k, at no cost to the funnel:
-// a unit's time after its slot is paid by the part of the funnel already
-// taken ahead of it (see the package doc's proof). A key whose L_k is the
-// store's lifetime is not extended.
-func (s *Store) extension(e *entry, r gcra.Params, ahead int64) int64 {
-	most := min(r.Tolerance-r.Interval, s.lifetime-e.lk)
+// grant's end less its units): unit j of the grant (0 for the first)
+// lives min(ext+j·T, most) longer, with ext = min(ahead, most) and most =
+// min(τ'−T, L−L_k) (τ' the reduced tolerance r.Tolerance, T the interval,
+// L the store's lifetime): the funnel's TAT before unit j, ahead+j·T
+// ahead of the grant's time, less its slot. So under contention a smooth
+// limit's units live up to min(L, τ−T) after their slots instead of L_k,
+// and the units of a grant end one interval apart, whether they fitted at
+// once or were future-dated, at no cost to the funnel: a unit's time after
+// its slot is paid by the part of the funnel already taken ahead of it
+// (see the package doc's proof). A key whose L_k is the store's lifetime
+// is not extended (most is 0).
+func (s *Store) extension(e *entry, r gcra.Params, ahead int64) (ext, most int64) {
+	most = max(min(r.Tolerance-r.Interval, s.lifetime-e.lk), 0)
 	if s.extendAlways {
 		ahead = most
 	}
 	if s.extendPastTolerance {
-		most = s.lifetime - e.lk
+		most = max(s.lifetime-e.lk, 0)
 	}
-	return max(0, min(ahead, most))
+	return max(0, min(ahead, most)), most
 }
 
 // horizon is how far ahead of Redis's time a lease may take
@@ -316,13 +325,13 @@ func (s *Store) horizon() int64 { return 2 * s.lifetime }
 // halves, up to maxLease), but no more than fitted at once at the last
 // call or decision in the store (1 when that was over a lifetime ago) nor
 // than its measured demand spends within their lifetime, or its demand
-// here when that is more: the units it spends within their
-// lifetime (demandUnits; the last grant's lifetime while it is recent,
-// extended under contention, less the lease calls' average duration, in
-// which no unit is spent; at most the units asked for in half a store
-// lifetime, scaled by 1/(1−a·T)), because future-dated units come one
-// interval apart, faster than a node that has less than the whole rate
-// spends them, and each must be spent within its lifetime after its
+// here when that is more: the units it spends before each ends
+// (spendable, from the funnel's lead before the last two grants while it
+// is recent, which extends their lives, less the lease calls' average
+// duration, in which no unit is spent; at most the units asked for in
+// half a store lifetime, scaled by 1/(1−a·T)), because a grant's units
+// end one interval apart, faster than a node that has less than the whole
+// rate spends them, and each must be spent within its lifetime after its
 // slot. The demand is capped by the node's share of a lifetime of the
 // rate (R·L/nodes), so that under contention every node takes about one
 // lease per lifetime, the Redis calls on a key are bounded by the fleet
@@ -341,16 +350,30 @@ func (s *Store) want(e *entry, now int64) int64 {
 		w = min(w, max(r.Tolerance-e.ahead, 0)/r.Interval)
 	}
 	a := e.demand
+	if e.steady > 0 && e.at != 0 && e.ahead+r.Interval > r.Tolerance {
+		// Under contention (the funnel had no room for one more unit
+		// at the last call) a lease's unspent tail is lost, as another
+		// node has nearly always leased since: the demand averaged
+		// over the last calls, which the average of the last two
+		// intervals' rates overstates, by as much as a lease's units
+		// are few. (Below the limit a tail mostly goes back, and
+		// larger leases make fewer calls.)
+		a = e.steady
+	}
 	if a == 0 && now > e.last {
 		// A key just warm: its demand since it was first seen here.
 		a = float64(e.askedSince) / float64(now-e.last)
 	}
 	if a > 0 {
-		// The units' lifetime: the last grant's, extended under
-		// contention (see extension), while it is recent.
-		life := e.lk
-		if e.at != 0 && now-e.at <= s.lifetime {
-			life = max(life, min(e.life, e.life0))
+		// How far the funnel is expected ahead of Redis's time before
+		// the next grant, which extends its units' lifetimes (see
+		// extension): the mean of the last two grants' leads, which
+		// vary with the other nodes' leases, while they are recent. A
+		// key's first two leases are sized as if every unit were
+		// future-dated and lived L_k.
+		lead := int64(-1)
+		if e.leads >= 2 && e.at != 0 && now-e.at <= s.lifetime {
+			lead = (e.lead + e.lead0) / 2
 		}
 		// A unit is spendable from the call's answer until its request
 		// was sent plus its lifetime: the call's duration is lost. So is
@@ -370,25 +393,18 @@ func (s *Store) want(e *entry, now int64) int64 {
 			}
 			lost = max(lost, int64(float64(held)/a)-first)
 		}
-		life = max(life-lost, 0)
 		u := min(a*float64(r.Interval), 0.5)
 		// At most the units asked for in half a store lifetime (scaled
 		// as below), so that at twice the rate the fleet's leases queue
 		// within the horizon of future-dated units (2L): a key whose
 		// units live L would otherwise take them past it.
-		full := demandUnits(a*float64(life), u, e.disp)
-		if e.life > 0 && e.at != 0 && now-e.at <= s.lifetime && e.lead < r.Tolerance {
-			// Near the limit the funnel has room for m units at once
-			// (if its lead before a grant stays what the key's last
-			// grant found; a key's first lease is sized as if all its
-			// units were future-dated): they share
-			// one slot, so they end together, and only the units after
-			// them come one interval apart. k units are spent in time
-			// when k ≤ m within the lifetime (k ≤ a·ℓ), or when the last
-			// is, k/a ≤ ℓ + (k−m)·T: k·(1−a·T) ≤ a·(ℓ−m·T).
-			m := float64((r.Tolerance - e.lead) / r.Interval)
-			full = max(min(m, demandUnits(a*float64(life), 0, e.disp)),
-				demandUnits(a*max(float64(life)-m*float64(r.Interval), 0), u, e.disp))
+		var full float64
+		if lead < 0 {
+			// As if every unit were future-dated, each living L_k.
+			full = demandUnits(a*float64(max(e.lk-lost, 0)), u, e.disp)
+		} else {
+			_, most := s.extension(e, r, 0)
+			full = spendable(a, u, e.disp, float64(lost), float64(lead), float64(e.lk), float64(most), float64(r.Tolerance), float64(r.Interval))
 		}
 		full = min(full, 1<<52)
 		d := min(full, a*float64(s.lifetime)/2/(1-u))
@@ -409,9 +425,55 @@ func (s *Store) want(e *entry, now int64) int64 {
 	return max(w, 1)
 }
 
+// spendable is the units of one lease that a node whose demand is a per
+// ns (u = a·T, at most 1/2, and disp its index of dispersion) spends
+// before each ends, when it can begin lost ns after the lease's first
+// slot and the funnel is lead ahead of Redis's time before it: unit j's
+// slot is max(0, y+T−τ') after the grant (y = lead+j·T, τ' the reduced
+// tolerance tol), its life lk plus its extension min(y, most) (see
+// extension), so it ends lk + min(y, most) + max(0, y+T−τ') after the
+// grant: one interval after the unit before it, but for the units at once
+// beyond the extension's reach (y from most to τ'−T), which end together.
+// A node spends k units in about k/a from the first slot (plus the spread
+// of its arrivals, see demandUnits), slower than they end, so that k
+// units are spent in time when the last of them is.
+func spendable(a, u, disp, lost, lead, lk, most, tol, T float64) float64 {
+	// Units 0 to k1−1 end one interval apart from lk+lead, k1 to k2−1
+	// at lk+most together, and from k2 on one interval apart from
+	// lk+most+lead+(k2+1)·T−τ'.
+	k1 := max(math.Floor((most-lead)/T)+1, 0)
+	k2 := max(math.Floor((tol-T-lead)/T)+1, k1)
+	runs := [3]struct{ lo, hi, life, u float64 }{
+		{0, k1, lk + lead - T, u},
+		{k1, k2, lk + most, 0},
+		{k2, math.Inf(1), lk + most + min(lead-tol, -T), u},
+	}
+	k := 0.0
+	for _, r := range runs {
+		if r.lo >= r.hi {
+			continue
+		}
+		if c := demandUnits(a*max(r.life-lost, 0), r.u, disp); c > r.lo {
+			k = max(k, min(c, r.hi))
+		}
+	}
+	return k
+}
+
 // demandMargin is the standard deviations of a node's arrivals that a
 // lease sized by its demand leaves room for (see demandUnits).
 const demandMargin = 2
+
+// demandWeight and dispWeight are the inverse weights of the last call in
+// the moving averages of a key's steady demand (its units asked for and
+// the time they took) and of its index of dispersion: about the last 8
+// and 16 calls. One interval's count is a few dozen requests near the
+// limit on 16 nodes, whose own spread (a fifth of it) would size leases
+// too large as often as too small, and lose their tails.
+const (
+	demandWeight = 8
+	dispWeight   = 16
+)
 
 // demandUnits is the units that a node whose demand brings m requests in
 // its units' lifetime (a·ℓ, a the demand per ns) spends from one lease of
@@ -512,17 +574,30 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	if e.last > 0 && now > e.last {
 		e.rate = float64(e.spentSince) / float64(now-e.last)
 		dt := float64(now - e.last)
-		d := float64(e.askedSince) / dt
-		if x := e.demand * dt; x >= 1 {
+		if x := e.steady * dt; x >= 1 {
 			// The spread of the requests counted against the ones
-			// the demand expected: Poisson arrivals give 1.
+			// the steady demand expected: Poisson arrivals give 1.
 			v := float64(e.askedSince) - x
-			e.disp += (min(v*v/x, 4) - e.disp) / 4
+			e.disp += (min(v*v/x, 4) - e.disp) / dispWeight
 		}
+		d := float64(e.askedSince) / dt
 		if e.demand > 0 {
 			d = (e.demand + d) / 2 // smoothed: a lease sized on a burst is forfeited
 		}
 		e.demand = d
+		// The units asked for over the time they took, each a moving
+		// average over the calls: not the average of each interval's
+		// rate, which overstates it, as a node calls when it has asked
+		// for about its lease's units, sooner where they came faster
+		// (an interval that ends at the k-th request counts k over less
+		// than k/a on average: a rate k/(k−1) times too high).
+		if e.span == 0 {
+			e.askedAvg, e.span = float64(e.askedSince), dt
+		} else {
+			e.askedAvg += (float64(e.askedSince) - e.askedAvg) / demandWeight
+			e.span += (dt - e.span) / demandWeight
+		}
+		e.steady = e.askedAvg / e.span
 	}
 	e.last, e.spentSince, e.askedSince = now, 0, 0
 	if sh.keys[key] != e || e.resets != f.resets && !s.resetRace {
@@ -551,12 +626,13 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	}
 	// The grant's units live longer when the funnel was ahead of Redis's
 	// time before it (see extension).
-	e.lead = max(g.TAT-g.Units*r.Interval-g.Now, 0)
-	lk += s.extension(e, r, e.lead)
-	e.life0, e.life = e.life, lk
+	e.lead0, e.lead = e.lead, max(g.TAT-g.Units*r.Interval-g.Now, 0)
+	e.leads = min(e.leads+1, 2)
+	ext, most := s.extension(e, r, e.lead)
 	// Unit j's slot is max(0, off+j·T) after g.Now (gcra.LeaseSlot).
 	off := g.TAT - (g.Units-1)*r.Interval - r.Tolerance - g.Now
 	l := slots{n: g.Units, at: now, exp: sent + lk - e.skew, off: off, step: r.Interval, end: g.TAT, early: s.earlyUnits}
+	l.extend(ext, most)
 	s.stats.forfeited.Add(e.leases.add(l))
 	return nil
 }

@@ -363,3 +363,47 @@ func TestResetDuringLeaseCall(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestUnitsEndOneIntervalApart: under contention a grant's units live
+// longer than L_k by how far the funnel was ahead of each of them, the
+// funnel's lead before the grant plus an interval for each unit before it,
+// so that units granted at once end one interval apart, as future-dated
+// ones do, not all when the first does. 100/s with a burst of 100, leased
+// for 495 ms (τ' 505 ms): another process has taken the funnel 200 ms
+// ahead, and the 7 cold decisions before the key is warm here 70 ms more;
+// the lease that follows (8 units at once) finds it d = 270 ms ahead, so
+// its unit j ends 495+270+10·j ms after the grant. They all ended at
+// 765 ms when one extension served the whole grant, which near the limit
+// lost the units of a node that spends them slower than one an interval.
+func TestUnitsEndOneIntervalApart(t *testing.T) {
+	o := newOne(t, p100(t), leasestore.Options{Lifetime: time.Second})
+	ms := int64(time.Millisecond)
+	o.m.tats["k"] = o.c.now() + 200*ms
+	grant := o.c.now()
+	for o.s.Stats().Calls == 0 {
+		if r := o.take("k", 1); !r.Allowed {
+			t.Fatalf("refused: %+v", r)
+		}
+	}
+	st := o.s.Stats()
+	n, d := st.Leased, 200+10*st.Direct // the lease's units, and the lead before it (ms)
+	if st.Direct != 7 || n != 8 || o.tat("k") != grant+(d+10*n)*ms {
+		t.Fatalf("the lease: %+v, TAT %d ms ahead", st, (o.tat("k")-grant)/ms)
+	}
+	local := func(at int64, want bool) {
+		t.Helper()
+		o.c.t.Store(grant + at)
+		before := o.s.Stats()
+		if r := o.take("k", 1); !r.Allowed {
+			t.Fatalf("%d µs after the grant: refused %+v", at/1000, r)
+		}
+		after := o.s.Stats()
+		if got := after.Calls == before.Calls && after.Local == before.Local+1; got != want {
+			t.Fatalf("%d µs after the grant: from memory %v, want %v (%+v)", at/1000, got, want, after)
+		}
+	}
+	end := (495 + d) * ms            // unit 0's end (spent by the decision that leased)
+	local(end+5*ms, true)            // unit 1 lives 10 ms longer
+	local(end+10*(n-1)*ms-1, true)   // the last unit, just before its end
+	local(end+10*(n-1)*ms+ms, false) // every unit has ended: a lease call
+}
