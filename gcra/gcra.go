@@ -192,19 +192,6 @@ func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 		}
 		r.Allowed = true
 		tat = base + inc
-		if ttl == 0 {
-			// An empty bucket, the commonest case of a key not hot:
-			// Remaining is Limit - quantity when Tolerance is
-			// Interval·Limit (as NewParams makes it), without the
-			// division, which costs a decision more than the rest.
-			r.ResetAfter = time.Duration(inc)
-			if hi, lo := bits.Mul64(uint64(p.Interval), uint64(p.Limit)); hi == 0 && lo == uint64(p.Tolerance) {
-				r.Remaining = p.Limit - quantity
-			} else if next := p.Tolerance - inc; next > 0 {
-				r.Remaining = next / p.Interval
-			}
-			return tat, r, nil
-		}
 		ttl += inc
 	}
 	r.ResetAfter = time.Duration(ttl)

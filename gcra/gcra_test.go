@@ -287,35 +287,3 @@ func TestMul(t *testing.T) {
 		}
 	}
 }
-
-// TestDecideEmptyBucket checks the decision on an empty bucket, which
-// computes Remaining without a division when Tolerance is Interval·Limit,
-// against the reference for such parameters and for others (a leased
-// funnel's reduced tolerance, any literal), including ones whose
-// Interval·Limit overflows.
-func TestDecideEmptyBucket(t *testing.T) {
-	const now = int64(1_795_350_508_971_038_011)
-	for _, p := range []Params{
-		{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 32e9},
-		{Burst: 15, Limit: 16, Interval: 2e9, Tolerance: 31e9 + 7},
-		{Burst: 0, Limit: 1, Interval: 1, Tolerance: 1},
-		{Burst: 9, Limit: 10, Interval: 1000, Tolerance: 9999},
-		{Burst: 1 << 40, Limit: 1<<40 + 1, Interval: 1 << 30, Tolerance: math.MaxInt64 - 5},
-	} {
-		for _, q := range []int64{0, 1, 2, p.Limit - 1, p.Limit, p.Limit + 1} {
-			for _, tat := range []int64{0, now - 1, now} {
-				got, r, err := Decide(now, tat, p, q)
-				if err != nil {
-					if !errors.Is(err, ErrOverflow) {
-						t.Fatal(err)
-					}
-					continue
-				}
-				wantTAT, want := reference(now, tat, p, q)
-				if got != wantTAT || r != want {
-					t.Errorf("%+v, q %d, tat %d: got %d %+v, want %d %+v", p, q, tat, got, r, wantTAT, want)
-				}
-			}
-		}
-	}
-}
