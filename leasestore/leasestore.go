@@ -159,21 +159,16 @@
 // at once at the last call, nor (once measured) what the demand spends
 // within their lifetime. The key's demand here (the units asked for here
 // per second, admitted or not, between the last two calls, averaged with
-// the one before; under contention, where a lease's unspent tail is lost,
-// the units asked for between calls over the time between them, both
-// averaged over about the last 8 calls, since the rate of an interval
-// that ends when a lease is spent overstates it) sizes a lease as the
-// units it can spend within
+// the one before) sizes a lease as the units it can spend within
 // their lifetime ℓ (extended under contention, less the
 // call's duration, and less the time it takes to spend the units still
 // held where the next lease's first units mature before then): k such
 // that k·(1−a·T) + 2·√(D·k) ≤ a·ℓ (a the demand per ns, a·T at most 1/2,
-// D the index of dispersion of its arrivals, measured between calls and
-// averaged over about the last 16: 1
+// D the index of dispersion of its arrivals, measured between calls: 1
 // for Poisson arrivals, 0 for evenly paced ones), because a grant's units
 // end one interval apart, faster than a node with part of the demand
 // spends them, and the arrivals spread around their rate; ℓ is the first
-// unit's, from the mean of the funnel's leads before the key's last two
+// unit's, from the lesser of the funnel's leads before the key's last two
 // grants, which vary with the other nodes' leases (where the extension's
 // reach, L−L_k, is short of τ'−T, the units at once beyond it end
 // together, and only the units after them come one interval apart). It is

@@ -53,11 +53,6 @@ type entry struct {
 	// key's demand here, which sizes its leases under contention.
 	last, spentSince, askedSince int64
 	rate, demand                 float64
-	// askedAvg and span are the moving averages, over the calls, of the
-	// units asked for between two calls and of the time between them:
-	// their ratio, steady, is the demand that sizes a lease under
-	// contention (see want).
-	askedAvg, span, steady float64
 	// disp is the index of dispersion of the key's requests here (the
 	// variance of their count between two calls over its mean, 1 for
 	// Poisson arrivals), a moving average from 1.
@@ -350,16 +345,6 @@ func (s *Store) want(e *entry, now int64) int64 {
 		w = min(w, max(r.Tolerance-e.ahead, 0)/r.Interval)
 	}
 	a := e.demand
-	if e.steady > 0 && e.at != 0 && e.ahead+r.Interval > r.Tolerance {
-		// Under contention (the funnel had no room for one more unit
-		// at the last call) a lease's unspent tail is lost, as another
-		// node has nearly always leased since: the demand averaged
-		// over the last calls, which the average of the last two
-		// intervals' rates overstates, by as much as a lease's units
-		// are few. (Below the limit a tail mostly goes back, and
-		// larger leases make fewer calls.)
-		a = e.steady
-	}
 	if a == 0 && now > e.last {
 		// A key just warm: its demand since it was first seen here.
 		a = float64(e.askedSince) / float64(now-e.last)
@@ -367,13 +352,13 @@ func (s *Store) want(e *entry, now int64) int64 {
 	if a > 0 {
 		// How far the funnel is expected ahead of Redis's time before
 		// the next grant, which extends its units' lifetimes (see
-		// extension): the mean of the last two grants' leads, which
+		// extension): the lesser of the last two grants' leads, which
 		// vary with the other nodes' leases, while they are recent. A
 		// key's first two leases are sized as if every unit were
 		// future-dated and lived L_k.
 		lead := int64(-1)
 		if e.leads >= 2 && e.at != 0 && now-e.at <= s.lifetime {
-			lead = (e.lead + e.lead0) / 2
+			lead = min(e.lead, e.lead0)
 		}
 		// A unit is spendable from the call's answer until its request
 		// was sent plus its lifetime: the call's duration is lost. So is
@@ -463,17 +448,6 @@ func spendable(a, u, disp, lost, lead, lk, most, tol, T float64) float64 {
 // demandMargin is the standard deviations of a node's arrivals that a
 // lease sized by its demand leaves room for (see demandUnits).
 const demandMargin = 2
-
-// demandWeight and dispWeight are the inverse weights of the last call in
-// the moving averages of a key's steady demand (its units asked for and
-// the time they took) and of its index of dispersion: about the last 8
-// and 16 calls. One interval's count is a few dozen requests near the
-// limit on 16 nodes, whose own spread (a fifth of it) would size leases
-// too large as often as too small, and lose their tails.
-const (
-	demandWeight = 8
-	dispWeight   = 16
-)
 
 // demandUnits is the units that a node whose demand brings m requests in
 // its units' lifetime (a·ℓ, a the demand per ns) spends from one lease of
@@ -574,30 +548,17 @@ func (s *Store) call(ctx context.Context, key string, e *entry, r gcra.Params, f
 	if e.last > 0 && now > e.last {
 		e.rate = float64(e.spentSince) / float64(now-e.last)
 		dt := float64(now - e.last)
-		if x := e.steady * dt; x >= 1 {
-			// The spread of the requests counted against the ones
-			// the steady demand expected: Poisson arrivals give 1.
-			v := float64(e.askedSince) - x
-			e.disp += (min(v*v/x, 4) - e.disp) / dispWeight
-		}
 		d := float64(e.askedSince) / dt
+		if x := e.demand * dt; x >= 1 {
+			// The spread of the requests counted against the ones
+			// the demand expected: Poisson arrivals give 1.
+			v := float64(e.askedSince) - x
+			e.disp += (min(v*v/x, 4) - e.disp) / 4
+		}
 		if e.demand > 0 {
 			d = (e.demand + d) / 2 // smoothed: a lease sized on a burst is forfeited
 		}
 		e.demand = d
-		// The units asked for over the time they took, each a moving
-		// average over the calls: not the average of each interval's
-		// rate, which overstates it, as a node calls when it has asked
-		// for about its lease's units, sooner where they came faster
-		// (an interval that ends at the k-th request counts k over less
-		// than k/a on average: a rate k/(k−1) times too high).
-		if e.span == 0 {
-			e.askedAvg, e.span = float64(e.askedSince), dt
-		} else {
-			e.askedAvg += (float64(e.askedSince) - e.askedAvg) / demandWeight
-			e.span += (dt - e.span) / demandWeight
-		}
-		e.steady = e.askedAvg / e.span
 	}
 	e.last, e.spentSince, e.askedSince = now, 0, 0
 	if sh.keys[key] != e || e.resets != f.resets && !s.resetRace {
