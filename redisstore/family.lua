@@ -154,15 +154,7 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
     local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
     local s = nowms - nowms % period
     local e = s + period
-    if raw then
-      local fs, fe, fn = string.match(raw, '^F(%d+):(%d+):(%d+)$')
-      if not fs then
-        ok = false
-      elseif fe + 0 > nowms and fs + 0 >= s then
-        -- (a later window's: the clock was stepped back)
-        n = fn + 0
-      end
-    end
+    --> fixedread.lua
     if ok then
       r1, r2, r3 = s, e, n
       if banned then
@@ -181,28 +173,7 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
     local prev, cur = 0, 0
     local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
     local s = nowms - nowms % p
-    if raw then
-      local ss, sp, sprev, scur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
-      if not ss then
-        ok = false
-      else
-        ss, sp, sprev, scur = ss + 0, sp + 0, sprev + 0, scur + 0
-        local at = 0
-        if scur > 0 then
-          at = ss + 2 * sp
-        elseif sprev > 0 then
-          at = ss + sp
-        end
-        if at > nowms then
-          if ss >= s then
-            -- (or a later window's: the clock was stepped back)
-            prev, cur = sprev, scur
-          elseif ss == s - p then
-            prev = scur
-          end
-        end
-      end
-    end
+    --> slidingread.lua
     if ok then
       r1, r2, r3 = s, prev, cur
       local el = nowms - s

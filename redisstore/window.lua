@@ -44,15 +44,7 @@ for i = 1, nk do
     if ARGV[a] == 'f' then
       local e = s + p
       local n, ok = 0, true
-      if raw then
-        local fs, fe, fn = string.match(raw, '^F(%d+):(%d+):(%d+)$')
-        if not fs then
-          ok = false
-        elseif fe + 0 > nowms and fs + 0 >= s then
-          -- (a later window's: the clock was stepped back)
-          n = fn + 0
-        end
-      end
+      --> fixedread.lua
       if ok and n < 1125899906842624 then
         code = n * 4
         if n + q <= count then
@@ -64,28 +56,7 @@ for i = 1, nk do
       end
     else
       local cur, ok = 0, true
-      if raw then
-        local ss, sp, sprev, scur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
-        if not ss then
-          ok = false
-        else
-          ss, sp, sprev, scur = ss + 0, sp + 0, sprev + 0, scur + 0
-          local at = 0
-          if scur > 0 then
-            at = ss + 2 * sp
-          elseif sprev > 0 then
-            at = ss + sp
-          end
-          if at > nowms then
-            if ss >= s then
-              -- (or a later window's: the clock was stepped back)
-              prev, cur = sprev, scur
-            elseif ss == s - p then
-              prev = scur
-            end
-          end
-        end
-      end
+      --> slidingread.lua
       if ok and cur < 1125899906842624 then
         local el = nowms - s
         -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
