@@ -53,6 +53,15 @@ func (c overloadCase) name() string {
 // and near the limit (1.05×, 1.2×, 1.5×) the smooth limit (burst 500).
 func overloadCases() []overloadCase {
 	var cs []overloadCase
+	for _, f := range []float64{0.5, 0.9} {
+		// Below the limit: under-% is the requests refused that one exact
+		// funnel admits.
+		for _, burst := range []int64{500, 10000} {
+			for _, n := range []int{3, 16} {
+				cs = append(cs, overloadCase{nodes: n, burst: burst, factor: f})
+			}
+		}
+	}
 	for _, f := range []float64{1.05, 1.2, 1.5} {
 		for _, n := range []int{3, 16} {
 			cs = append(cs, overloadCase{nodes: n, burst: 500, factor: f})
