@@ -2,6 +2,8 @@ package respserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -606,6 +608,14 @@ func cmdFunnelAcquire(c *conn, args [][]byte) {
 			return
 		}
 		r = c.s.cfg.Fail.Fallback(a.limit)
+		// Admitted without the store, the lease has an id all the same,
+		// as a store's own fallback answers: the caller's, or a new one,
+		// which the client releases (the store, which holds nothing under
+		// it, then says it was not held).
+		lease.ID = string(a.id)
+		if lease.ID == "" {
+			lease.ID = fallbackLeaseID()
+		}
 	}
 	if c.decided(&r) {
 		return
@@ -690,4 +700,13 @@ func cmdFunnelUnban(c *conn, args [][]byte) {
 		return
 	}
 	c.wr.WriteInt(b2i(was))
+}
+
+// fallbackLeaseID returns a random lease id of 32 hex digits, as
+// Limiter.Acquire makes them, for a lease admitted by Config.Fail without
+// the store.
+func fallbackLeaseID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -145,10 +146,21 @@ func TestFallbackRepliesAgree(t *testing.T) {
 		} {
 			got, want := c.do(cmd...), tc.want[name]
 			if name == "FUNNEL.ACQUIRE" && tc.name == "FailOpen" {
-				got = got[:min(len(got), len(want))] // then the lease id and the delay
+				// Then a lease id of its own, 32 hex digits, and the delay.
+				rest := got[min(len(got), len(want)):]
+				if !regexp.MustCompile(`^\$32\r\n[0-9a-f]{32}\r\n:0\r\n$`).MatchString(rest) {
+					t.Errorf("%s: %v with the store down: lease id and delay %q, want 32 hex digits and 0", tc.name, cmd, rest)
+				}
+				got = got[:min(len(got), len(want))]
 			}
 			if got != want {
 				t.Errorf("%s: %v with the store down:\n got %q\nwant %q", tc.name, cmd, got, want)
+			}
+		}
+		if tc.name == "FailOpen" {
+			// With the caller's id, that id.
+			if got, want := c.do("FUNNEL.ACQUIRE", "c", "2", "30000", "ID", "job-7"), "*7\r\n:1\r\n:2\r\n:2\r\n:-1\r\n:-1\r\n$5\r\njob-7\r\n:0\r\n"; got != want {
+				t.Errorf("FailOpen: FUNNEL.ACQUIRE with an ID with the store down:\n got %q\nwant %q", got, want)
 			}
 		}
 	}
