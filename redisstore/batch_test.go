@@ -273,11 +273,24 @@ func TestThrottleArgs(t *testing.T) {
 // goes to family.lua and fails alone.
 func TestWindowBatches(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	c := srv.Client()
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		windowBatches(t, redistest.StartServer(t).Client())
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		// Batches of one hash slot each (three masters).
+		windowBatches(t, redistest.StartCluster(t, 3, 0).Client())
+	})
+}
+
+func windowBatches(t *testing.T, c redis.UniversalClient) {
 	ctx := context.Background()
 	const now int64 = 1_795_350_508_971_038_011
 	s := New(c, Options{Now: func() int64 { return now }, Timeout: 10 * time.Second})
+	if _, ok := c.(*redis.ClusterClient); ok && s.runner.grouping() != groupSlot {
+		t.Fatal("a cluster's decisions are not grouped by slot")
+	}
 	lim := funnel.New(s)
 	limits := map[string]funnel.Limit{
 		"f1": {Algorithm: funnel.FixedWindow, Count: 50, Period: time.Second},
