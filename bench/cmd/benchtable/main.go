@@ -262,7 +262,7 @@ func familyRedisTable(w io.Writer, r *results) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### The family on Redis, one decision at a time: Redis CPU per decision, script (commandstats) / whole process, in µs")
+	fmt.Fprintln(w, "### The family on Redis, one decision per call (par32 rows: 32 callers per CPU, batched where the store batches): Redis CPU per decision, script (commandstats) / whole process, in µs")
 	fmt.Fprintln(w)
 	cellTable(w, rows, cols, cell, func(i id) string {
 		script, ok := r.get(i, "redis-µs/op")
