@@ -239,7 +239,7 @@ func (s *Store) sendOne(ctx context.Context, r req) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{status: answers[0].status, d: answers[0].d, err: answers[0].err}, nil
+	return answers[0], nil
 }
 
 // windowArgs appends r's four arguments of window.lua to args.
@@ -272,58 +272,22 @@ func (s *Store) send(batch []*call) {
 	if len(batch) > 1 {
 		s.batched.Add(int64(len(batch)))
 	}
-	if batch[0].alg != "" {
-		s.sendWindows(batch)
-		return
-	}
-	keys := make([]string, len(batch))
-	args, err := s.args("t", len(batch))
+	sc, keys, args, err := s.batchCall(batch)
 	if err == nil {
-		keys, args = throttleArgs(batch, keys, args)
 		ctx, cancel := context.Background(), context.CancelFunc(func() {})
 		if s.timeout > 0 {
 			ctx, cancel = context.WithDeadline(ctx, batch[0].queued.Add(s.timeout))
 		}
 		var v []int64
-		v, err = s.evalBy(ctx, gcraLua, keys, args)
+		v, err = s.evalBy(ctx, sc, keys, args)
 		cancel()
 		if err == nil {
-			var answers []answer
-			if answers, err = decodeAnswers(v, len(batch)); err == nil {
-				for i, c := range batch {
-					c.status, c.d, c.err = answers[i].status, answers[i].d, answers[i].err
-					c.deliver()
-				}
-				return
+			decode := decodeAnswers
+			if sc == windowScript {
+				decode = decodeWindows
 			}
-		}
-	}
-	for _, c := range batch {
-		c.err = err
-		c.deliver()
-	}
-}
-
-// sendWindows is send for a batch of windows' takes (window.lua).
-func (s *Store) sendWindows(batch []*call) {
-	keys := make([]string, len(batch))
-	args, err := s.args("", 0)
-	if err == nil {
-		args = slices.Grow(args[1:], 4*len(batch))
-		for i, c := range batch {
-			keys[i] = c.key
-			args = windowArgs(args, c.req)
-		}
-		ctx, cancel := context.Background(), context.CancelFunc(func() {})
-		if s.timeout > 0 {
-			ctx, cancel = context.WithDeadline(ctx, batch[0].queued.Add(s.timeout))
-		}
-		var v []int64
-		v, err = s.evalBy(ctx, windowScript, keys, args)
-		cancel()
-		if err == nil {
 			var out []reply
-			if out, err = decodeWindows(v, len(batch)); err == nil {
+			if out, err = decode(v, len(batch)); err == nil {
 				for i, c := range batch {
 					c.reply = out[i]
 					c.deliver()
@@ -336,6 +300,30 @@ func (s *Store) sendWindows(batch []*call) {
 		c.err = err
 		c.deliver()
 	}
+}
+
+// batchCall returns the script of batch's call, a funnels' (gcra.lua) or a
+// windows' (window.lua), its keys and its arguments.
+func (s *Store) batchCall(batch []*call) (*script, []string, []string, error) {
+	keys := make([]string, len(batch))
+	if batch[0].alg != "" {
+		args, err := s.args("", 0)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		args = slices.Grow(args[1:], 4*len(batch))
+		for i, c := range batch {
+			keys[i] = c.key
+			args = windowArgs(args, c.req)
+		}
+		return windowScript, keys, args, nil
+	}
+	args, err := s.args("t", len(batch))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keys, args = throttleArgs(batch, keys, args)
+	return gcraLua, keys, args, nil
 }
 
 // The script's argument for a request is a*256 + l*128 + f, with f the index
@@ -390,32 +378,27 @@ func (c *call) deliver() {
 	}
 }
 
-// answer is the script's answer for one key.
-type answer struct {
-	status, d int64
-	err       error // wraps ErrWrongType
-}
-
-// decodeAnswers decodes the answers for n keys from the script's integers.
-func decodeAnswers(v []int64, n int) ([]answer, error) {
-	out := make([]answer, 0, n)
+// decodeAnswers decodes gcra.lua's answers for n keys: status and d, or
+// err (wraps ErrWrongType).
+func decodeAnswers(v []int64, n int) ([]reply, error) {
+	out := make([]reply, 0, n)
 	for i := 0; i < len(v); i++ {
 		switch x := v[i]; {
 		case x >= 0:
-			out = append(out, answer{status: x & 3, d: x >> 2})
+			out = append(out, reply{status: x & 3, d: x >> 2})
 		case x >= -3 && i+2 < len(v):
 			status, d, err := decodeLimbs(-1-x, v[i+1], v[i+2])
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, answer{status: status, d: d})
+			out = append(out, reply{status: status, d: d})
 			i += 2
 		case x == -10:
-			out = append(out, answer{err: wrongType("WRONGTYPE the value is not a decimal number")})
+			out = append(out, reply{err: wrongType("WRONGTYPE the value is not a decimal number")})
 		case x == -11:
-			out = append(out, answer{err: wrongType("WRONGTYPE the value is beyond int64 nanoseconds")})
+			out = append(out, reply{err: wrongType("WRONGTYPE the value is beyond int64 nanoseconds")})
 		case x == -12:
-			out = append(out, answer{err: wrongType("WRONGTYPE the value is not a string")})
+			out = append(out, reply{err: wrongType("WRONGTYPE the value is not a string")})
 		default:
 			return nil, fmt.Errorf("%w: script reply %v", errInternal, v)
 		}

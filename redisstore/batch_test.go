@@ -59,7 +59,7 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 		c.RPush(ctx, "list", "x")
 		r := rand.New(rand.NewPCG(seed, 2))
 		var batch []*call
-		var want []answer
+		var want []reply
 		for i := 0; i < maxBatch; i++ {
 			key := keys[r.IntN(len(keys))]
 			p := params[r.IntN(len(params))]
@@ -77,13 +77,13 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			batch = append(batch, &call{req: req{key: key, cost: cost, tol: p.Tolerance}, queued: time.Now(), done: make(chan struct{})})
 			switch key {
 			case "bad", "list":
-				want = append(want, answer{err: ErrWrongType})
+				want = append(want, reply{err: ErrWrongType})
 				continue
 			}
 			tat, exists := held[key]
 			d := max(tat-now, 0)
 			newTAT, res, err := gcra.Decide(now, tat, p, q)
-			a := answer{d: d}
+			a := reply{d: d}
 			switch {
 			case errors.Is(err, gcra.ErrOverflow):
 				a.status = 2
