@@ -256,14 +256,9 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 	}
 	now, code, prev, err := s.decideWindow(ctx, op.Key, alg, min(op.N, c.Window.Count+1), c.Window.Count, c.Window.Period)
 	if err != nil {
-		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) {
+		if err := s.fallsBack(ctx, err); err != nil {
 			return true, err
 		}
-		if err := callerDone(ctx); err != nil {
-			return true, err
-		}
-		s.fallbacks.Add(1)
-		s.failed(err)
 		*res = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: c.Capacity()}
 		return true, nil
 	}

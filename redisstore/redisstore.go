@@ -291,14 +291,9 @@ func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantit
 		status, d, err = s.decide(ctx, key, cost, p.Tolerance)
 	}
 	if err != nil {
-		if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
+		if err := s.fallsBack(ctx, err); err != nil {
 			return funnel.Result{}, err
 		}
-		if err := callerDone(ctx); err != nil {
-			return funnel.Result{}, err
-		}
-		s.fallbacks.Add(1)
-		s.failed(err)
 		return funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: p.Limit}, nil
 	}
 	// The result depends on the time and the TAT only through d = max(TAT -
@@ -321,6 +316,22 @@ func (s *Store) throttle(ctx context.Context, key string, p gcra.Params, quantit
 		return funnel.ResultOfAlgo(p.Limit, ar), nil
 	}
 	return funnel.ResultOf(p, r), nil
+}
+
+// fallsBack takes the error of one decision's script call: it returns the
+// error to answer (a key of another kind, a bug, the caller's context
+// ended), or nil when the decision falls back (Redis could not be reached
+// in time), which it counts and notes.
+func (s *Store) fallsBack(ctx context.Context, err error) error {
+	if errors.Is(err, ErrWrongType) || errors.Is(err, errInternal) {
+		return err
+	}
+	if err := callerDone(ctx); err != nil {
+		return err
+	}
+	s.fallbacks.Add(1)
+	s.failed(err)
+	return nil
 }
 
 // limb formats one limb of a time for the script (a few digits; Lua reads it
