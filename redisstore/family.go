@@ -265,10 +265,9 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 	if code == -1 {
 		return false, nil
 	}
-	nowms := now / int64(time.Millisecond)
-	start := nowms - nowms%c.Window.Period
 	// The state the script found, in family.lua's terms (see familyResult).
-	f := [6]int64{code & 3, 0, 0, start, start + c.Window.Period, code >> 2}
+	span := algo.EpochSpan(now, c.Window.Period)
+	f := [6]int64{code & 3, 0, 0, span.Start, span.End, code >> 2}
 	if alg == "s" {
 		f[4], f[5] = prev, code>>2
 	}
