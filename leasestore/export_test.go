@@ -40,3 +40,21 @@ func ExtendAlways(s *Store) { s.extendAlways = true }
 // funnel was ahead of its grant up to the store's lifetime, past τ−T: a
 // mutation the funnel tests must catch. Call it before s is used.
 func ExtendPastTolerance(s *Store) { s.extendPastTolerance = true }
+
+// ShareNoMargin makes s read a share's grant from the time its answer
+// came back rather than the time its call was sent: a mutation the share
+// tests must catch. Call it before s is used.
+func ShareNoMargin(s *Store) { s.shareNoMargin = true }
+
+// ShareNoTruncate makes s keep admitting under its older grants through
+// a renewal, while the allocator ends them a grace after the call: a
+// mutation the share tests must catch. Call it before s is used.
+func ShareNoTruncate(s *Store) { s.shareNoTruncate = true }
+
+// ShareIgnoreEnd makes s admit under a share's grant until its bucket's
+// drain ends rather than until the grant ends: a mutation the share tests
+// must catch. Call it before s is used.
+func ShareIgnoreEnd(s *Store) { s.shareIgnoreEnd = true }
+
+// NodeName returns the name s gives itself among the nodes leasing a key.
+func NodeName(s *Store) string { return s.node }

@@ -328,6 +328,18 @@ type Options struct {
 	// by them. On, the fleet under-admits less, and the guarantee assumes
 	// every refund reaches Redis within one lifetime.
 	WindowRefunds bool
+	// Shares leases funnels in rate shares rather than in units, where
+	// the Backend allocates them (a ShareBackend) and the limit allows it
+	// (Shared): each process decides a key from memory through a bucket
+	// of its own, whose rate and capacity the Backend keeps reserved for
+	// it, so that Redis calls on a key are bounded by the fleet and the
+	// lifetime, below, near and over the limit alike (see the package
+	// doc's Rate shares). A key leased in shares must be decided only by
+	// processes that lease it in shares: plain decisions of it (a Redis
+	// store without leases, the redis-cell module, a process leasing in
+	// units) would admit on top of the fleet's shares. Set it on every
+	// process of a fleet, and never switch it while keys are live.
+	Shares bool
 	// NoPrefetch turns off the background lease calls of hot keys: each
 	// lease is then asked for by the decision that finds none, which
 	// waits for it.
@@ -386,6 +398,7 @@ type Store struct {
 	failLog  *lograte.Sometimes
 	log      *slog.Logger
 	node     string       // this store's name among the nodes leasing a key
+	shares   ShareBackend // non-nil when funnels are leased in shares
 	rtt      atomic.Int64 // the lease calls' average duration, in ns
 	stats    struct {
 		decisions, local, localRefusals, calls, prefetches, failed, direct atomic.Int64
@@ -412,6 +425,11 @@ type Store struct {
 	// warm is the decisions of a key within a lifetime that make it
 	// lease (the const warm; tests measure others).
 	warm int64
+	// shareNoMargin, shareNoTruncate and shareIgnoreEnd, set by tests only
+	// before use, break the share mode's node rules: a grant read from
+	// the answer's time rather than the call's, older grants kept whole
+	// through a renewal, and a grant that admits past its end.
+	shareNoMargin, shareNoTruncate, shareIgnoreEnd bool
 	// resetRace, set by tests only before use, keeps the units of lease
 	// calls that a Reset overtook: the race the tests must catch.
 	resetRace bool
@@ -421,6 +439,7 @@ type shard struct {
 	mu    sync.Mutex
 	keys  map[string]*entry
 	wkeys map[string]*wentry // window keys
+	skeys map[string]*sentry // keys leased in shares
 }
 
 // New returns a Store that leases from b. Close stops its sweeper.
@@ -441,6 +460,10 @@ func New(b Backend, opts Options) *Store {
 	for i := range s.shards {
 		s.shards[i].keys = map[string]*entry{}
 		s.shards[i].wkeys = map[string]*wentry{}
+		s.shards[i].skeys = map[string]*sentry{}
+	}
+	if sb, ok := b.(ShareBackend); ok && opts.Shares {
+		s.shares = sb
 	}
 	go s.sweep()
 	return s
@@ -512,6 +535,9 @@ func Reduced(p gcra.Params, lifetime time.Duration) (gcra.Params, bool) {
 // Do decides one plain funnel or window take from the key's leases, and
 // sends anything else to the Backend (see the package doc).
 func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	if done, err := s.sharesDo(ctx, ops, res); done {
+		return err
+	}
 	if len(ops) == 1 && len(res) > 0 {
 		op := &ops[0]
 		if op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 && op.N > 0 {
@@ -563,6 +589,7 @@ func (s *Store) forgetHere(sh *shard, key string) {
 		e.refusedUntil = 0
 		e.resets++
 	}
+	s.shareReset(sh, key)
 }
 
 // TTL is the Backend's.

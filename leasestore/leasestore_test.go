@@ -40,6 +40,15 @@ type model struct {
 	// could have been, which fall off a full bucket (ns; divided by the
 	// interval, units).
 	idle, idleFrom int64
+	// shares is each key's share state (gcra.Share, in µs of the clock),
+	// and shareViolations the calls after which it held more than the
+	// funnel (gcra.ShareHolds).
+	shares          map[string]map[string]*gcra.ShareNode
+	shareViolations int
+	// reserved is every reservation each node was granted on each key, its
+	// hold cut as gcra.Share cuts it at the node's later calls (key ->
+	// node -> reservations, in µs).
+	reserved map[string]map[string][]gcra.ShareReservation
 }
 
 // fellBehind notes that key's TAT tat was behind now. m.mu is held.
@@ -79,6 +88,56 @@ func (m *model) Lease(_ context.Context, key string, p gcra.Params, call redisst
 		tat = 0
 	}
 	return redisstore.Grant{Now: now, Units: n, TAT: tat, Nodes: nodes}, nil
+}
+
+// Share serves a call for a share of key's funnel as gcra.Share does, in
+// whole µs of the clock, after the first half of a round trip; a key
+// whose TAT is ahead of the clock (decided plainly) answers
+// leasestore.ErrShareMixed.
+func (m *model) Share(_ context.Context, key string, p gcra.Params, req gcra.ShareRequest) (gcra.ShareGrant, error) {
+	var up, down int64
+	if m.rtt != nil {
+		up, down = m.rtt()
+	}
+	m.c.t.Add(up)
+	m.mu.Lock()
+	now := m.c.now()
+	if m.tats[key] > now {
+		m.mu.Unlock()
+		m.c.t.Add(down)
+		return gcra.ShareGrant{}, leasestore.ErrShareMixed
+	}
+	if m.shares == nil {
+		m.shares = map[string]map[string]*gcra.ShareNode{}
+	}
+	st := m.shares[key]
+	if st == nil {
+		st = map[string]*gcra.ShareNode{}
+		m.shares[key] = st
+	}
+	g, err := gcra.Share(now/1000, st, p, req)
+	if err == nil && !gcra.ShareHolds(st, g.Now, p) {
+		m.shareViolations++
+	}
+	if err == nil {
+		if m.reserved == nil {
+			m.reserved = map[string]map[string][]gcra.ShareReservation{}
+		}
+		if m.reserved[key] == nil {
+			m.reserved[key] = map[string][]gcra.ShareReservation{}
+		}
+		rs := m.reserved[key][req.Node]
+		for i, r := range rs {
+			rs[i].Hold = min(r.Hold, g.Now+req.Grace+(gcra.ShareDrain(r.C, r.K, p)+999)/1000)
+		}
+		if g.K > 0 {
+			rs = append(rs, gcra.ShareReservation{Start: g.Start, Hold: g.Hold, K: g.K, C: g.C})
+		}
+		m.reserved[key][req.Node] = rs
+	}
+	m.mu.Unlock()
+	m.c.t.Add(down)
+	return g, err
 }
 
 // count notes call's node as leasing key at now and returns the nodes

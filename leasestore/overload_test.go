@@ -39,6 +39,11 @@ type steadyFigures struct {
 
 // overloadSteady is overload, with the steady second's figures.
 func overloadSteady(t *testing.T, seed uint64, p gcra.Params, factor float64, weights []int, rttMax int64) (steady, calls float64, st leasestore.Stats, fig steadyFigures) {
+	return overloadWith(t, seed, p, factor, weights, rttMax, leasestore.Options{})
+}
+
+// overloadWith is overloadSteady with the stores' options.
+func overloadWith(t *testing.T, seed uint64, p gcra.Params, factor float64, weights []int, rttMax int64, opts leasestore.Options) (steady, calls float64, st leasestore.Stats, fig steadyFigures) {
 	r := rand.New(rand.NewPCG(seed, 17))
 	c := &clock{}
 	c.t.Store(1_800_000_000_000_000_000)
@@ -46,7 +51,7 @@ func overloadSteady(t *testing.T, seed uint64, p gcra.Params, factor float64, we
 	if rttMax > 0 {
 		m.rtt = rttUpTo(seed, rttMax, rttMax)
 	}
-	s := newSim(t, c, m, len(weights), p, 1, leasestore.Options{})
+	s := newSim(t, c, m, len(weights), p, 1, opts)
 	var cum []int
 	total := 0
 	for _, w := range weights {
@@ -94,6 +99,11 @@ func overloadSteady(t *testing.T, seed uint64, p gcra.Params, factor float64, we
 			exact += a.q
 		}
 	}
+	m.mu.Lock()
+	if m.shareViolations > 0 {
+		t.Errorf("%d share calls left the reservations over the funnel", m.shareViolations)
+	}
+	m.mu.Unlock()
 	st = s.stats()
 	fig = steadyFigures{st: st, idle: m.idle / p.Interval, adm: adm, exact: exact}
 	sub(&fig.st, atHalf)

@@ -691,6 +691,13 @@ func (s *Store) sweepOnce(now int64) {
 				delete(sh.wkeys, k)
 			}
 		}
+		for k, e := range sh.skeys {
+			// A bucket that still drains keeps its level: its grants
+			// are reserved until then.
+			if e.flight == nil && now-e.used > 10*s.lifetime && !e.drains(now) {
+				delete(sh.skeys, k)
+			}
+		}
 		sh.mu.Unlock()
 	}
 }

@@ -1,0 +1,191 @@
+package leasestore_test
+
+import (
+	"cmp"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/leasestore"
+)
+
+var sharesFigures = flag.Bool("shares", false, "TestSharesOverloadModel: every row, not only a few")
+
+// TestSharesOverloadModel drives one hot key leased in rate shares in the
+// model, as TestOverloadModel drives units: 20,000/s with bursts of 500
+// and 10,000, 3 and 16 nodes, equal and 10:1 demand, 0.5× to 100× the
+// rate, round trips of 0 and up to 100 µs each way, node clocks apart.
+// Every admission is replayed through one exact funnel, and the
+// allocator's reservations are checked after every call. Without -shares
+// only a few rows run.
+func TestSharesOverloadModel(t *testing.T) {
+	t.Parallel()
+	for _, burst := range []int64{500, 10000} {
+		p := mkParams(t, burst, 20000, time.Second)
+		for _, nodes := range []int{3, 16} {
+			for _, unequal := range []bool{false, true} {
+				w := make([]int, nodes)
+				for i := range w {
+					w[i] = 1
+				}
+				if unequal {
+					w[0] = 10
+				}
+				for _, f := range []float64{0.5, 0.9, 1.05, 1.2, 1.5, 2, 10, 100} {
+					for _, rt := range []int64{0, int64(100 * time.Microsecond)} {
+						if !*sharesFigures && (burst != 500 || unequal || rt == 0 || (f != 0.5 && f != 2) || (nodes == 16 && f != 2)) {
+							continue
+						}
+						name := fmt.Sprintf("burst%d/nodes%d/unequal%v/%vx/rtt%v", burst, nodes, unequal, f, time.Duration(rt))
+						seed := uint64(nodes) + uint64(f)
+						if f != math.Trunc(f) {
+							seed += uint64(1000 * f)
+						}
+						t.Run(name, func(t *testing.T) {
+							under, calls, st, fig := overloadWith(t, seed, p, f, w, rt, leasestore.Options{Shares: true})
+							t.Logf("%s: steady under-admission %.2f%%, %.4f calls per decision; in the steady second: %d admitted of %d, %d calls, %d local refusals, %d fallbacks",
+								name, under, calls, fig.adm, fig.exact, fig.st.Calls+fig.st.Direct, fig.st.LocalRefusals, st.Fallbacks)
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// sharesMoving drives one key leased in shares from nodes whose demand
+// moves: 10:1 weights whose heavy node moves every 150 ms, at factor
+// times the rate, round trips of up to 2 ms each way (one in 50 of
+// 20 ms), for two seconds; break, when set, breaks a rule on each node.
+// It returns the replay's error (nil when every admission conforms).
+func sharesMoving(t *testing.T, seed uint64, p gcra.Params, nodes int, factor float64, brk func(*leasestore.Store)) error {
+	r := rand.New(rand.NewPCG(seed, 5))
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	m := newModel(c)
+	m.rtt = rtt(seed)
+	// Renewals made by the decisions that find them due, in this
+	// goroutine: each admission's instant is exact.
+	s := newSim(t, c, m, nodes, p, 1, leasestore.Options{Shares: true, NoPrefetch: true})
+	if brk != nil {
+		for _, n := range s.nodes {
+			brk(n)
+		}
+	}
+	start := c.now()
+	end := start + int64(1500*time.Millisecond)
+	mean := float64(p.Interval) / factor
+	next := start
+	mine := make([][]int64, nodes) // each node's admissions
+	for c.now() < end {
+		next += int64(r.ExpFloat64() * mean)
+		if d := next - c.now(); d > 0 {
+			c.t.Add(d)
+		}
+		heavy := int((c.now() - start) / int64(150*time.Millisecond) % int64(nodes))
+		i := r.IntN(nodes + 9)
+		if i >= nodes {
+			i = heavy
+		}
+		before := len(s.adm["hot"])
+		s.request(i, "hot", 1)
+		if len(s.adm["hot"]) > before {
+			mine[i] = append(mine[i], c.now())
+		}
+	}
+	if m.shareViolations > 0 {
+		t.Fatalf("%d share calls left the reservations over the funnel", m.shareViolations)
+	}
+	if _, _, err := s.replay(); err != nil {
+		return err
+	}
+	for i, n := range s.nodes {
+		if err := withinReservations(p, m.reserved["hot"][leasestore.NodeName(n)], mine[i]); err != nil {
+			return fmt.Errorf("node %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// withinReservations replays one node's admissions (ns, one unit each, in
+// order) through a bucket that drains at the largest rate among the
+// node's reservations live at each instant (µs, as the allocator kept
+// them), and checks that its level never exceeds the largest capacity
+// among them: the node's part of the proof (its level is within what the
+// allocator reserved for it at every instant), which the fleet's replay
+// through one funnel sees only when the funnel is full.
+func withinReservations(p gcra.Params, res []gcra.ShareReservation, adm []int64) error {
+	unit := gcra.ShareParts * p.Interval
+	at := func(t int64) (k, c int64) { // t in ns
+		for _, r := range res {
+			if r.Start*1000 <= t && t < r.Hold*1000 {
+				k, c = max(k, r.K), max(c, r.C*unit)
+			}
+		}
+		return k, c
+	}
+	// Breakpoints: every start and hold, and every admission.
+	type ev struct {
+		t     int64
+		admit bool
+	}
+	var evs []ev
+	for _, r := range res {
+		evs = append(evs, ev{r.Start * 1000, false}, ev{r.Hold * 1000, false})
+	}
+	for _, t := range adm {
+		evs = append(evs, ev{t, true})
+	}
+	slices.SortStableFunc(evs, func(a, b ev) int { return cmp.Compare(a.t, b.t) })
+	var level, last int64
+	for _, e := range evs {
+		if e.t > last && level > 0 {
+			k, _ := at(last) // constant over (last, e.t): no breakpoint between
+			level = max(level-k*(e.t-last), 0)
+		}
+		last = max(last, e.t)
+		_, c := at(e.t)
+		if e.admit {
+			level += unit
+		}
+		if level > c {
+			return fmt.Errorf("level %d units over the %d reserved at %d ns (admission: %v)", level/unit, c/unit, e.t, e.admit)
+		}
+	}
+	return nil
+}
+
+// TestSharesMutationsCaught breaks each of the node's rules of the share
+// mode in turn and checks that the replay finds an over-admission within
+// a few seeds, while the protocol as built passes the same seeds.
+func TestSharesMutationsCaught(t *testing.T) {
+	t.Parallel()
+	p := mkParams(t, 500, 20000, time.Second)
+	const seeds = 6
+	for seed := uint64(1); seed <= seeds; seed++ {
+		if err := sharesMoving(t, seed, p, 8, 3, nil); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+	}
+	for name, brk := range map[string]func(*leasestore.Store){
+		"no clock margin": leasestore.ShareNoMargin,
+		"no truncation":   leasestore.ShareNoTruncate,
+		"ignore the end":  leasestore.ShareIgnoreEnd,
+	} {
+		caught := false
+		for seed := uint64(1); seed <= seeds && !caught; seed++ {
+			if err := sharesMoving(t, seed, p, 8, 3, brk); err != nil {
+				t.Logf("%s: seed %d: %v", name, seed, err)
+				caught = true
+			}
+		}
+		if !caught {
+			t.Errorf("%s: no over-admission found in %d seeds", name, seeds)
+		}
+	}
+}
