@@ -250,6 +250,85 @@
 // last call, plus this process's units, and the ResetAfter of that call's
 // window: other processes' spending since is not seen.
 //
+// # Rate shares
+//
+// With Options.Shares, a funnel (GCRA without a ban) whose limit allows
+// it (Shared: its rate brings at least 16 units per lifetime, its
+// tolerance is at most 2^42 ns) is leased as a share of its rate rather
+// than as units, where the Backend allocates shares (ShareBackend: the
+// Redis store's Share, gcra.Share in a script). Units are bounded by the
+// funnel: a unit lease gets at most R·L_k units, so a smooth limit (small
+// τ) or a fleet under overload calls Redis every few units. A share is
+// bounded by time instead: a node calls about once per lifetime, whatever
+// the traffic or the rate.
+//
+// The node's call reports its demand (units asked for here per second,
+// refused ones included, smoothed over two lifetimes and shaded down by
+// one standard deviation; unmeasured on the first call) and gets a grant
+// (k, c) for about a lifetime: admit through a bucket of its own that
+// drains at k parts of R (gcra.ShareParts) and holds c units. The
+// allocator keeps the grants' rates and capacities reserved until each
+// bucket has drained, divides R among the nodes that compete by max-min
+// fairness on their demands and B (the limit) by the square roots of
+// their shares, and never hands out more than what the others still hold
+// (gcra.Share's invariant: at every instant the nodes' largest live
+// reservations add up to at most R and B).
+//
+// The node's rules, on its own clock (only its differences count): a grant
+// answered for a call sent at s and answered at r, decided at the
+// allocator's time n, admits from r + (start−n) until s + (end−n) and
+// drains until s + (hold−n), less a µs for the allocator's whole µs, so
+// that it holds whatever the offset of the clocks within the round trip.
+// The key has one level here: a request is admitted when the level plus
+// its units is within the largest capacity among the grants that admit
+// now, and the level falls at the largest rate among those that drain.
+// Each call ends the node's older grants a grace after it is sent (5 ms,
+// or four average round trips if longer): they admit until then and drain
+// until then plus their bucket's drain, and the allocator cuts their
+// reservations as much after it serves the call, so that a share that
+// shrinks is given back within the grace and a drain. The proof that the
+// fleet never admits more than one exact funnel is internal/sharemodel's
+// (its package doc): the exact funnel's level stays at most the sum of
+// the nodes' levels, each of which stays within its reservation.
+//
+// A node renews a grant in the background a few round trips before it
+// ends (with Options.NoPrefetch, in the decision that finds it due), and
+// early, at least L/8 after its last call, when its demand has moved by
+// more than 30% and four standard deviations; a grant whose node had no
+// request lapses. The first call of a key (demand unmeasured) gets at most
+// a quarter of R for L/4; a node whose demand the others still hold is
+// answered for L/4 too, so that it comes back once they have renewed. A
+// call that grants nothing is not repeated before that grant's end:
+// meanwhile the key is refused from memory.
+//
+// A decision made from memory reports the node's own bucket: Remaining
+// is the units it admits now, ResetAfter the time it takes to drain, and
+// a refusal's RetryAfter the time until the units fit in it (until the
+// next call when they are above its capacity). A peek answers from the
+// node's bucket too (without a grant, the full limit). A Reset empties the
+// node's bucket here: the other nodes' buckets stay as they are, and the
+// fleet admits no more than one exact funnel that starts empty at the
+// reset. Refunds, charges, reservations and decisions of several limits at
+// once that include a key leased in shares are refused (ErrShares): its
+// state is the shares, not a TAT that they could move.
+//
+// A key leased in shares must be decided only by processes that lease it
+// in shares: the Redis store's funnel state (redis-cell's TAT key) is
+// neither read nor written, so a plain decision of it (a store without
+// leases, the redis-cell module, a process leasing in units) admits on
+// top of the shares. The allocator refuses to grant while the key's TAT is
+// ahead of its time (ErrShareMixed), and the node then decides the key in
+// the Backend plainly for a lifetime: that catches a mix in one
+// direction only.
+//
+// What shares give up is under-admission: rate a node holds and does not
+// use (its demand fell, or was over-estimated), refusals of a node whose
+// arrivals match its share (about 1/(2c) of them with capacity c: a burst
+// split among many nodes loses more), reservations held while an idle
+// bucket drains, and the time shares take to follow demand that moves
+// between nodes (a node renews early when its demand shifts). A request of
+// more units than the node's capacity is refused until its next call.
+//
 // # When Redis cannot be reached
 //
 // A process keeps spending the units it holds until their leases end
