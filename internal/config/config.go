@@ -88,6 +88,11 @@ type Config struct {
 	// LeaseMax caps the units of one lease; 0 means no cap but the rate's
 	// and the burst's.
 	LeaseMax int64
+	// LeaseShares leases funnels as rate shares rather than units (see
+	// leasestore.Options.Shares): Redis calls on a key bounded by the
+	// fleet and the lifetime below, near and over the limit. Every process
+	// deciding those keys must have it set.
+	LeaseShares bool
 	// TraceEndpoint, when set, sends a span of every decision to this
 	// OpenTelemetry (OTLP) collector: host:port, or a URL. Empty leaves
 	// tracing to the standard OTEL_EXPORTER_OTLP_ENDPOINT (or

@@ -58,6 +58,7 @@ func Flags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix, "`prefix` of every key the Redis store writes")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "lease the Redis store's funnels and windows to this process, each lease living `duration` (e.g. 200ms; 0: decide every request in Redis)")
 	fs.Int64Var(&c.LeaseMax, "lease-max", c.LeaseMax, "most `units` of one lease (0: the rate's and the burst's bounds only)")
+	fs.BoolVar(&c.LeaseShares, "lease-shares", c.LeaseShares, "lease funnels as shares of their rate rather than units (every process sharing the keys must set it)")
 	fs.StringVar(&c.TraceEndpoint, "trace-endpoint", c.TraceEndpoint, "send a span of every decision to this OpenTelemetry (OTLP) `collector`: host:port or a URL (default: OTEL_EXPORTER_OTLP_ENDPOINT, or none)")
 	fs.StringVar(&c.TraceProtocol, "trace-protocol", c.TraceProtocol, "OTLP `transport`: grpc or http (default: OTEL_EXPORTER_OTLP_PROTOCOL, TRACING_EXPORTER_PROTOCOL, or http)")
 	fs.BoolVar(&c.TraceInsecure, "trace-insecure", c.TraceInsecure, "send spans without TLS")

@@ -13,6 +13,8 @@ func (c Config) validateLease() error {
 		return fmt.Errorf("%w: lease %v: leases share a Redis store among processes; the store is memory", ErrInvalid, c.Lease)
 	case c.LeaseMax > 0 && c.Lease == 0:
 		return fmt.Errorf("%w: lease_max %d without lease", ErrInvalid, c.LeaseMax)
+	case c.LeaseShares && c.Lease == 0:
+		return fmt.Errorf("%w: lease_shares without lease", ErrInvalid)
 	}
 	return nil
 }

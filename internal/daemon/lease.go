@@ -12,6 +12,7 @@ func (d *Daemon) openLeases(s *redisstore.Store) error {
 	ls := leasestore.New(s, leasestore.Options{
 		Lifetime: d.cfg.Lease,
 		MaxLease: d.cfg.LeaseMax,
+		Shares:   d.cfg.LeaseShares,
 		FailOpen: d.cfg.FailOpen,
 		Logger:   d.log,
 	})
@@ -21,7 +22,7 @@ func (d *Daemon) openLeases(s *redisstore.Store) error {
 		ls.Close()
 		return closeRedis()
 	}
-	d.log.Info("leasing the Redis store's funnels", "lifetime", d.cfg.Lease, "max_units", d.cfg.LeaseMax)
+	d.log.Info("leasing the Redis store's funnels", "lifetime", d.cfg.Lease, "max_units", d.cfg.LeaseMax, "shares", d.cfg.LeaseShares)
 	return d.metrics.Leases(func() metrics.LeaseStats {
 		s := ls.Stats()
 		return metrics.LeaseStats{
