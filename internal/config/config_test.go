@@ -109,7 +109,9 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Store = "etcd://x" }, `store "etcd://x"`},
 		{func(c *Config) { c.MaxKeys = -1 }, "max_keys -1 is negative"},
 		{func(c *Config) { c.LeaseShares = true }, "lease_shares without lease"},
-		{func(c *Config) { c.Store, c.Lease, c.LeaseShares = "redis://127.0.0.1:6379", 200 * time.Millisecond, true }, ""},
+		{func(c *Config) {
+			c.Store, c.Lease, c.LeaseShares = "redis://127.0.0.1:6379", 200*time.Millisecond, true
+		}, ""},
 		{func(c *Config) { c.MaxClients = -1 }, "max_clients -1 is negative"},
 		{func(c *Config) { c.IdleTimeout = -time.Second }, "idle_timeout -1s is negative"},
 		{func(c *Config) { c.LogLevel = "loud" }, `log_level "loud"`},
