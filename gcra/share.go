@@ -64,6 +64,14 @@ type ShareRequest struct {
 	// they have drained), so that a share that shrinks is given back
 	// within Grace plus its drain, not at its old end.
 	Grace int64
+	// Level caps the caller's level under its older grants from the
+	// call's send on, in units: the node keeps its level within it while
+	// it admits under them (its level when it sent the call, plus what it
+	// may admit during the grace). Share cuts their capacities to it, and
+	// their holds to the time it drains, so that a node whose bucket is
+	// nearly empty does not hold its whole capacity for the drain of a
+	// full one.
+	Level int64
 }
 
 // ShareGrant is Share's answer, in the allocator's time (µs): admit in
@@ -103,8 +111,8 @@ func shareDrainMicros(c, k int64, p Params) int64 {
 //	the largest c) among each node's reservations live at t (Start ≤ t <
 //	Hold) is at most ShareParts (at most p.Limit).
 //
-// Each call first ends the caller's older reservations at now + Grace
-// plus their drain, drops the reservations whose hold has passed and the
+// Each call first cuts the caller's older reservations to the capacity
+// Level and ends them at now + Grace plus Level's drain, drops the reservations whose hold has passed and the
 // nodes with none that stopped competing, then divides the rate by
 // max-min fairness (water-filling) among the caller and every node that
 // holds a reservation or called within 1.25 lifetimes, on their reported
@@ -144,9 +152,12 @@ func Share(now int64, st map[string]*ShareNode, p Params, req ShareRequest) (Sha
 	}
 	me.Demand = req.Demand
 	// The caller stopped admitting under its older grants Grace after it
-	// sent this call (before now) and drains them by then plus their drain.
+	// sent this call (before now), its level within Level, and drains
+	// them by then plus Level's drain.
 	for i, r := range me.Res {
-		me.Res[i].Hold = min(r.Hold, now+grace+shareDrainMicros(r.C, r.K, p))
+		c := min(r.C, req.Level)
+		me.Res[i].C = c
+		me.Res[i].Hold = min(r.Hold, now+grace+shareDrainMicros(c, r.K, p))
 	}
 	me.Seen = now + L + L/4
 
@@ -320,6 +331,8 @@ func checkShare(now int64, p Params, req ShareRequest) error {
 		return fmt.Errorf("%w: demand %d parts (at most %d)", ErrBadLease, req.Demand, int64(MaxShareDemand))
 	case req.Lifetime < 4 || req.Lifetime > MaxShareLifetime:
 		return fmt.Errorf("%w: lifetime %d µs (4 to %d)", ErrBadLease, req.Lifetime, int64(MaxShareLifetime))
+	case req.Level < 0 || req.Level > p.Limit:
+		return fmt.Errorf("%w: level %d units (0 to the limit %d)", ErrBadLease, req.Level, p.Limit)
 	case req.Grace < 0 || req.Grace > req.Lifetime:
 		return fmt.Errorf("%w: grace %d µs (0 to the lifetime)", ErrBadLease, req.Grace)
 	case req.Lifetime*1000/p.Interval >= 1<<32:

@@ -32,7 +32,7 @@ func TestShareKeepsTheInvariant(t *testing.T) {
 			if rng.IntN(10) > 0 {
 				d = rng.Int64N(4 * ShareParts / int64(nodes))
 			}
-			g, err := Share(now, st, p, ShareRequest{Node: n, Demand: d, Lifetime: L, Grace: 5_000})
+			g, err := Share(now, st, p, ShareRequest{Node: n, Demand: d, Lifetime: L, Grace: 5_000, Level: rng.Int64N(p.Limit + 1)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +63,7 @@ func TestShareDividesByDemand(t *testing.T) {
 	st := map[string]*ShareNode{}
 	call := func(n string, d int64) ShareGrant {
 		t.Helper()
-		g, err := Share(now, st, p, ShareRequest{Node: n, Demand: d, Lifetime: L, Grace: 5_000})
+		g, err := Share(now, st, p, ShareRequest{Node: n, Demand: d, Lifetime: L, Grace: 5_000, Level: p.Limit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,6 +216,8 @@ func TestShareBadRequests(t *testing.T) {
 		"lifetime huge": {p, ShareRequest{Node: "a", Demand: 5, Lifetime: MaxShareLifetime + 1}},
 		"grace > L":     {p, ShareRequest{Node: "a", Demand: 5, Lifetime: 200_000, Grace: 200_001}},
 		"grace < 0":     {p, ShareRequest{Node: "a", Demand: 5, Lifetime: 200_000, Grace: -1}},
+		"level < 0":     {p, ShareRequest{Node: "a", Demand: 5, Lifetime: 200_000, Level: -1}},
+		"level > limit": {p, ShareRequest{Node: "a", Demand: 5, Lifetime: 200_000, Level: 11}},
 		"limit huge":    {big, ok},
 		"zero params":   {Params{}, ok},
 	} {
@@ -226,5 +228,46 @@ func TestShareBadRequests(t *testing.T) {
 		if len(st) != 0 {
 			t.Errorf("%s: the state changed: %v", name, st)
 		}
+	}
+}
+
+// TestShareLevelCutsOlderReservations checks that a renewal that reports a
+// low level frees the capacity of the caller's older grants at once (once
+// the grace and the level's drain have passed), rather than after the
+// drain of a full bucket: 100/s with a burst of 999 (τ 10 s).
+func TestShareLevelCutsOlderReservations(t *testing.T) {
+	p, _ := NewParams(999, 100, time.Second)
+	st := map[string]*ShareNode{}
+	const L = 200_000
+	now := int64(1_000_000_000)
+	call := func(n string, level int64) ShareGrant {
+		t.Helper()
+		g, err := Share(now, st, p, ShareRequest{Node: n, Demand: ShareParts / 10, Lifetime: L, Grace: 5_000, Level: level})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	if g := call("a", 0); g.C != p.Limit {
+		t.Fatalf("a alone: %+v, want the whole capacity", g)
+	}
+	now += 1_000
+	if g := call("b", 0); g.C != 0 {
+		t.Fatalf("b while a holds everything: %+v", g)
+	}
+	now += L - 20_000
+	ga := call("a", 3) // a renews with 3 units in its bucket
+	if ga.C > p.Limit*3/4 {
+		t.Fatalf("a's renewal with b competing: %+v, want about half the capacity", ga)
+	}
+	now += 5_000 + 1_000_000/20 + 1
+	// a's first grant now holds 3 units at most, for 35 ms: b gets the
+	// rest of the capacity, not nothing until a full bucket's drain (10 s).
+	g := call("b", 0)
+	if g.C+ga.C < p.Limit-3 || g.C == 0 {
+		t.Fatalf("b after a's renewal at level 3: %+v (a %+v), want the rest of the capacity", g, ga)
+	}
+	if !ShareHolds(st, g.Now, p) {
+		t.Fatal("over the funnel")
 	}
 }

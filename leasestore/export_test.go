@@ -51,10 +51,15 @@ func ShareNoMargin(s *Store) { s.shareNoMargin = true }
 // mutation the share tests must catch. Call it before s is used.
 func ShareNoTruncate(s *Store) { s.shareNoTruncate = true }
 
-// ShareIgnoreEnd makes s admit under a share's grant until its bucket's
-// drain ends rather than until the grant ends: a mutation the share tests
-// must catch. Call it before s is used.
-func ShareIgnoreEnd(s *Store) { s.shareIgnoreEnd = true }
+// ShareAdditive makes s add up the capacities and rates of a key's
+// overlapping grants rather than take the largest: a mutation the share
+// tests must catch. Call it before s is used.
+func ShareAdditive(s *Store) { s.shareAdditive = true }
 
 // NodeName returns the name s gives itself among the nodes leasing a key.
 func NodeName(s *Store) string { return s.node }
+
+// ShareLowLevel makes s report to the allocator a level two units under
+// the one it keeps its older grants within: a mutation the share tests
+// must catch. Call it before s is used.
+func ShareLowLevel(s *Store) { s.shareLowLevel = true }

@@ -504,11 +504,15 @@ type Store struct {
 	// warm is the decisions of a key within a lifetime that make it
 	// lease (the const warm; tests measure others).
 	warm int64
-	// shareNoMargin, shareNoTruncate and shareIgnoreEnd, set by tests only
+	// shareNoMargin, shareNoTruncate and shareAdditive, set by tests only
 	// before use, break the share mode's node rules: a grant read from
 	// the answer's time rather than the call's, older grants kept whole
-	// through a renewal, and a grant that admits past its end.
-	shareNoMargin, shareNoTruncate, shareIgnoreEnd bool
+	// (not cut to the grace and the level) through a renewal, and
+	// overlapping grants whose capacities and rates add up.
+	shareNoMargin, shareNoTruncate, shareAdditive bool
+	// shareLowLevel, set by tests only before use, reports a level two
+	// units under the one the node keeps within: a mutation.
+	shareLowLevel bool
 	// resetRace, set by tests only before use, keeps the units of lease
 	// calls that a Reset overtook: the race the tests must catch.
 	resetRace bool

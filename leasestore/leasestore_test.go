@@ -126,9 +126,16 @@ func (m *model) Share(_ context.Context, key string, p gcra.Params, req gcra.Sha
 		if m.reserved[key] == nil {
 			m.reserved[key] = map[string][]gcra.ShareReservation{}
 		}
+		// A cut applies from the call on: a reservation live then is split
+		// there, its capacity before the call kept.
 		rs := m.reserved[key][req.Node]
 		for i, r := range rs {
-			rs[i].Hold = min(r.Hold, g.Now+req.Grace+(gcra.ShareDrain(r.C, r.K, p)+999)/1000)
+			if r.Hold <= g.Now || r.Start >= g.Now {
+				continue
+			}
+			c := min(r.C, req.Level)
+			rs[i].Hold = g.Now
+			rs = append(rs, gcra.ShareReservation{Start: g.Now, Hold: min(r.Hold, g.Now+req.Grace+(gcra.ShareDrain(c, r.K, p)+999)/1000), K: r.K, C: c})
 		}
 		if g.K > 0 {
 			rs = append(rs, gcra.ShareReservation{Start: g.Start, Hold: g.Hold, K: g.K, C: g.C})

@@ -78,6 +78,10 @@ type sgrant struct {
 type sentry struct {
 	key string
 	p   gcra.Params
+	// additive, set from the store's shareAdditive (tests only), adds
+	// the grants' capacities and rates rather than taking the largest: a
+	// mutation.
+	additive bool
 	// unit is one unit in level units (ShareParts·Interval): the level
 	// falls by k per ns under a grant of k parts.
 	unit   int64
@@ -143,7 +147,7 @@ func (s *Store) sentryOf(sh *shard, key string, p gcra.Params, now int64) *sentr
 			// it (its grants are reserved) until it has.
 			return e
 		}
-		e = &sentry{key: strings.Clone(key), p: p, unit: gcra.ShareParts * p.Interval, levelAt: now, reportAt: now}
+		e = &sentry{key: strings.Clone(key), p: p, unit: gcra.ShareParts * p.Interval, levelAt: now, reportAt: now, additive: s.shareAdditive}
 		sh.skeys[e.key] = e
 	}
 	return e
@@ -185,7 +189,7 @@ func (e *sentry) drainTo(x int64) {
 			var k int64
 			for _, g := range e.grants {
 				if g.admitFrom <= a && b <= g.drainTo {
-					k = max(k, g.k)
+					k = e.combine(k, g.k)
 				}
 			}
 			if k > 0 && b-a >= e.level/k+1 {
@@ -220,13 +224,22 @@ func sortSmall(a []int64) {
 func (e *sentry) capAt(x int64) (c, k int64) {
 	for _, g := range e.grants {
 		if g.admitFrom <= x && x < g.admitTo {
-			c = max(c, g.c)
+			c = e.combine(c, g.c)
 		}
 		if g.admitFrom <= x && x < g.drainTo {
-			k = max(k, g.k)
+			k = e.combine(k, g.k)
 		}
 	}
 	return c, k
+}
+
+// combine is how overlapping grants add up: the largest of them (one
+// bucket, reserved as the largest of the node's reservations).
+func (e *sentry) combine(a, b int64) int64 {
+	if e.additive {
+		return a + b
+	}
+	return max(a, b)
 }
 
 // shareTake decides q units of key under p from the key's share.
@@ -302,6 +315,7 @@ func (l shareLane) result(now int64) funnel.Result {
 
 func (l shareLane) spend(q, now int64, res *funnel.Result) {
 	l.e.level += q * l.e.unit
+
 	l.s.stats.spent.Add(q)
 	*res = l.result(now)
 	l.s.maybeRenew(l.e, now)
@@ -418,12 +432,28 @@ func (s *Store) shareStart(e *sentry, now int64, shifted bool) (*flight, gcra.Sh
 	grace := min(max(int64(shareGrace), 4*s.rtt.Load()), s.lifetime/4)
 	req := gcra.ShareRequest{Node: s.node, Demand: -1, Lifetime: s.lifetime / 1000, Grace: grace / 1000}
 	e.drainTo(now)
+	// The level under the older grants stays within Level from now on:
+	// the level now, rounded up, and the units the demand asks for
+	// within the grace (and one), at most their capacity.
+	var most int64
+	for _, g := range e.grants {
+		most = max(most, g.c/e.unit)
+	}
+	req.Level = min((e.level+e.unit-1)/e.unit+int64(e.demand*float64(grace))+1, most)
+	cut := req.Level
+	if s.shareLowLevel {
+		req.Level = max(req.Level-2, 0)
+	}
 	for i, g := range e.grants {
 		if s.shareNoTruncate {
 			break
 		}
-		e.grants[i].admitTo = min(g.admitTo, now+req.Grace*1000)
-		e.grants[i].drainTo = min(g.drainTo, now+req.Grace*1000+gcra.ShareDrain(g.c/e.unit, g.k, e.p))
+		// The allocator cuts them at its time of the call plus the grace
+		// (and the level's drain), in whole µs: at least now less a µs.
+		c := min(g.c/e.unit, cut) // whole units: a grant's capacity is
+		e.grants[i].c = c * e.unit
+		e.grants[i].admitTo = min(g.admitTo, now+req.Grace*1000-1000)
+		e.grants[i].drainTo = min(g.drainTo, now+req.Grace*1000+gcra.ShareDrain(c, g.k, e.p)-1000)
 	}
 	if e.everSent {
 		if span := now - e.reportAt; span > 0 {
@@ -499,9 +529,6 @@ func (s *Store) shareCall(ctx context.Context, e *sentry, f *flight, req gcra.Sh
 			admitFrom: now + (g.Start-g.Now)*1000, admitTo: end - 1000, drainTo: from + (g.Hold-g.Now)*1000 - 1000,
 			k: g.K, c: g.C * e.unit,
 		})
-		if s.shareIgnoreEnd {
-			e.grants[len(e.grants)-1].admitTo = e.grants[len(e.grants)-1].drainTo
-		}
 		e.noneUntil = 0
 	} else {
 		e.noneUntil = end
