@@ -283,13 +283,24 @@
 // its units is within the largest capacity among the grants that admit
 // now, and the level falls at the largest rate among those that drain.
 // Each call ends the node's older grants a grace after it is sent (5 ms,
-// or four average round trips if longer): they admit until then and drain
-// until then plus their bucket's drain, and the allocator cuts their
-// reservations as much after it serves the call, so that a share that
-// shrinks is given back within the grace and a drain. The proof that the
-// fleet never admits more than one exact funnel is internal/sharemodel's
-// (its package doc): the exact funnel's level stays at most the sum of
-// the nodes' levels, each of which stays within its reservation.
+// or four average round trips if longer) and caps them at a level the
+// node reports (its level when it sends the call, rounded up, plus what
+// its demand asks for within the grace, and one): under them it admits
+// until then only while its level is within that cap, and drains until
+// then plus the cap's drain. The allocator cuts their reservations to
+// the same capacity and hold after it serves the call (gcra.ShareRequest's
+// Grace and Level), so that a share that shrinks is given back within the
+// grace and a drain, and a node whose bucket is nearly empty does not
+// hold a full bucket's capacity for a full bucket's drain. The proof that
+// the fleet never admits more than one exact funnel is
+// internal/sharemodel's (its package doc): the exact funnel's level stays
+// at most the sum of the nodes' levels, each of which stays within its
+// reservation (its step 3 holds for a cut reservation: from the call's
+// send on the node's level is within the cap, and it is 0 by the cut
+// hold). The tests replay each node's admissions through its reservations
+// as well as the fleet's through one funnel: a grant read from the
+// answer's time rather than the call's, older grants not cut, a level
+// reported low, or overlapping grants whose capacities add up fail them.
 //
 // A node renews a grant in the background a few round trips before it
 // ends (with Options.NoPrefetch, in the decision that finds it due), and
