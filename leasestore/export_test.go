@@ -63,3 +63,7 @@ func NodeName(s *Store) string { return s.node }
 // the one it keeps its older grants within: a mutation the share tests
 // must catch. Call it before s is used.
 func ShareLowLevel(s *Store) { s.shareLowLevel = true }
+
+// ShareFixedLife keeps s's share grants at its lifetime, not lengthened
+// for slow keys, for the tests that compare. Call it before s is used.
+func ShareFixedLife(s *Store) { s.shareFixedLife = true }

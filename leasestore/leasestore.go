@@ -524,6 +524,9 @@ type Store struct {
 	// shareLowLevel, set by tests only before use, reports a level two
 	// units under the one the node keeps within: a mutation.
 	shareLowLevel bool
+	// shareFixedLife, set by tests only before use, keeps every grant at
+	// the store's lifetime, for the tests that measure it.
+	shareFixedLife bool
 	// resetRace, set by tests only before use, keeps the units of lease
 	// calls that a Reset overtook: the race the tests must catch.
 	resetRace bool

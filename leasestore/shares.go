@@ -45,6 +45,11 @@ const (
 	// so that a node's level in parts of a unit, up to the limit times
 	// ShareParts·Interval, fits an int64.
 	maxShareTolerance = 1 << 42
+	// shareCalls is the share of a node's decisions that its calls aim
+	// at: a slow key's grants last longer, up to shareLongest lifetimes,
+	// so that a node makes one call per 1/shareCalls of its decisions.
+	shareCalls   = 0.004
+	shareLongest = 10
 	// minShareUnits is the least number of units a funnel's rate brings in
 	// one lifetime for it to be leased in shares: a node's first grant
 	// holds a sixteenth of them.
@@ -467,6 +472,12 @@ func (s *Store) shareStart(e *sentry, now int64, shifted bool) (*flight, gcra.Sh
 		}
 		if e.measured {
 			req.Demand = demandParts(e.demand, e.p.Interval, 2*s.lifetime)
+			if e.demand > 0 && !s.shareFixedLife {
+				// Long enough for a call per shareCalls of the decisions
+				// here, within shareLongest lifetimes.
+				life := min(max(s.lifetime, int64(1/(shareCalls*e.demand))), shareLongest*s.lifetime)
+				req.Lifetime = min(life, gcra.MaxShareLifetime*1000, e.p.Interval*(1<<32-1)) / 1000
+			}
 		}
 	}
 	e.reported = e.demand
