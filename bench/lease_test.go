@@ -117,8 +117,8 @@ func zipfKeys(n int) []string {
 //     0, 10, 500 and 10,000, and near it (1.05×, 1.2×, 1.5×) with a burst
 //     of 500, 3 and 16 nodes, equal demand and 10:1 (see
 //     benchLeaseOverload): decisions/s, Redis commands and CPU per
-//     decision, over- and under-admission, each leasing row beside the
-//     same fleet on plain Redis.
+//     decision, over- and under-admission, each leasing row (in units:
+//     lease; in rate shares: shares) beside the same fleet on plain Redis.
 func BenchmarkLease(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, scen := range []string{"hot", "hotfixed", "zipf100k"} {
@@ -136,7 +136,7 @@ func BenchmarkLease(b *testing.B) {
 		})
 	}
 	for _, oc := range overloadCases() {
-		for _, kind := range []string{"lease", "redis"} {
+		for _, kind := range []string{"lease", "shares", "redis"} {
 			b.Run("overload/"+oc.name()+"/"+kind, func(b *testing.B) {
 				srv.Client().FlushAll(context.Background())
 				benchLeaseOverload(b, srv, kind, oc)

@@ -87,7 +87,8 @@ func overloadCases() []overloadCase {
 // limit (20,000/s, or 2,000/s at 100×; the row's burst) to one hot key,
 // from workers spread over c.nodes nodes (leasing, or deciding every
 // request in Redis), paced (the factor reached is reported: plain Redis
-// falls behind at 10×). It reports decisions/s, Redis
+// falls behind at 10×; "shares" leases in rate shares, "lease" in units).
+// It reports decisions/s, Redis
 // script calls, script time and CPU per decision (from the server's own
 // counters),
 // the admissions over one exact funnel (replayed at the instant each was
@@ -113,7 +114,7 @@ func benchLeaseOverload(b *testing.B, srv *redistest.Server, kind string, oc ove
 			stores = append(stores, rs)
 			continue
 		}
-		ls := leasestore.New(rs, leasestore.Options{Logger: slog.New(slog.DiscardHandler)})
+		ls := leasestore.New(rs, leasestore.Options{Logger: slog.New(slog.DiscardHandler), Shares: kind == "shares"})
 		stores = append(stores, ls)
 		leases = append(leases, ls)
 		closers = append(closers, func() { ls.Close() })
