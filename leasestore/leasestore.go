@@ -253,8 +253,8 @@
 // # Rate shares
 //
 // With Options.Shares, a funnel (GCRA without a ban) whose limit allows
-// it (Shared: its rate brings at least 16 units per lifetime, its
-// tolerance is at most 2^42 ns) is leased as a share of its rate rather
+// it (Shared: its rate brings at least 16 units per lifetime, its limit
+// is at least 64 units, its tolerance at most 2^42 ns) is leased as a share of its rate rather
 // than as units, where the Backend allocates shares (ShareBackend: the
 // Redis store's Share, gcra.Share in a script). Units are bounded by the
 // funnel: a unit lease gets at most R·L_k units, so a smooth limit (small

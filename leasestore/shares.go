@@ -54,18 +54,27 @@ const (
 	// one lifetime for it to be leased in shares: a node's first grant
 	// holds a sixteenth of them.
 	minShareUnits = 16
+	// minShareLimit is the least limit (burst+1) of a funnel leased in
+	// shares: a fleet of 16 splits 64 units into buckets of about 4, which
+	// refuse about one request in 8 of a node whose demand matches its
+	// share, but under overload lose under 1% (in the model, 1.6% below
+	// the limit); a burst of 10 split 16 ways leaves nodes with no
+	// capacity at all (half the limit lost).
+	minShareLimit = 64
 )
 
 // Shared reports whether a funnel p is leased in rate shares by a store
 // whose lifetime is lifetime when its Options.Shares is set: its
 // tolerance is at most about 73 minutes (2^42 ns), its rate brings at
-// least 16 units per lifetime and its limit is at most gcra.MaxShareLimit.
+// least 16 units per lifetime, and its limit is 64 units (a burst of 63)
+// to gcra.MaxShareLimit: a smaller burst split among a fleet leaves its
+// nodes buckets of a unit or none.
 // Other funnels are leased in units, as without Options.Shares (see the
 // package doc).
 func Shared(p gcra.Params, lifetime time.Duration) bool {
 	l := int64(lifetime)
 	return p.Interval > 0 && p.Tolerance >= p.Interval && p.Tolerance <= maxShareTolerance &&
-		p.Limit <= gcra.MaxShareLimit && l/p.Interval >= minShareUnits && l/p.Interval < 1<<32 &&
+		p.Limit >= minShareLimit && p.Limit <= gcra.MaxShareLimit && l/p.Interval >= minShareUnits && l/p.Interval < 1<<32 &&
 		l <= gcra.MaxShareLifetime*1000
 }
 
