@@ -379,8 +379,13 @@ func (l shareLane) cold(now int64) bool { return now < l.e.mixedUntil }
 // direct decides a key that is also decided plainly (ErrShareMixed) in
 // the Backend, under its full limit, as without leases.
 func (l shareLane) direct(ctx context.Context, q int64, res *funnel.Result) error {
-	_, err := l.s.decideDirect(ctx, l.key, &funnel.Checked{GCRA: l.e.p}, q, res)
-	return err
+	if done, err := l.s.decideDirect(ctx, l.key, &funnel.Checked{GCRA: l.e.p}, q, res); done {
+		return err
+	}
+	if res.Allowed {
+		l.s.stats.spent.Add(q)
+	}
+	return nil
 }
 
 func (l shareLane) start(need, now int64) func(context.Context) error {

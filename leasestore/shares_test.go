@@ -2,6 +2,8 @@ package leasestore_test
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
 	"github.com/funnelrl/funnel/leasestore"
 )
@@ -236,5 +239,113 @@ func TestSharesLukewarm(t *testing.T) {
 			t.Logf("nodes %d × %v/s: %.4f calls per decision, under-admission %.2f%%",
 				nodes, rate, float64(st.Calls+st.Direct)/float64(st.Decisions), 100*float64(e-a)/float64(max(e, 1)))
 		}
+	}
+}
+
+// TestShared checks which limits are leased in shares at 200 ms: a limit
+// of 64 units or more whose rate brings 16 units per lifetime.
+func TestShared(t *testing.T) {
+	const L = 200 * time.Millisecond
+	for _, c := range []struct {
+		burst, count int64
+		want         bool
+	}{
+		{500, 20000, true},
+		{63, 20000, true},
+		{62, 20000, false}, // 63 units: a fleet's buckets too small
+		{10, 20000, false},
+		{999, 100, true}, // 20 units per lifetime
+		{999, 80, true},  // 16
+		{999, 79, false}, // under 16
+	} {
+		p := mkParams(t, c.burst, c.count, time.Second)
+		if got := leasestore.Shared(p, L); got != c.want {
+			t.Errorf("Shared(burst %d, %d/s) = %v, want %v", c.burst, c.count, got, c.want)
+		}
+	}
+}
+
+// TestSharesOneNode checks a key leased in shares through one node on
+// the model: its first call (demand unmeasured) gets a quarter of the
+// rate, a refusal's RetryAfter is the wait for its bucket, a peek answers
+// from it without a call, a Reset empties it, and a charge is refused
+// (ErrShares) with nothing changed.
+func TestSharesOneNode(t *testing.T) {
+	p := mkParams(t, 999, 1000, time.Second) // τ 1 s, 1,000 units
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	m := newModel(c)
+	s := leasestore.New(m, leasestore.Options{Shares: true, NoPrefetch: true, Now: c.now, Logger: quiet()})
+	t.Cleanup(func() { s.Close() })
+	lim := funnel.Checked{GCRA: p}
+	do := func(kind funnel.OpKind, q int64) (funnel.Result, error) {
+		res := make([]funnel.Result, 1)
+		err := s.Do(context.Background(), []funnel.Op{{Kind: kind, Key: "k", N: q, Limit: lim}}, res)
+		return res[0], err
+	}
+	// The first grant: a quarter of the rate (250/s) and what it drains
+	// in L/4 (50 ms): 12 units.
+	var admitted int64
+	for {
+		r, err := do(funnel.OpTake, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			// 4 ms per unit at 250/s: the next unit fits after at most that.
+			if r.RetryAfter <= 0 || r.RetryAfter > 4*time.Millisecond || r.Limit != p.Limit {
+				t.Fatalf("refusal %+v", r)
+			}
+			break
+		}
+		admitted++
+	}
+	if admitted != 12 || s.Stats().Calls != 1 {
+		t.Fatalf("first grant: %d admitted with %d calls, want 12 with 1", admitted, s.Stats().Calls)
+	}
+	if r, err := do(funnel.OpPeek, 1); err != nil || r.Allowed || s.Stats().Calls != 1 {
+		t.Fatalf("peek on a full bucket: %+v, %v, %d calls", r, err, s.Stats().Calls)
+	}
+	c.t.Add(int64(4 * time.Millisecond))
+	if r, err := do(funnel.OpPeek, 1); err != nil || !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("peek after one unit drained: %+v, %v", r, err)
+	}
+	if _, err := do(funnel.OpCharge, 5); !errors.Is(err, leasestore.ErrShares) {
+		t.Fatalf("charge: %v, want ErrShares", err)
+	}
+	if _, err := s.Reset(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := do(funnel.OpPeek, 12); err != nil || !r.Allowed {
+		t.Fatalf("peek after a reset: %+v, %v", r, err)
+	}
+	// Several limits at once with a key leased in shares: refused.
+	res := make([]funnel.Result, 2)
+	err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: lim}, {Kind: funnel.OpTake, Key: "j", N: 1, Limit: lim}}, res)
+	if !errors.Is(err, leasestore.ErrShares) {
+		t.Fatalf("two ops: %v, want ErrShares", err)
+	}
+}
+
+// TestSharesMixedGoesPlain checks that a key whose TAT is ahead (decided
+// plainly elsewhere) is decided plainly here too, in the store, for a
+// lifetime: the allocator answers ErrShareMixed.
+func TestSharesMixedGoesPlain(t *testing.T) {
+	p := mkParams(t, 999, 1000, time.Second)
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	m := newModel(c)
+	m.tats["k"] = c.now() + int64(500*time.Millisecond) // 500 units taken plainly
+	s := leasestore.New(m, leasestore.Options{Shares: true, NoPrefetch: true, Now: c.now, Logger: quiet()})
+	t.Cleanup(func() { s.Close() })
+	res := make([]funnel.Result, 1)
+	op := []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: p}}}
+	for range 3 {
+		if err := s.Do(context.Background(), op, res); err != nil || !res[0].Allowed || res[0].Remaining != 499-(s.Stats().Direct-1) {
+			t.Fatalf("%+v, %v (stats %+v)", res[0], err, s.Stats())
+		}
+	}
+	if st := s.Stats(); st.Calls != 1 || st.Direct != 3 || st.Spent != 3 {
+		t.Fatalf("one share call, then plain decisions: %+v", st)
 	}
 }
