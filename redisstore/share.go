@@ -14,8 +14,9 @@ import (
 var shareScript = newTimedScript(include("share.lua"), 1)
 
 // shareStateScript answers a shares hash as its number of fields and one
-// string: each field's name and value, each written as its length in
-// decimal, ':' and its bytes.
+// string: '.' (so that no client reads the string as a number), then each
+// field's name and value, each written as its length in decimal, ':' and
+// its bytes.
 var shareStateScript = newScript(`local h = redis.pcall('HGETALL', KEYS[1])
 if h.err then
   return redis.error_reply('WRONGTYPE the shares are not a hash')
@@ -24,7 +25,7 @@ local b = {}
 for i = 1, #h do
   b[i] = #h[i] .. ':' .. h[i]
 end
-return { #h / 2, table.concat(b) }`)
+return { #h / 2, '.' .. table.concat(b) }`)
 
 // ErrShareMixed is the error of a Share call on a key that is also
 // decided plainly: the funnel's key holds a TAT after now, written by a
@@ -127,11 +128,11 @@ func (s *Store) ShareState(ctx context.Context, key string) (map[string]*gcra.Sh
 	if err != nil {
 		return nil, s.unavailable(ctx, err)
 	}
-	if len(v) < 1 {
-		return nil, fmt.Errorf("%w: an empty shares reply", errInternal)
+	if len(v) < 2 || v[1] != '.' {
+		return nil, fmt.Errorf("%w: shares reply %v", errInternal, v[:min(len(v), 2)])
 	}
-	blob := make([]byte, len(v)-1)
-	for i, b := range v[1:] {
+	blob := make([]byte, len(v)-2)
+	for i, b := range v[2:] {
 		if b < 0 || b > 255 {
 			return nil, fmt.Errorf("%w: shares reply byte %d", errInternal, b)
 		}

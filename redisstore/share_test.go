@@ -45,6 +45,15 @@ func sameShares(st, want map[string]*gcra.ShareNode) string {
 	return ""
 }
 
+// sharesText writes a key's shares for a message, node by node.
+func sharesText(st map[string]*gcra.ShareNode) string {
+	var b strings.Builder
+	for name, nd := range st {
+		fmt.Fprintf(&b, "%s: %+v; ", name, *nd)
+	}
+	return b.String()
+}
+
 // shareParams draws a funnel for shares: rates from 10 a second to a
 // million, bursts from 0 to a million.
 func shareParams(t testing.TB, r *rand.Rand) gcra.Params {
@@ -63,17 +72,20 @@ func shareParams(t testing.TB, r *rand.Rand) gcra.Params {
 }
 
 // TestShareIsGcraShare runs random calls through gcra.Share on a map and
-// through Store.Share at the same instants, and checks that every grant
-// and, after every call, every node's record are the same.
+// through Store.Share at the same instants (on go-redis and on rueidis),
+// and checks that every grant and, after every call, every node's record
+// are the same.
 func TestShareIsGcraShare(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
 	var clock atomic.Int64
-	st := redisstore.New(c, redisstore.Options{Now: clock.Load, Prefix: "sh:", Timeout: 20 * time.Second})
+	opts := redisstore.Options{Now: clock.Load, Prefix: "sh:", Timeout: 20 * time.Second}
+	stores := []*redisstore.Store{redisstore.New(c, opts), redisstore.NewRueidis(newRueidis(t, srv.Addr), opts)}
 	var grants, none, back, unmeasured, pruned int
 	for seed := uint64(1); seed <= 13; seed++ {
+		st := stores[seed%2] // go-redis and rueidis in turn
 		r := rand.New(rand.NewPCG(seed, 23))
 		p := shareParams(t, r)
 		nodes := 1 + r.IntN(16)
@@ -88,6 +100,9 @@ func TestShareIsGcraShare(t *testing.T) {
 		key := "k" + strconv.FormatUint(seed, 10)
 		if seed%3 == 0 {
 			key = "{t" + strconv.FormatUint(seed, 10) + "}k"
+		}
+		if got, err := st.ShareState(ctx, key); err != nil || len(got) != 0 {
+			t.Fatalf("seed %d: shares before any call: %v, %v", seed, got, err)
 		}
 		want := map[string]*gcra.ShareNode{}
 		now := int64(1_790_000_000_000_000) + r.Int64N(1e12)
@@ -163,7 +178,7 @@ func TestShareConcurrent(t *testing.T) {
 	ctx := context.Background()
 	st := redisstore.New(srv.Client(), redisstore.Options{Timeout: 20 * time.Second})
 	p := mkParams(t, 499, 20_000, time.Second)
-	const L = 20_000 // µs
+	const L = 200_000 // µs
 	var wg sync.WaitGroup
 	var granted, calls atomic.Int64
 	errs := make(chan error, 16)
@@ -192,7 +207,7 @@ func TestShareConcurrent(t *testing.T) {
 					return
 				}
 				if !gcra.ShareHolds(s, g.Now, p) {
-					errs <- fmt.Errorf("node %d: the shares hold more than the funnel after %+v: %v", n, g, s)
+					errs <- fmt.Errorf("node %d: the shares hold more than the funnel after %+v: %s", n, g, sharesText(s))
 					return
 				}
 			}
@@ -344,8 +359,9 @@ func TestShareExpiry(t *testing.T) {
 }
 
 // TestShareCluster calls for shares on a Redis Cluster of three masters,
-// on keys with and without hash tags, in slots of every master, and
-// checks the grants and records against gcra.Share.
+// on keys with and without hash tags, in slots of every master, through
+// go-redis and rueidis, and checks the grants and records against
+// gcra.Share.
 func TestShareCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 0)
@@ -353,11 +369,13 @@ func TestShareCluster(t *testing.T) {
 	t.Cleanup(func() { cc.Close() })
 	ctx := context.Background()
 	var clock atomic.Int64
-	st := redisstore.New(cc, redisstore.Options{Now: clock.Load, Prefix: "p:", Timeout: 10 * time.Second})
+	opts := redisstore.Options{Now: clock.Load, Prefix: "p:", Timeout: 10 * time.Second}
+	stores := []*redisstore.Store{redisstore.New(cc, opts), redisstore.NewRueidis(newRueidis(t, cl.Addrs()...), opts)}
 	p := mkParams(t, 99, 1000, time.Second)
 	masters := map[int]bool{}
 	now := int64(1_800_000_000_000_000)
 	for i := range 30 {
+		st := stores[i%3%2] // go-redis on keys with and without tags, rueidis too
 		key := "key" + strconv.Itoa(i)
 		if i%2 == 0 {
 			key = "{tag" + strconv.Itoa(i) + "}k"
