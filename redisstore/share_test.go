@@ -227,76 +227,85 @@ func TestShareConcurrent(t *testing.T) {
 // TestShareMixed checks the guard: while the funnel's key holds a TAT after
 // now (a plain decision, or a TAT written there), Share grants nothing,
 // answers ErrShareMixed and changes nothing; a TAT in the past is no
-// obstacle, and shares never write the key.
+// obstacle, and shares never write the key. On go-redis and on rueidis.
 func TestShareMixed(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	c := srv.Client()
-	ctx := context.Background()
-	st := redisstore.New(c, redisstore.Options{Timeout: 10 * time.Second})
-	p := mkParams(t, 9, 10, time.Second)
-	req := gcra.ShareRequest{Node: "a", Demand: gcra.ShareParts, Lifetime: 200_000, Grace: 5_000}
-	if _, err := st.Share(ctx, "k", p, req); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := c.Exists(ctx, "k").Result(); n != 0 {
-		t.Fatal("Share wrote the funnel's key")
-	}
-	dump := func() string {
-		t.Helper()
-		v, err := c.Dump(ctx, "{k}\x00shares").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms, _ := c.PExpireTime(ctx, "{k}\x00shares").Result()
-		return v + "/" + ms.String()
-	}
-	before := dump()
-	// A plain decision on the key (of a funnel of one unit an hour: its
-	// TAT is an hour ahead).
-	res := make([]funnel.Result, 1)
-	op := funnel.Op{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: mkParams(t, 0, 1, time.Hour)}}
-	if err := st.Do(ctx, []funnel.Op{op}, res); err != nil || !res[0].Allowed {
-		t.Fatalf("a plain decision: %+v, %v", res[0], err)
-	}
-	if _, err := st.Share(ctx, "k", p, gcra.ShareRequest{Node: "b", Demand: 10, Lifetime: 200_000}); !errors.Is(err, redisstore.ErrShareMixed) {
-		t.Fatalf("Share after a plain decision: %v", err)
-	}
-	if dump() != before {
-		t.Fatal("a Share refused as mixed changed the shares")
-	}
-	// A TAT in the past does not count; one an hour ahead does.
-	now := redisTime(t, c)
-	c.Set(ctx, "k", strconv.FormatInt(now-int64(time.Second), 10), 0)
-	if _, err := st.Share(ctx, "k", p, req); err != nil {
-		t.Fatalf("Share on a TAT in the past: %v", err)
-	}
-	before = dump()
-	c.Set(ctx, "k", strconv.FormatInt(now+int64(time.Hour), 10), 0)
-	if _, err := st.Share(ctx, "k", p, req); !errors.Is(err, redisstore.ErrShareMixed) {
-		t.Fatalf("Share on a TAT ahead: %v", err)
-	}
-	if dump() != before {
-		t.Fatal("a Share refused as mixed changed the shares")
-	}
-	// A key of another type, shares of another type or with a bad record:
-	// ErrWrongType, and nothing changes.
-	c.HSet(ctx, "h", "f", "v")
-	c.Set(ctx, "{s}\x00shares", "nope", 0)
-	c.HSet(ctx, "{r}\x00shares", "a", "1 2 3", "b", "1 2")
-	for _, key := range []string{"h", "s", "r"} {
-		if _, err := st.Share(ctx, key, p, req); !errors.Is(err, funnel.ErrWrongType) {
-			t.Fatalf("%s: %v", key, err)
-		}
-	}
-	if _, err := st.ShareState(ctx, "r"); !errors.Is(err, funnel.ErrWrongType) {
-		t.Fatalf("ShareState of a bad record: %v", err)
-	}
-	if v, _ := c.HGetAll(ctx, "{r}\x00shares").Result(); len(v) != 2 || v["a"] != "1 2 3" {
-		t.Fatalf("a bad record changed: %v", v)
-	}
-	if n, _ := c.Exists(ctx, "{h}\x00shares").Result(); n != 0 {
-		t.Fatal("a key of another type got shares")
+	for _, lib := range []string{"go-redis", "rueidis"} {
+		t.Run(lib, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			c := srv.Client()
+			ctx := context.Background()
+			opts := redisstore.Options{Timeout: 10 * time.Second}
+			st := redisstore.New(c, opts)
+			if lib == "rueidis" {
+				st = redisstore.NewRueidis(newRueidis(t, srv.Addr), opts)
+			}
+			p := mkParams(t, 9, 10, time.Second)
+			req := gcra.ShareRequest{Node: "a", Demand: gcra.ShareParts, Lifetime: 200_000, Grace: 5_000}
+			if _, err := st.Share(ctx, "k", p, req); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := c.Exists(ctx, "k").Result(); n != 0 {
+				t.Fatal("Share wrote the funnel's key")
+			}
+			dump := func() string {
+				t.Helper()
+				v, err := c.Dump(ctx, "{k}\x00shares").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ms, _ := c.PExpireTime(ctx, "{k}\x00shares").Result()
+				return v + "/" + ms.String()
+			}
+			before := dump()
+			// A plain decision on the key (of a funnel of one unit an hour: its
+			// TAT is an hour ahead).
+			res := make([]funnel.Result, 1)
+			op := funnel.Op{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: mkParams(t, 0, 1, time.Hour)}}
+			if err := st.Do(ctx, []funnel.Op{op}, res); err != nil || !res[0].Allowed {
+				t.Fatalf("a plain decision: %+v, %v", res[0], err)
+			}
+			if _, err := st.Share(ctx, "k", p, gcra.ShareRequest{Node: "b", Demand: 10, Lifetime: 200_000}); !errors.Is(err, redisstore.ErrShareMixed) {
+				t.Fatalf("Share after a plain decision: %v", err)
+			}
+			if dump() != before {
+				t.Fatal("a Share refused as mixed changed the shares")
+			}
+			// A TAT in the past does not count; one an hour ahead does.
+			now := redisTime(t, c)
+			c.Set(ctx, "k", strconv.FormatInt(now-int64(time.Second), 10), 0)
+			if _, err := st.Share(ctx, "k", p, req); err != nil {
+				t.Fatalf("Share on a TAT in the past: %v", err)
+			}
+			before = dump()
+			c.Set(ctx, "k", strconv.FormatInt(now+int64(time.Hour), 10), 0)
+			if _, err := st.Share(ctx, "k", p, req); !errors.Is(err, redisstore.ErrShareMixed) {
+				t.Fatalf("Share on a TAT ahead: %v", err)
+			}
+			if dump() != before {
+				t.Fatal("a Share refused as mixed changed the shares")
+			}
+			// A key of another type, shares of another type or with a bad record:
+			// ErrWrongType, and nothing changes.
+			c.HSet(ctx, "h", "f", "v")
+			c.Set(ctx, "{s}\x00shares", "nope", 0)
+			c.HSet(ctx, "{r}\x00shares", "a", "1 2 3", "b", "1 2")
+			for _, key := range []string{"h", "s", "r"} {
+				if _, err := st.Share(ctx, key, p, req); !errors.Is(err, funnel.ErrWrongType) {
+					t.Fatalf("%s: %v", key, err)
+				}
+			}
+			if _, err := st.ShareState(ctx, "r"); !errors.Is(err, funnel.ErrWrongType) {
+				t.Fatalf("ShareState of a bad record: %v", err)
+			}
+			if v, _ := c.HGetAll(ctx, "{r}\x00shares").Result(); len(v) != 2 || v["a"] != "1 2 3" {
+				t.Fatalf("a bad record changed: %v", v)
+			}
+			if n, _ := c.Exists(ctx, "{h}\x00shares").Result(); n != 0 {
+				t.Fatal("a key of another type got shares")
+			}
+		})
 	}
 }
 
@@ -525,5 +534,26 @@ func BenchmarkShare(b *testing.B) {
 			}
 			b.ReportMetric(float64(res)/float64(len(s)), "res/node")
 		})
+	}
+}
+
+// TestShareUnavailable checks that Share and ShareState fail with an error
+// that wraps funnel.ErrUnavailable when Redis cannot be reached.
+func TestShareUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	st := redisstore.New(srv.Client(), redisstore.Options{Timeout: time.Second})
+	p := mkParams(t, 9, 10, time.Second)
+	req := gcra.ShareRequest{Node: "a", Demand: 5, Lifetime: 200_000, Grace: 5_000}
+	if _, err := st.Share(ctx, "k", p, req); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if _, err := st.Share(ctx, "k", p, req); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("Share with Redis down: %v", err)
+	}
+	if _, err := st.ShareState(ctx, "k"); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("ShareState with Redis down: %v", err)
 	}
 }
