@@ -72,9 +72,10 @@ func shareParams(t testing.TB, r *rand.Rand) gcra.Params {
 }
 
 // TestShareIsGcraShare runs random calls through gcra.Share on a map and
-// through Store.Share at the same instants (on go-redis and on rueidis),
-// and checks that every grant and, after every call, every node's record
-// are the same.
+// through Store.Share at the same instants (on go-redis and on rueidis;
+// two sequences change the funnel and the lifetime as they go), and checks
+// that every grant and, after every call, every node's record are the
+// same.
 func TestShareIsGcraShare(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -84,7 +85,7 @@ func TestShareIsGcraShare(t *testing.T) {
 	opts := redisstore.Options{Now: clock.Load, Prefix: "sh:", Timeout: 20 * time.Second}
 	stores := []*redisstore.Store{redisstore.New(c, opts), redisstore.NewRueidis(newRueidis(t, srv.Addr), opts)}
 	var grants, none, back, unmeasured, pruned int
-	for seed := uint64(1); seed <= 13; seed++ {
+	for seed := uint64(1); seed <= 15; seed++ {
 		st := stores[seed%2] // go-redis and rueidis in turn
 		r := rand.New(rand.NewPCG(seed, 23))
 		p := shareParams(t, r)
@@ -107,6 +108,14 @@ func TestShareIsGcraShare(t *testing.T) {
 		want := map[string]*gcra.ShareNode{}
 		now := int64(1_790_000_000_000_000) + r.Int64N(1e12)
 		for i := range 400 {
+			if seed >= 14 && r.IntN(4) == 0 {
+				// The limit reconfigured while shares are live.
+				p = shareParams(t, r)
+				L = []int64{1_000, 200_000, 2_000_000}[r.IntN(3)]
+				for L*1000/p.Interval >= 1<<32 {
+					L /= 2
+				}
+			}
 			switch x := r.IntN(20); {
 			case x == 0:
 				now -= r.Int64N(L + 1) // a clock stepped back
