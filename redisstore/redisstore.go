@@ -47,7 +47,9 @@
 // key a sorted set of lease ids scored by their expiry, each with a marker
 // member that names its kind. A ban is the decimal nanosecond of its end,
 // under "{tag}" + prefix + "ban:" + key, where the tag puts it in the hash
-// slot of its key. Every key expires when its state is empty, and
+// slot of its key. A funnel leased in rate shares (Share) keeps them in a
+// hash beside its key in its slot, one field per node (see Share); the key
+// itself is not written. Every key expires when its state is empty, and
 // Options.Prefix is prepended to every key. A key that holds anything else
 // is an error that wraps ErrWrongType, and is left as it is.
 //
