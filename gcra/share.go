@@ -323,7 +323,7 @@ func checkShare(now int64, p Params, req ShareRequest) error {
 	switch {
 	case p.Interval <= 0 || p.Tolerance < p.Interval || p.Limit < 1:
 		return fmt.Errorf("%w: interval %d ns, tolerance %d ns", ErrBadLease, p.Interval, p.Tolerance)
-	case p.Tolerance > MaxLeaseTolerance || p.Limit > MaxShareLimit:
+	case p.Tolerance > MaxLeaseTolerance || p.Limit > MaxShareLimit || p.Tolerance/p.Interval >= MaxShareLimit:
 		return fmt.Errorf("%w: a share's funnel holds at most %d units within %d ns", ErrBadLease, int64(MaxShareLimit), int64(MaxLeaseTolerance))
 	case req.Node == "":
 		return fmt.Errorf("%w: a share needs a node name", ErrBadLease)

@@ -389,6 +389,7 @@ type Backend interface {
 
 var (
 	_ Backend        = (*redisstore.Store)(nil)
+	_ ShareBackend   = (*redisstore.Store)(nil)
 	_ funnel.Grouper = (*Store)(nil)
 )
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/redisstore"
 )
 
 // ShareBackend is a Backend that also allocates rate shares
@@ -21,9 +22,11 @@ type ShareBackend interface {
 
 // ErrShareMixed is what a ShareBackend answers (wrapped or as it is) when
 // key is also decided plainly: its funnel's own state holds a TAT after
-// the allocator's time. A Store then decides the key in the Backend,
-// plainly, for a lifetime, and asks again.
-var ErrShareMixed = errors.New("leasestore: the key is also decided plainly")
+// the allocator's time (redisstore.ErrShareMixed). A Store then decides
+// the key in the Backend, plainly, for a lifetime, and asks again. A key
+// that cannot have shares (redisstore.ErrNoShareKey: a '}' without a hash
+// tag, in a Redis Cluster's terms) is decided plainly for good.
+var ErrShareMixed = redisstore.ErrShareMixed
 
 // ErrShares is the error of an operation that a key leased in rate shares
 // does not support: a refund, a charge, or a decision of several limits
@@ -534,6 +537,10 @@ func (s *Store) shareCall(ctx context.Context, e *sentry, f *flight, req gcra.Sh
 	if err != nil {
 		if errors.Is(err, ErrShareMixed) {
 			e.mixedUntil = now + s.lifetime
+			return nil
+		}
+		if errors.Is(err, redisstore.ErrNoShareKey) {
+			e.mixedUntil = math.MaxInt64
 			return nil
 		}
 		return s.failed(ctx, e.key, err)

@@ -92,7 +92,7 @@ func (s *Store) Share(ctx context.Context, key string, p gcra.Params, req gcra.S
 		return gcra.ShareGrant{}, err
 	}
 	args = append(args, limb(p.Interval), limb(p.Tolerance), limb(p.Limit),
-		req.Node, limb(req.Demand), limb(req.Lifetime), limb(req.Grace))
+		req.Node, limb(req.Demand), limb(req.Lifetime), limb(req.Grace), limb(req.Level))
 	v, err := s.evalTimed(ctx, shareScript, []string{s.prefix + key, sk}, args)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "SHAREMIXED") {
@@ -191,7 +191,8 @@ const maxShareNumber = 1 << 53
 // what the script accepts: integers of digits and an optional '-',
 // separated by spaces, from -1 (a demand, at most gcra.MaxShareDemand) or
 // 0 (the rest) to below 2^53, whose rates are 1 to gcra.ShareParts, whose
-// capacities are at least 1 and whose holds are not before their starts.
+// capacities are at least 0 (a renewal cuts an older grant's to the level
+// its node keeps within) and whose holds are not before their starts.
 func decodeShareNode(v string) (*gcra.ShareNode, error) {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c != ' ' && c != '-' && (c < '0' || c > '9') {
@@ -216,7 +217,7 @@ func decodeShareNode(v string) (*gcra.ShareNode, error) {
 	nd := &gcra.ShareNode{Demand: x[0], Seen: x[1]}
 	for i := 2; i < len(x); i += 4 {
 		r := gcra.ShareReservation{Start: x[i], Hold: x[i+1], K: x[i+2], C: x[i+3]}
-		if r.Hold < r.Start || r.K < 1 || r.K > gcra.ShareParts || r.C < 1 {
+		if r.Hold < r.Start || r.K < 1 || r.K > gcra.ShareParts || r.C < 0 {
 			return nil, fmt.Errorf("a reservation %+v", r)
 		}
 		nd.Res = append(nd.Res, r)

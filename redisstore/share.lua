@@ -30,7 +30,8 @@
 --          limit (burst + 1)
 -- ARGV[8]  the caller's node name, ARGV[9] its demand in parts of the rate
 --          (-1: not measured), ARGV[10] the lifetime in µs, ARGV[11] the
---          grace in µs
+--          grace in µs, ARGV[12] the level (units) its older grants keep
+--          within
 --
 -- Reply: { now, start, end, hold, k, c }, in µs and parts (see
 -- gcra.ShareGrant). A funnel's key that holds anything but a TAT, a shares
@@ -51,7 +52,7 @@ local now = clock
 local sk = KEYS[2]
 local slack = ARGV[4] + 0
 local interval, tol, limit = ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
-local node, dem, life, grace = ARGV[8], ARGV[9] + 0, ARGV[10] + 0, ARGV[11] + 0
+local node, dem, life, grace, level = ARGV[8], ARGV[9] + 0, ARGV[10] + 0, ARGV[11] + 0, ARGV[12] + 0
 local P = 1048576 -- gcra.ShareParts
 
 local all = redis.pcall('HGETALL', sk)
@@ -96,7 +97,7 @@ for i = 1, #all, 2 do
   local ok = m >= 2 and (m - 2) % 4 == 0 and t[1] >= -1 and t[1] <= 1073741824 and t[2] >= 0 and t[2] < 9007199254740992
   if ok then
     for j = 3, m, 4 do
-      if t[j] < 0 or t[j + 1] < t[j] or t[j + 1] >= 9007199254740992 or t[j + 2] < 1 or t[j + 2] > P or t[j + 3] < 1 or t[j + 3] >= 9007199254740992 then
+      if t[j] < 0 or t[j + 1] < t[j] or t[j + 1] >= 9007199254740992 or t[j + 2] < 1 or t[j + 2] > P or t[j + 3] < 0 or t[j + 3] >= 9007199254740992 then
         ok = false
       end
       -- The allocator's time never goes back (see gcra.Share).
@@ -134,8 +135,12 @@ if not mi then
 end
 local mine = recs[mi]
 mine[1] = dem
--- The caller's older reservations end Grace after now, plus their drain.
+-- The caller's older reservations are cut to the level it keeps them
+-- within, and end Grace after now, plus that level's drain.
 for j = 3, #mine, 4 do
+  if mine[j + 3] > level then
+    mine[j + 3] = level
+  end
   local cut = now + grace + drain(mine[j + 3], mine[j + 2])
   if mine[j + 1] > cut then
     mine[j + 1] = cut

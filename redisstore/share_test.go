@@ -126,6 +126,11 @@ func TestShareIsGcraShare(t *testing.T) {
 				now += r.Int64N(L/8 + 1)
 			}
 			req := gcra.ShareRequest{Node: "n" + strconv.Itoa(r.IntN(nodes)), Demand: -1, Lifetime: L, Grace: r.Int64N(L/16 + 1)}
+			if r.IntN(2) == 0 {
+				req.Level = r.Int64N(min(p.Limit, 64) + 1) // mostly below the capacities: cuts
+			} else {
+				req.Level = r.Int64N(p.Limit + 1)
+			}
 			switch x := r.IntN(10); {
 			case x == 0:
 				unmeasured++
@@ -201,7 +206,7 @@ func TestShareConcurrent(t *testing.T) {
 				if r.IntN(5) > 0 {
 					d = r.Int64N(gcra.ShareParts / 4)
 				}
-				g, err := st.Share(ctx, "hot", p, gcra.ShareRequest{Node: "node" + strconv.Itoa(n), Demand: d, Lifetime: L, Grace: 1_000})
+				g, err := st.Share(ctx, "hot", p, gcra.ShareRequest{Node: "node" + strconv.Itoa(n), Demand: d, Lifetime: L, Grace: 1_000, Level: p.Limit})
 				if err != nil {
 					errs <- err
 					return
@@ -466,6 +471,8 @@ func TestShareBadInput(t *testing.T) {
 		{"k", p, with(func(r *gcra.ShareRequest) { r.Lifetime = gcra.MaxShareLifetime + 1 })},
 		{"k", p, with(func(r *gcra.ShareRequest) { r.Grace = -1 })},
 		{"k", p, with(func(r *gcra.ShareRequest) { r.Grace = r.Lifetime + 1 })},
+		{"k", p, with(func(r *gcra.ShareRequest) { r.Level = -1 })},
+		{"k", p, with(func(r *gcra.ShareRequest) { r.Level = p.Limit + 1 })},
 		{"k", mkParams(t, 0, 1_000_000_000, time.Second), with(func(r *gcra.ShareRequest) { r.Lifetime = gcra.MaxShareLifetime })},
 		{"a}b", p, ok},
 	}
@@ -512,7 +519,7 @@ func BenchmarkShare(b *testing.B) {
 				n := i % nodes
 				i++
 				d := int64(gcra.ShareParts) * int64(1+n%3) / int64(nodes)
-				if _, err := st.Share(ctx, key, p, gcra.ShareRequest{Node: "node-" + strconv.Itoa(n), Demand: d, Lifetime: L, Grace: 5_000}); err != nil {
+				if _, err := st.Share(ctx, key, p, gcra.ShareRequest{Node: "node-" + strconv.Itoa(n), Demand: d, Lifetime: L, Grace: 5_000, Level: p.Limit}); err != nil {
 					b.Fatal(err)
 				}
 			}
