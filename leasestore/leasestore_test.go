@@ -215,6 +215,14 @@ func (d delayed) Lease(ctx context.Context, key string, p gcra.Params, call redi
 	return g, err
 }
 
+func (d delayed) Share(ctx context.Context, key string, p gcra.Params, req gcra.ShareRequest) (gcra.ShareGrant, error) {
+	up, down := d.rtt()
+	d.c.t.Add(up)
+	g, err := d.Store.Share(ctx, key, p, req)
+	d.c.t.Add(down)
+	return g, err
+}
+
 // admission is one admitted request, at the instant it was answered.
 type admission struct {
 	at, q int64

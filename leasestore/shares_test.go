@@ -14,7 +14,9 @@ import (
 
 	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/gcra"
+	"github.com/funnelrl/funnel/internal/redistest"
 	"github.com/funnelrl/funnel/leasestore"
+	"github.com/funnelrl/funnel/redisstore"
 )
 
 var sharesFigures = flag.Bool("shares", false, "TestSharesOverloadModel: every row, not only a few")
@@ -347,5 +349,88 @@ func TestSharesMixedGoesPlain(t *testing.T) {
 	}
 	if st := s.Stats(); st.Calls != 1 || st.Direct != 3 || st.Spent != 3 {
 		t.Fatalf("one share call, then plain decisions: %+v", st)
+	}
+}
+
+// shareLimits are the limits the random share tests run: the smooth limit
+// (20,000/s, burst 500), a burst of 10,000, 1,000/s with a burst of 999,
+// and the smallest limit leased in shares (64 units).
+func shareLimits(t *testing.T) []gcra.Params {
+	return []gcra.Params{
+		mkParams(t, 500, 20000, time.Second),
+		mkParams(t, 9999, 20000, time.Second),
+		mkParams(t, 999, 1000, time.Second),
+		mkParams(t, 63, 2000, time.Second),
+	}
+}
+
+// TestSharesNeverOverAdmitModel drives fleets of 1, 4 and 16 nodes
+// leasing in shares with random requests of 1 to 3 units on a few keys,
+// 0.5× to 100× the rate, steady and on/off, round trips up to 20 ms,
+// clocks seconds apart, renewals in the background and in the decisions,
+// and replays every admission through one exact funnel per key.
+func TestSharesNeverOverAdmitModel(t *testing.T) {
+	t.Parallel()
+	for _, nodes := range []int{1, 4, 16} {
+		for li, p := range shareLimits(t) {
+			t.Run(fmt.Sprintf("nodes%d/limit%d", nodes, li), func(t *testing.T) {
+				var admitted, exact int64
+				var st leasestore.Stats
+				for seed := uint64(0); seed < 12; seed++ {
+					r := rand.New(rand.NewPCG(seed, uint64(nodes*10+li)))
+					c := &clock{}
+					c.t.Store(1_800_000_000_000_000_000)
+					m := newModel(c)
+					m.rtt = rtt(seed)
+					load := []float64{0.5, 1, 1.5, 4, 10, 100}[seed%6]
+					if load >= 10 {
+						m.rtt = rttUpTo(seed, int64(100*time.Microsecond), int64(2*time.Millisecond))
+					}
+					s := newSim(t, c, m, nodes, p, 1+r.IntN(5), leasestore.Options{Shares: true, NoPrefetch: seed%2 == 0})
+					s.run(r, 4000, load, seed%3 == 0)
+					a, e := s.check()
+					admitted += a
+					exact += e
+					add(&st, s.stats())
+					m.mu.Lock()
+					if m.shareViolations > 0 {
+						t.Errorf("seed %d: %d share calls left the reservations over the funnel", seed, m.shareViolations)
+					}
+					m.mu.Unlock()
+				}
+				t.Logf("admitted %d, one exact funnel %d (%.2f%%); %d decisions, %d local, %d calls (%.4f per decision)",
+					admitted, exact, 100*float64(exact-admitted)/float64(max(exact, 1)), st.Decisions, st.Local, st.Calls, float64(st.Calls)/float64(max(st.Decisions, 1)))
+			})
+		}
+	}
+}
+
+// TestSharesNeverOverAdmitRedis runs fleets leasing in shares on a real
+// Redis (share.lua), whose scripts take the simulation's clock, at 2× and
+// 10× (on/off), and replays every admission through one exact funnel.
+func TestSharesNeverOverAdmitRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for _, nodes := range []int{1, 4, 16} {
+		for li, p := range shareLimits(t) {
+			t.Run(fmt.Sprintf("nodes%d/limit%d", nodes, li), func(t *testing.T) {
+				for i, load := range []float64{2, 10} {
+					c := &clock{}
+					c.t.Store(1_800_000_000_000_000_000)
+					rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Prefix: fmt.Sprintf("s%d.%d.%d:", nodes, li, i), Timeout: 10 * time.Second})
+					r := rand.New(rand.NewPCG(uint64(nodes), uint64(li*10+i)))
+					d := delayed{rs, c, rttUpTo(uint64(nodes), int64(100*time.Microsecond), int64(2*time.Millisecond))}
+					s := newSim(t, c, d, nodes, p, 2, leasestore.Options{Shares: true, NoPrefetch: i == 0})
+					s.run(r, 4000, load, i == 1)
+					a, e := s.check()
+					st := s.stats()
+					t.Logf("%v×: admitted %d, one exact funnel %d; %d decisions, %d local, %d calls (%.4f per decision)",
+						load, a, e, st.Decisions, st.Local, st.Calls, float64(st.Calls)/float64(max(st.Decisions, 1)))
+					if st.Calls == 0 {
+						t.Fatal("no share call: the fleet did not lease in shares")
+					}
+				}
+			})
+		}
 	}
 }
