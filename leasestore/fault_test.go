@@ -169,3 +169,65 @@ func TestRedisRestartsEmptyBound(t *testing.T) {
 		t.Fatalf("over-admitted %d units after the loss, more than (2L+τ)/T = %d", over, bound)
 	}
 }
+
+// A Redis that restarts empty while nodes lease in shares: the share
+// state (each node's reservations) is lost, so the allocator hands out
+// the whole rate and capacity again while the nodes' older grants still
+// admit until they end and drain. Until the older reservations would
+// have ended (their holds, at most W after the loss: the longest grant,
+// ten lifetimes, plus the grace and the drain of a full bucket), the
+// fleet admits at most as a funnel of twice the rate and capacity would;
+// so replayed from the loss on through one exact funnel that starts empty
+// then, it over-admits by at most B + R·W units.
+func TestSharesRedisRestartsEmptyBound(t *testing.T) {
+	srv := redistest.StartServer(t)
+	p := mkParams(t, 500, 20000, time.Second)
+	const lifetime = 200 * time.Millisecond
+	c := &clock{}
+	c.t.Store(1_800_000_000_000_000_000)
+	rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Timeout: 10 * time.Second})
+	d := delayed{rs, c, rttUpTo(7, int64(100*time.Microsecond), int64(time.Millisecond))}
+	s := newSim(t, c, d, 4, p, 1, leasestore.Options{Lifetime: lifetime, NoPrefetch: true, Shares: true})
+	r := rand.New(rand.NewPCG(7, 8))
+	s.run(r, 40000, 10, false)
+	loss := c.now()
+	srv.Stop()
+	srv.MustStart()
+	if n, err := srv.Client().DBSize(context.Background()).Result(); err != nil || n != 0 {
+		t.Fatalf("Redis restarted with %d keys, %v", n, err)
+	}
+	for range 3 {
+		srv.Client().Ping(context.Background())
+	}
+	s.run(r, 40000, 10, false)
+	var before, after []admission
+	for _, a := range s.adm["k0"] {
+		if a.at < loss {
+			before = append(before, a)
+		} else {
+			after = append(after, a)
+		}
+	}
+	s.adm = map[string][]admission{"k0": before}
+	s.check()
+	var tat, over int64
+	for _, a := range after {
+		var res gcra.Result
+		var nt int64
+		if nt, res, _ = gcra.Decide(a.at, tat, p, a.q); res.Allowed {
+			tat = nt
+		} else {
+			over += a.q
+		}
+	}
+	w := 10*int64(lifetime) + int64(50*time.Millisecond) + max(p.Tolerance, 10*int64(lifetime))
+	bound := p.Limit + w/p.Interval
+	t.Logf("%d admitted before the loss, %d after; over a funnel empty at the loss by %d units (bound %d); %+v",
+		len(before), len(after), over, bound, s.stats())
+	if over > bound {
+		t.Fatalf("over-admitted %d units after the loss, more than B + R·W = %d", over, bound)
+	}
+	if s.stats().Calls == 0 {
+		t.Fatal("no share call")
+	}
+}
