@@ -312,10 +312,12 @@
 // call that grants nothing is not repeated before that grant's end:
 // meanwhile the key is refused from memory.
 //
-// A decision made from memory reports the node's own bucket: Remaining
-// is the units it admits now, ResetAfter the time it takes to drain, and
-// a refusal's RetryAfter the time until the units fit in it (until the
-// next call when they are above its capacity). A peek answers from the
+// A decision made from memory reports the node's own bucket, scaled to
+// the whole limit as if every node's were as full (Remaining B·(c−ℓ)/c,
+// ResetAfter τ·ℓ/c, so that redis-cell's reply, which derives one from the
+// other, agrees), and a refusal's RetryAfter is the time until the units
+// fit in the node's bucket (until its next call when they are above its
+// capacity). A peek answers from the
 // node's bucket too (without a grant, the full limit). A Reset empties the
 // node's bucket here: the other nodes' buckets stay as they are, and the
 // fleet admits no more than one exact funnel that starts empty at the

@@ -320,12 +320,23 @@ func (l shareLane) held() int64 {
 }
 
 // result is the answer of a decision admitted at now.
+// Its Remaining and ResetAfter are the node's bucket scaled to the whole
+// limit, as if every node's bucket were as full as this one: Remaining is
+// B·(c−ℓ)/c and ResetAfter τ·ℓ/c, so that a client that derives one from
+// the other (redis-cell's reply does) reads the same state. Without a
+// grant that admits now, the funnel is taken as full.
 func (l shareLane) result(now int64) funnel.Result {
 	e := l.e
-	c, k := e.capAt(now)
-	r := funnel.Result{Allowed: true, Limit: e.p.Limit, Remaining: max(c-e.level, 0) / e.unit}
-	if k > 0 {
-		r.ResetAfter = time.Duration((e.level + k - 1) / k)
+	c, _ := e.capAt(now)
+	r := funnel.Result{Allowed: true, Limit: e.p.Limit, ResetAfter: time.Duration(e.p.Tolerance)}
+	switch {
+	case c <= 0:
+	case e.level <= 0:
+		r.Remaining, r.ResetAfter = e.p.Limit, 0
+	case e.level < c:
+		f := float64(e.level) / float64(c)
+		r.Remaining = int64(float64(e.p.Limit) * (1 - f))
+		r.ResetAfter = time.Duration(math.Ceil(float64(e.p.Tolerance) * f))
 	}
 	return r
 }

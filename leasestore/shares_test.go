@@ -309,7 +309,7 @@ func TestSharesOneNode(t *testing.T) {
 		t.Fatalf("peek on a full bucket: %+v, %v, %d calls", r, err, s.Stats().Calls)
 	}
 	c.t.Add(int64(4 * time.Millisecond))
-	if r, err := do(funnel.OpPeek, 1); err != nil || !r.Allowed || r.Remaining != 1 {
+	if r, err := do(funnel.OpPeek, 1); err != nil || !r.Allowed || r.Remaining != 1000/12 || r.ResetAfter != time.Second*11/12+1 {
 		t.Fatalf("peek after one unit drained: %+v, %v", r, err)
 	}
 	if _, err := do(funnel.OpCharge, 5); !errors.Is(err, leasestore.ErrShares) {
