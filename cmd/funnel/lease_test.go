@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,4 +49,67 @@ func TestLeaseNodeKilled(t *testing.T) {
 		}
 	}
 	t.Logf("admitted %d in %v (the funnel: at most %d)", admitted, elapsed.Round(time.Millisecond), bound)
+}
+
+// Two `funnel serve --lease 200ms --lease-shares` processes share a hot
+// key (2,000 a second, 500 at once) in rate shares through one Redis:
+// driven as fast as they answer, together they never admit more than the
+// funnel would, Redis sees a share call every few hundred decisions, not
+// a script per decision, and the funnel's own key is never written. One
+// is then killed with SIGKILL: the other carries on.
+func TestLeaseSharesServe(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	flags := []string{"--store", "redis://" + srv.Addr + "/0", "--lease", "200ms", "--lease-shares"}
+	a, b := startServe(t, flags...), startServe(t, flags...)
+	throttle := func(p *proc) bool { return p.ints("CL.THROTTLE", "hot", 499, 2000, 1)[0] == 0 }
+	start := time.Now()
+	admitted, decisions := 0, 0
+	for time.Since(start) < 600*time.Millisecond {
+		for _, p := range []*proc{a, b} {
+			decisions++
+			if throttle(p) {
+				admitted++
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	if bound := 500 + int(elapsed*2000/time.Second) + 1; admitted > bound || admitted < 500 {
+		t.Fatalf("admitted %d of %d in %v; the funnel admits at most %d", admitted, decisions, elapsed, bound)
+	}
+	ctx := context.Background()
+	stats, err := srv.Client().Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := scriptCalls(stats)
+	if calls == 0 || calls*50 > int64(decisions) {
+		t.Fatalf("%d script calls for %d decisions:\n%s", calls, decisions, stats)
+	}
+	if n, err := srv.Client().Exists(ctx, "hot").Result(); err != nil || n != 0 {
+		t.Fatalf("the funnel's own key exists (%d, %v): shares never write it", n, err)
+	}
+	a.stop(syscall.SIGKILL)
+	deadline := time.Now().Add(5 * time.Second)
+	for !throttle(b) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the surviving node refuses for 5 s:\n%s", b.log())
+		}
+	}
+	t.Logf("admitted %d of %d decisions in %v with %d script calls", admitted, decisions, elapsed.Round(time.Millisecond), calls)
+}
+
+// scriptCalls sums the EVAL and EVALSHA calls of an INFO commandstats.
+func scriptCalls(info string) int64 {
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_eval") {
+			continue
+		}
+		if i := strings.Index(line, "calls="); i >= 0 {
+			v, _ := strconv.ParseInt(strings.SplitN(line[i+6:], ",", 2)[0], 10, 64)
+			n += v
+		}
+	}
+	return n
 }
