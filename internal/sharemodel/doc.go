@@ -3,9 +3,13 @@
 // decides from memory through its own small funnel, whose rate and
 // capacity an allocator (Redis, in a real implementation) hands out so
 // that the fleet as a whole never admits more than one exact funnel.
-// Nothing in the module calls it; it exists to measure the protocol and to
-// pin down the rules that make it safe before any Redis script is
-// written.
+// Nothing in the module calls it; it measured the protocol and pinned
+// down the rules that make it safe. The protocol is built in gcra.Share
+// (the allocator, in integers), redisstore's share.lua (the same on a
+// hash in Redis) and leasestore's Options.Shares (the node), which adds
+// one rule this model does not have: a call reports the level its node
+// keeps its older grants within, and the allocator cuts their
+// reservations to it (gcra.ShareRequest's Level).
 //
 // # The protocol
 //
