@@ -165,7 +165,26 @@ type Result struct {
 // result is that of a full bucket. A refund is refused only when the key's
 // state is beyond the tolerance of p even after it (the limit was lowered),
 // and then its RetryAfter is real.
-func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
+//
+// Decide is DecideNoRemaining completed by Params.Remaining.
+func Decide(now, tat int64, p Params, quantity int64) (newTAT int64, r Result, err error) {
+	newTAT, r, err = DecideNoRemaining(now, tat, p, quantity)
+	if err == nil {
+		r.Remaining = p.Remaining(r.ResetAfter)
+	}
+	return
+}
+
+// DecideNoRemaining is Decide without the one division of a decision: it
+// returns what Decide returns, except that the result's Remaining is 0;
+// p.Remaining(r.ResetAfter) is the Remaining that Decide returns (when err is
+// nil).
+//
+// It is for a store that publishes the new TAT with a compare-and-swap: on
+// amd64 a locked instruction waits until every instruction before it has
+// completed, so a division computed before the compare-and-swap delays it by
+// the division's latency, where one computed after it overlaps it.
+func DecideNoRemaining(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 	if quantity < 0 {
 		return refund(now, tat, p, quantity)
 	}
@@ -195,14 +214,22 @@ func Decide(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 		ttl += inc
 	}
 	r.ResetAfter = time.Duration(ttl)
-	if next := p.Tolerance - ttl; next > 0 {
-		r.Remaining = next / p.Interval
-	}
 	return tat, r, nil
 }
 
-// refund is Decide for a negative quantity: the TAT moves back by the cost,
-// never to before now.
+// Remaining returns the Remaining of a decision under p that leaves the
+// bucket full again after resetAfter (its ResetAfter): the free capacity
+// p.Tolerance - resetAfter divided by p.Interval, rounded down, or 0 when
+// there is none.
+func (p Params) Remaining(resetAfter time.Duration) int64 {
+	if next := p.Tolerance - int64(resetAfter); next > 0 {
+		return next / p.Interval
+	}
+	return 0
+}
+
+// refund is DecideNoRemaining for a negative quantity: the TAT moves back by
+// the cost, never to before now.
 func refund(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 	inc, err := Cost(p, quantity) // negative
 	if err != nil {
@@ -221,8 +248,5 @@ func refund(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 		tat = now + ttl
 	}
 	r.ResetAfter = time.Duration(ttl)
-	if next := p.Tolerance - ttl; next > 0 {
-		r.Remaining = next / p.Interval
-	}
 	return tat, r, nil
 }

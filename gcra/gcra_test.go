@@ -193,6 +193,16 @@ func FuzzDecide(f *testing.F) {
 			if got != wantTAT || r != want {
 				t.Fatalf("now+%d tat %d q %d: got %d %+v, spec says %d %+v", now-start, tat, q, got, r, wantTAT, want)
 			}
+			// DecideNoRemaining is the same decision, Remaining left to
+			// Params.Remaining.
+			bare := r
+			bare.Remaining = 0
+			if got2, r2, err2 := DecideNoRemaining(now, tat, p, q); got2 != got || r2 != bare || err2 != nil {
+				t.Fatalf("DecideNoRemaining = %d, %+v, %v; Decide %d, %+v", got2, r2, err2, got, r)
+			}
+			if rem := p.Remaining(r.ResetAfter); rem != r.Remaining {
+				t.Fatalf("Remaining(%v) = %d, Decide says %d", r.ResetAfter, rem, r.Remaining)
+			}
 			if !r.Allowed && got != tat {
 				t.Fatalf("refused request moved the TAT")
 			}

@@ -234,7 +234,11 @@ func decideTAT(now, tat int64, op *funnel.Op) (int64, funnel.Result, error) {
 		newTAT, r, err := algo.LeakyDecide(now, tat, p, op.Limit.DelayUnits, op.N)
 		return newTAT, funnel.ResultOfAlgo(p.Limit, r), err
 	}
-	newTAT, r, err := gcra.Decide(now, tat, p, op.N)
+	// Decide, without its call to DecideNoRemaining.
+	newTAT, r, err := gcra.DecideNoRemaining(now, tat, p, op.N)
+	if err == nil {
+		r.Remaining = p.Remaining(r.ResetAfter)
+	}
 	return newTAT, funnel.ResultOf(p, r), err
 }
 

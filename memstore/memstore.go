@@ -335,7 +335,7 @@ func (s *Store) Now() int64 {
 // copies a key it keeps. A key that holds the state of another algorithm
 // than the funnel's is an error that wraps funnel.ErrWrongType. It does not
 // look for bans.
-func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantity int64) (funnel.Result, error) {
+func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantity int64) (res funnel.Result, err error) {
 	// Now and hash, inlined by hand: this is the path of every decision.
 	var now int64
 	if s.now == nil {
@@ -353,11 +353,16 @@ func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantit
 		// state, go to decideOn).
 		if e := sh.table.Load().find(h, key); e != nil {
 			if tat := e.tat.Load(); tat > locked {
-				newTAT, r, err := gcra.Decide(now, tat, p, quantity)
+				newTAT, r, derr := gcra.DecideNoRemaining(now, tat, p, quantity)
 				// Refusals change nothing; a charge must land on the TAT
-				// it was computed from.
-				if err == nil && (!r.Allowed || e.tat.CompareAndSwap(tat, newTAT)) {
-					return funnel.ResultOf(p, r), nil
+				// it was computed from. Remaining's division comes after
+				// the compare-and-swap, which would wait for it.
+				if derr == nil && (!r.Allowed || e.tat.CompareAndSwap(tat, newTAT)) {
+					// Field by field into the result: a composite
+					// literal (funnel.ResultOf) is built aside and copied.
+					res.Allowed, res.Limit, res.RetryAfter, res.ResetAfter = r.Allowed, p.Limit, r.RetryAfter, r.ResetAfter
+					res.Remaining = p.Remaining(r.ResetAfter)
+					return res, nil
 				}
 			}
 		}
