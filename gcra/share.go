@@ -123,8 +123,10 @@ func shareDrainMicros(c, k int64, p Params) int64 {
 // all started at or before now, so their holdings only fall later), its
 // capacity to what its rate drains in the longer of the tolerance and the
 // lifetime, and to at least one unit or nothing. A caller whose demand is
-// not measured takes at most a quarter of the rate, and a capacity that
-// drains in a quarter of the lifetime. The grant lasts L, or L/4 while
+// not measured takes at most a quarter of the rate and of the capacity
+// that the others leave free, and a capacity that drains in a quarter of
+// the lifetime: nodes that start together on a key all get a part while
+// their demands are measured, rather than the first few all of it. The grant lasts L, or L/4 while
 // the caller's demand is unmeasured or the others still hold more than a
 // fifth of what its demand needs.
 //
@@ -213,11 +215,14 @@ func Share(now int64, st map[string]*ShareNode, p Params, req ShareRequest) (Sha
 	}
 	span := max(p.Tolerance, L*1000) // ns
 	if unmeasured {
-		kT = min(kT, ShareParts/4)
+		kT = min(kT, (ShareParts-usedK)/4)
 		span = L * 1000 / 4
 	}
 	intervals := span / p.Interval // below 2^32 (checkShare)
 	cT = max(min(cT, kT*intervals/ShareParts), 1)
+	if unmeasured {
+		cT = min(cT, max((p.Limit-usedC)/4, 1))
+	}
 
 	k := min(kT, ShareParts-usedK)
 	c := min(cT, p.Limit-usedC, k*intervals/ShareParts)

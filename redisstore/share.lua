@@ -241,13 +241,18 @@ if sumW > 0 then
 end
 local span = math.max(tol, life * 1000)
 if unmeasured then
-  kT = math.min(kT, P / 4)
+  local f = P - usedK
+  kT = math.min(kT, (f - f % 4) / 4)
   span = life * 1000
   span = (span - span % 4) / 4
 end
 local intervals = (span - span % interval) / interval
 local a = kT * intervals
 cT = math.max(math.min(cT, (a - a % P) / P), 1)
+if unmeasured then
+  local f = limit - usedC
+  cT = math.min(cT, math.max((f - f % 4) / 4, 1))
+end
 local k = math.min(kT, P - usedK)
 a = k * intervals
 local c = math.min(cT, limit - usedC, (a - a % P) / P)
