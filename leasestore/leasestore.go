@@ -307,7 +307,9 @@
 // early, at least L/8 after its last call, when its demand has moved by
 // more than 30% and four standard deviations; a grant whose node had no
 // request lapses. The first call of a key (demand unmeasured) gets at most
-// a quarter of R for L/4; a node whose demand the others still hold is
+// a quarter of the rate and of the capacity the others leave free, for
+// L/4, so that nodes starting together all get a part; a node whose
+// demand the others still hold is
 // answered for L/4 too, so that it comes back once they have renewed. A
 // call that grants nothing is not repeated before that grant's end:
 // meanwhile the key is refused from memory.
