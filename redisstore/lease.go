@@ -43,18 +43,22 @@ type LeaseCall struct {
 }
 
 // nodesKey returns the key of the sorted set of key's leasing nodes, in
+// key's hash slot, or "" when there is none (see siblingKey).
+func nodesKey(key string) string { return siblingKey(key, "nodes") }
+
+// siblingKey returns the key of what is kept beside key under name, in
 // key's hash slot, or "" when there is none: key's own hash tag kept, or
-// key itself made the tag.
-func nodesKey(key string) string {
+// key itself made the tag (a key with a '}' but no tag has no sibling).
+func siblingKey(key, name string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key + "\x00nodes"
+			return key + "\x00" + name
 		}
 	}
 	if strings.IndexByte(key, '}') >= 0 {
 		return ""
 	}
-	return "{" + key + "}\x00nodes"
+	return "{" + key + "}\x00" + name
 }
 
 // Lease applies gcra.Lease to key at Redis's time, atomically, in one

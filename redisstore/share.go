@@ -44,19 +44,8 @@ var ErrShareMixed = errors.New("redisstore: the key is also decided plainly")
 var ErrNoShareKey = errors.New("redisstore: the key has no hash slot sibling to hold its shares")
 
 // sharesKey returns the key of the hash of key's rate shares, in key's
-// hash slot, or "" when there is none: key's own hash tag kept, or key
-// itself made the tag (as nodesKey does).
-func sharesKey(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key + "\x00shares"
-		}
-	}
-	if strings.IndexByte(key, '}') >= 0 {
-		return ""
-	}
-	return "{" + key + "}\x00shares"
-}
+// hash slot, or "" when there is none (see siblingKey).
+func sharesKey(key string) string { return siblingKey(key, "shares") }
 
 // Share applies gcra.Share to key's rate shares at Redis's time in
 // microseconds, atomically, in one script call: the caller named by
