@@ -142,26 +142,7 @@ func TestRedisRestartsEmptyBound(t *testing.T) {
 	s.run(r, 20000, 10, false)
 	// Before the loss: exact. From it on: through a funnel empty at the
 	// loss, over by at most (2L+τ)/T units.
-	var before, after []admission
-	for _, a := range s.adm["k0"] {
-		if a.at < loss {
-			before = append(before, a)
-		} else {
-			after = append(after, a)
-		}
-	}
-	s.adm = map[string][]admission{"k0": before}
-	s.check()
-	var tat, over int64
-	for _, a := range after {
-		var res gcra.Result
-		var nt int64
-		if nt, res, _ = gcra.Decide(a.at, tat, p, a.q); res.Allowed {
-			tat = nt
-		} else {
-			over += a.q
-		}
-	}
+	before, after, over := overAfterLoss(s, "k0", loss)
 	bound := (2*int64(lifetime) + p.Tolerance) / p.Interval
 	t.Logf("%d admitted before the loss, %d after; over a funnel empty at the loss by %d units (bound %d); %+v",
 		len(before), len(after), over, bound, s.stats())
@@ -200,26 +181,7 @@ func TestSharesRedisRestartsEmptyBound(t *testing.T) {
 		srv.Client().Ping(context.Background())
 	}
 	s.run(r, 40000, 10, false)
-	var before, after []admission
-	for _, a := range s.adm["k0"] {
-		if a.at < loss {
-			before = append(before, a)
-		} else {
-			after = append(after, a)
-		}
-	}
-	s.adm = map[string][]admission{"k0": before}
-	s.check()
-	var tat, over int64
-	for _, a := range after {
-		var res gcra.Result
-		var nt int64
-		if nt, res, _ = gcra.Decide(a.at, tat, p, a.q); res.Allowed {
-			tat = nt
-		} else {
-			over += a.q
-		}
-	}
+	before, after, over := overAfterLoss(s, "k0", loss)
 	w := 10*int64(lifetime) + int64(50*time.Millisecond) + max(p.Tolerance, 10*int64(lifetime))
 	bound := p.Limit + w/p.Interval
 	t.Logf("%d admitted before the loss, %d after; over a funnel empty at the loss by %d units (bound %d); %+v",
@@ -230,4 +192,30 @@ func TestSharesRedisRestartsEmptyBound(t *testing.T) {
 	if s.stats().Calls == 0 {
 		t.Fatal("no share call")
 	}
+}
+
+// overAfterLoss splits key's admissions at the loss: those before it are
+// replayed through one exact funnel (each must be admitted), those from it
+// on through one that starts empty then, and over is the units it refuses.
+func overAfterLoss(s *sim, key string, loss int64) (before, after []admission, over int64) {
+	for _, a := range s.adm[key] {
+		if a.at < loss {
+			before = append(before, a)
+		} else {
+			after = append(after, a)
+		}
+	}
+	s.adm = map[string][]admission{key: before}
+	s.check()
+	var tat int64
+	for _, a := range after {
+		var res gcra.Result
+		var nt int64
+		if nt, res, _ = gcra.Decide(a.at, tat, s.p, a.q); res.Allowed {
+			tat = nt
+		} else {
+			over += a.q
+		}
+	}
+	return before, after, over
 }

@@ -359,16 +359,19 @@
 // (future-dated units are taken up to 2L ahead) and their ends after the
 // loss t, and by step 2 of the proof at most (2L+τ)/T units have both
 // (TestRedisRestartsEmptyBound restarts
-// a real Redis under overload: 1,287 units over a funnel empty at the
-// loss, for a bound of 8,501). For a key leased in shares the loss is
+// a real Redis under 10× overload and checks the bound, 8,501 units; its
+// run over-admits none, as the units held, at most R·L_k, and the fresh
+// reduced burst fit within the limit). For a key leased in shares the loss is
 // the share state: Redis hands out the whole rate and capacity again
 // while the nodes' older grants still admit until they end. Until the
 // older reservations would have ended (W after the loss: the longest
 // grant, ten lifetimes, plus the grace and a full bucket's drain), the
 // fleet admits at most as a funnel of twice the rate and capacity would,
 // so it over-admits by at most B + R·W units over one exact funnel that
-// starts empty at the loss (TestSharesRedisRestartsEmptyBound: 6 units,
-// for a bound of 81,501).
+// starts empty at the loss (TestSharesRedisRestartsEmptyBound checks the
+// bound, 81,501 units; its run over-admits none, as the first grants
+// after the loss, their demands not yet measured, take a quarter of what
+// is free).
 package leasestore
 
 import (
