@@ -54,8 +54,8 @@ func TestLeaseNodeKilled(t *testing.T) {
 // Two `funnel serve --lease 200ms --lease-shares` processes share a hot
 // key (2,000 a second, 500 at once) in rate shares through one Redis:
 // driven as fast as they answer, together they never admit more than the
-// funnel would, Redis sees a share call every few hundred decisions, not
-// a script per decision, and the funnel's own key is never written. One
+// funnel would, Redis sees a few share calls per node and lifetime, not a
+// script per decision, and the funnel's own key is never written. One
 // is then killed with SIGKILL: the other carries on.
 func TestLeaseSharesServe(t *testing.T) {
 	t.Parallel()
@@ -74,7 +74,7 @@ func TestLeaseSharesServe(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
-	if bound := 500 + int(elapsed*2000/time.Second) + 1; admitted > bound || admitted < 500 {
+	if bound := 500 + int(elapsed*2000/time.Second) + 1; admitted > bound || admitted < min(400, decisions/2) {
 		t.Fatalf("admitted %d of %d in %v; the funnel admits at most %d", admitted, decisions, elapsed, bound)
 	}
 	ctx := context.Background()
@@ -82,9 +82,12 @@ func TestLeaseSharesServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Calls are bounded by the fleet and the lifetime, not the traffic:
+	// each node calls about once per lifetime (a quarter of one at first),
+	// with room for renewals when its demand moves.
 	calls := scriptCalls(stats)
-	if calls == 0 || calls*50 > int64(decisions) {
-		t.Fatalf("%d script calls for %d decisions:\n%s", calls, decisions, stats)
+	if most := int64(4 * 2 * (elapsed/(200*time.Millisecond) + 2)); calls == 0 || calls > most {
+		t.Fatalf("%d script calls for %d decisions in %v (at most %d):\n%s", calls, decisions, elapsed, most, stats)
 	}
 	if n, err := srv.Client().Exists(ctx, "hot").Result(); err != nil || n != 0 {
 		t.Fatalf("the funnel's own key exists (%d, %v): shares never write it", n, err)
