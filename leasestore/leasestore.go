@@ -323,9 +323,14 @@
 // node's bucket too (without a grant, the full limit). A Reset empties the
 // node's bucket here: the other nodes' buckets stay as they are, and the
 // fleet admits no more than one exact funnel that starts empty at the
-// reset. Refunds, charges, reservations and decisions of several limits at
-// once that include a key leased in shares are refused (ErrShares): its
-// state is the shares, not a TAT that they could move.
+// reset. A refund gives its units back to the node's bucket (never
+// below empty: the exact funnel fed the same refunds falls as much). Takes
+// of several keys leased in shares at once are decided all-or-nothing on
+// their buckets here, under their shards' locks. Charges, reservations,
+// and calls that mix a key leased in shares with anything else are
+// refused (ErrShares): its state is the shares, not a TAT that they could
+// move, nor one a plain decision in Redis could take all-or-nothing with
+// it.
 //
 // A key leased in shares must be decided only by processes that lease it
 // in shares: the Redis store's funnel state (redis-cell's TAT key) is

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,9 +31,11 @@ type ShareBackend interface {
 var ErrShareMixed = redisstore.ErrShareMixed
 
 // ErrShares is the error of an operation that a key leased in rate shares
-// does not support: a refund, a charge, or a decision of several limits
-// at once that includes it. Its state is the shares the nodes hold, not a
-// TAT that such an operation could move.
+// does not support: a charge, a reservation, or a call of several
+// operations that includes it beside anything but takes of other keys
+// leased in shares. Its state is the shares the nodes hold, not a TAT that
+// such an operation could move, nor one that a plain decision in Redis
+// could take all-or-nothing with it.
 var ErrShares = errors.New("leasestore: not supported on a key leased in rate shares")
 
 // The share mode's constants.
@@ -140,18 +144,153 @@ func (s *Store) sharesDo(ctx context.Context, ops []funnel.Op, res []funnel.Resu
 		}
 		op := &ops[i]
 		switch {
-		case len(ops) > 1 || len(res) < 1:
-			return true, fmt.Errorf("%w: %d operations at once", ErrShares, len(ops))
+		case len(res) < len(ops):
+			return true, fmt.Errorf("%w: %d results for %d operations", ErrShares, len(res), len(ops))
+		case len(ops) > 1:
+			return true, s.shareTakeAll(ctx, ops, res)
 		case op.Kind == funnel.OpTake && op.N > 0:
 			return true, s.shareTake(ctx, op.Key, op.Limit.GCRA, op.N, &res[0])
 		case op.Kind == funnel.OpTake || op.Kind == funnel.OpPeek:
 			s.sharePeek(op.Key, op.Limit.GCRA, op.N, &res[0])
+			return true, nil
+		case op.Kind == funnel.OpRefund && op.N > 0:
+			s.shareRefund(op.Key, op.Limit.GCRA, op.N, &res[0])
 			return true, nil
 		default:
 			return true, fmt.Errorf("%w: operation %d", ErrShares, op.Kind)
 		}
 	}
 	return false, nil
+}
+
+// shareRefund gives n units of key back to its bucket here (never below
+// empty), and answers the state it leaves. The fleet stays within one
+// exact funnel fed the same refunds: that funnel's level falls by n, and
+// the sum of the nodes' levels by n or to 0.
+func (s *Store) shareRefund(key string, p gcra.Params, n int64, res *funnel.Result) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	e := s.sentryOf(sh, key, p, now)
+	e.drainTo(now)
+	if n > e.level/e.unit {
+		e.level = 0
+	} else {
+		e.level -= n * e.unit
+	}
+	*res = shareLane{s: s, e: e, key: key, now: now}.result(now)
+}
+
+// shareTakeAll decides several takes at once, all-or-nothing, when every
+// one is of a key leased in shares (funnel.Store's contract: all charged
+// if every one is admitted, else none, each result saying whether its op
+// alone would be). The keys' buckets here decide it, under their shards'
+// locks taken in order; a key without a grant that admits makes its call
+// (or waits for the one in flight) first, with no lock held, and the
+// decision starts again. Anything else with a key leased in shares in one
+// call is ErrShares: a plain decision in Redis cannot be all-or-nothing
+// with buckets in memory.
+func (s *Store) shareTakeAll(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
+	for i := range ops {
+		if op := &ops[i]; !s.sharesOn(op) || op.Kind != funnel.OpTake || op.N <= 0 {
+			return fmt.Errorf("%w: %d operations at once, not all takes of keys leased in shares", ErrShares, len(ops))
+		}
+	}
+	s.stats.decisions.Add(int64(len(ops)))
+	idx := make([]int, 0, len(ops))
+	for i := range ops {
+		idx = append(idx, int(maphash.String(s.seed, ops[i].Key)%shards))
+	}
+	locks := slices.Clone(idx)
+	slices.Sort(locks)
+	locks = slices.Compact(locks)
+	lanes := make([]shareLane, len(ops))
+	refused := make([]bool, len(ops))
+	counted := false
+	for {
+		for _, i := range locks {
+			s.shards[i].mu.Lock()
+		}
+		unlock := func() {
+			for _, i := range locks {
+				s.shards[i].mu.Unlock()
+			}
+		}
+		now := s.now()
+		var call *sentry
+		var wait *flight
+		refusedAny := false
+		for i := range ops {
+			op := &ops[i]
+			e := s.sentryOf(&s.shards[idx[i]], op.Key, op.Limit.GCRA, now)
+			if !counted {
+				e.count += op.N
+			}
+			e.used = now
+			e.drainTo(now)
+			l := shareLane{s: s, e: e, key: op.Key, now: now}
+			lanes[i], refused[i] = l, false
+			if now < e.mixedUntil {
+				unlock()
+				return fmt.Errorf("%w: key %q is also decided plainly", ErrShares, op.Key)
+			}
+			held := l.held()
+			if held >= op.N {
+				continue
+			}
+			if l.refusedHere(op.N-held, now, &res[i]) {
+				refused[i], refusedAny = true, true
+				continue
+			}
+			if e.flight != nil {
+				wait = e.flight
+			} else if call == nil {
+				call = e
+			}
+		}
+		counted = true
+		switch {
+		case wait != nil:
+			unlock()
+			select {
+			case <-wait.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		case call != nil:
+			_, shifted := s.renewDue(call, now)
+			f, req := s.shareStart(call, now, shifted)
+			unlock()
+			if err := s.shareCall(ctx, call, f, req); err != nil {
+				if err != errFailed {
+					return err
+				}
+				s.stats.fallbacks.Add(int64(len(ops)))
+				for i := range ops {
+					res[i] = funnel.Result{Fallback: true, Allowed: s.opts.FailOpen, Limit: ops[i].Limit.GCRA.Limit}
+				}
+				return nil
+			}
+			continue
+		}
+		for i := range ops {
+			switch {
+			case refusedAny && !refused[i]:
+				res[i] = lanes[i].result(now) // would be admitted alone: nothing charged
+			case !refusedAny:
+				lanes[i].spend(ops[i].N, now, &res[i])
+			}
+		}
+		if refusedAny {
+			s.stats.localRefusals.Add(int64(len(ops)))
+		} else {
+			s.stats.local.Add(int64(len(ops)))
+		}
+		unlock()
+		return nil
+	}
 }
 
 // sentryOf returns key's share entry on sh for the funnel p, made afresh

@@ -321,12 +321,59 @@ func TestSharesOneNode(t *testing.T) {
 	if r, err := do(funnel.OpPeek, 12); err != nil || !r.Allowed {
 		t.Fatalf("peek after a reset: %+v, %v", r, err)
 	}
-	// Several limits at once with a key leased in shares: refused.
-	res := make([]funnel.Result, 2)
-	err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: lim}, {Kind: funnel.OpTake, Key: "j", N: 1, Limit: lim}}, res)
-	if !errors.Is(err, leasestore.ErrShares) {
-		t.Fatalf("two ops: %v, want ErrShares", err)
+	// Two keys leased in shares at once: all-or-nothing on their buckets
+	// ("j" makes its first call within the decision).
+	two := func() []funnel.Result {
+		t.Helper()
+		res := make([]funnel.Result, 2)
+		if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: lim}, {Kind: funnel.OpTake, Key: "j", N: 1, Limit: lim}}, res); err != nil {
+			t.Fatal(err)
+		}
+		return res
 	}
+	if r := two(); !r[0].Allowed || !r[1].Allowed {
+		t.Fatalf("two keys with room: %+v", r)
+	}
+	for { // fill j's bucket (the clock stands still)
+		if p, _ := do2(s, "j", lim); !p.Allowed {
+			break
+		}
+		if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "j", N: 1, Limit: lim}}, make([]funnel.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := do(funnel.OpPeek, 11)
+	r := two()
+	if !r[0].Allowed || r[1].Allowed || r[1].RetryAfter <= 0 {
+		t.Fatalf("k with room, j full: %+v, want k's peek and j's refusal", r)
+	}
+	if after, _ := do(funnel.OpPeek, 11); after.Allowed != before.Allowed || after.Remaining != before.Remaining {
+		t.Fatalf("k was charged though j was refused: %+v then %+v", before, after)
+	}
+	// A refund goes back to j's bucket.
+	res := make([]funnel.Result, 1)
+	if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpRefund, Key: "j", N: 1, Limit: lim}}, res); err != nil || !res[0].Allowed {
+		t.Fatalf("refund: %+v, %v", res[0], err)
+	}
+	if p, _ := do2(s, "j", lim); !p.Allowed {
+		t.Fatalf("j after a refund of one unit: %+v", p)
+	}
+	// A key leased in shares beside another limit: refused.
+	win, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Second}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "k", N: 1, Limit: lim}, {Kind: funnel.OpTake, Key: "w", N: 1, Limit: win}}, make([]funnel.Result, 2))
+	if !errors.Is(err, leasestore.ErrShares) {
+		t.Fatalf("a share and a window at once: %v, want ErrShares", err)
+	}
+}
+
+// do2 peeks one unit of key through s.
+func do2(s *leasestore.Store, key string, lim funnel.Checked) (funnel.Result, error) {
+	res := make([]funnel.Result, 1)
+	err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpPeek, Key: key, N: 1, Limit: lim}}, res)
+	return res[0], err
 }
 
 // TestSharesMixedGoesPlain checks that a key whose TAT is ahead (decided
@@ -431,6 +478,68 @@ func TestSharesNeverOverAdmitRedis(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestSharesAllOrNothingNeverOverAdmits drives fleets whose every request
+// takes two keys leased in shares at once (as Envoy's descriptors do), 1
+// to 3 units each, at 0.5× to 10× the rate, and replays each key's
+// admissions through one exact funnel; an admission is of both keys or of
+// neither.
+func TestSharesAllOrNothingNeverOverAdmits(t *testing.T) {
+	t.Parallel()
+	p := mkParams(t, 500, 20000, time.Second)
+	lim := funnel.Checked{GCRA: p}
+	for _, nodes := range []int{1, 4, 16} {
+		for _, load := range []float64{0.5, 2, 10} {
+			r := rand.New(rand.NewPCG(uint64(nodes), uint64(load*10)))
+			c := &clock{}
+			c.t.Store(1_800_000_000_000_000_000)
+			m := newModel(c)
+			m.rtt = rttUpTo(uint64(nodes), int64(100*time.Microsecond), int64(2*time.Millisecond))
+			var fleet []*leasestore.Store
+			for i := range nodes {
+				skew := int64(i%3-1) * int64(2*time.Second)
+				n := leasestore.New(m, leasestore.Options{Shares: true, NoPrefetch: true, Logger: quiet(), Now: func() int64 { return c.now() + skew }})
+				t.Cleanup(func() { n.Close() })
+				fleet = append(fleet, n)
+			}
+			adm := map[string][]admission{}
+			var both, refused int
+			for range 20000 {
+				c.t.Add(int64(r.ExpFloat64() * float64(p.Interval) / load))
+				ops := []funnel.Op{{Kind: funnel.OpTake, Key: "a", N: 1 + r.Int64N(3), Limit: lim}, {Kind: funnel.OpTake, Key: "b", N: 1 + r.Int64N(3), Limit: lim}}
+				res := make([]funnel.Result, 2)
+				if err := fleet[r.IntN(nodes)].Do(context.Background(), ops, res); err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case res[0].Allowed && res[1].Allowed:
+					both++
+					for i, op := range ops {
+						adm[op.Key] = append(adm[op.Key], admission{c.now(), ops[i].N})
+					}
+				case res[0].Fallback || res[1].Fallback:
+					t.Fatalf("a fallback with the store up: %+v", res)
+				default:
+					refused++
+				}
+			}
+			for key, as := range adm {
+				var tat int64
+				for j, a := range as {
+					var res gcra.Result
+					var err error
+					if tat, res, err = gcra.Decide(a.at, tat, p, a.q); err != nil || !res.Allowed {
+						t.Fatalf("nodes %d, %v×: key %s: admission %d of %d is over the limit", nodes, load, key, j, len(as))
+					}
+				}
+			}
+			if both == 0 {
+				t.Fatalf("nodes %d, %v×: nothing admitted", nodes, load)
+			}
+			t.Logf("nodes %d, %v×: %d admitted (both keys), %d refused", nodes, load, both, refused)
 		}
 	}
 }
