@@ -168,12 +168,8 @@ func (s *Store) sharesDo(ctx context.Context, ops []funnel.Op, res []funnel.Resu
 // exact funnel fed the same refunds: that funnel's level falls by n, and
 // the sum of the nodes' levels by n or to 0.
 func (s *Store) shareRefund(key string, p gcra.Params, n int64, res *funnel.Result) {
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	now := s.now()
-	e := s.sentryOf(sh, key, p, now)
-	e.drainTo(now)
+	e, now, unlock := s.lockedSentry(key, p)
+	defer unlock()
 	if n > e.level/e.unit {
 		e.level = 0
 	} else {
@@ -291,6 +287,17 @@ func (s *Store) shareTakeAll(ctx context.Context, ops []funnel.Op, res []funnel.
 		unlock()
 		return nil
 	}
+}
+
+// lockedSentry locks key's shard and returns its share entry for p,
+// drained to now, and the function that unlocks the shard.
+func (s *Store) lockedSentry(key string, p gcra.Params) (*sentry, int64, func()) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	now := s.now()
+	e := s.sentryOf(sh, key, p, now)
+	e.drainTo(now)
+	return e, now, sh.mu.Unlock
 }
 
 // sentryOf returns key's share entry on sh for the funnel p, made afresh
@@ -417,12 +424,8 @@ func (s *Store) shareTake(ctx context.Context, key string, p gcra.Params, q int6
 // sharePeek answers a peek of q units of key from the key's share here,
 // charging nothing: whether this node would admit them now.
 func (s *Store) sharePeek(key string, p gcra.Params, q int64, res *funnel.Result) {
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	now := s.now()
-	e := s.sentryOf(sh, key, p, now)
-	e.drainTo(now)
+	e, now, unlock := s.lockedSentry(key, p)
+	defer unlock()
 	l := shareLane{s: s, e: e, key: key, now: now}
 	if held := l.held(); q <= held {
 		*res = l.result(now)
