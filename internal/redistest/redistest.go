@@ -409,3 +409,19 @@ func RunTool(tb testing.TB, name, stdin string, timeout time.Duration, env []str
 	}
 	return stdout.String() + stderr.String(), code
 }
+
+// ScriptCalls sums the calls of EVAL and EVALSHA (and their read-only
+// forms) in the text of an INFO commandstats.
+func ScriptCalls(info string) int64 {
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_eval") {
+			continue
+		}
+		if i := strings.Index(line, "calls="); i >= 0 {
+			v, _ := strconv.ParseInt(strings.SplitN(line[i+6:], ",", 2)[0], 10, 64)
+			n += v
+		}
+	}
+	return n
+}

@@ -22,7 +22,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -32,6 +31,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/funnelrl/funnel/internal/redistest"
 )
 
 type options struct {
@@ -79,7 +80,7 @@ func run(o options, mode string) error {
 			stop[i]()
 		}
 	}()
-	rport, err := freePort()
+	rport, err := redistest.FreePort()
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func run(o options, mode string) error {
 	}
 	var clients []*redis.Client
 	for range o.nodes {
-		port, err := freePort()
+		port, err := redistest.FreePort()
 		if err != nil {
 			return err
 		}
@@ -177,7 +178,7 @@ func run(o options, mode string) error {
 	}
 	d := float64(sent.Load())
 	fmt.Printf("%-7s %12.0f %9.3f× %14.5f %16.3f", mode, d/elapsed.Seconds(),
-		float64(allowed.Load())/elapsed.Seconds()/float64(o.rate), float64(scriptCalls(info))/d,
+		float64(allowed.Load())/elapsed.Seconds()/float64(o.rate), float64(redistest.ScriptCalls(info))/d,
 		float64((cpu1-cpu0).Microseconds())/d)
 	if n := failed.Load(); n > 0 {
 		fmt.Printf("  (%d errors)", n)
@@ -199,29 +200,4 @@ func ready(c *redis.Client) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// scriptCalls sums the EVAL and EVALSHA calls of an INFO commandstats.
-func scriptCalls(info string) int64 {
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_eval") {
-			continue
-		}
-		if i := strings.Index(line, "calls="); i >= 0 {
-			v, _ := strconv.ParseInt(strings.SplitN(line[i+6:], ",", 2)[0], 10, 64)
-			n += v
-		}
-	}
-	return n
-}
-
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
