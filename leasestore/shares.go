@@ -625,7 +625,7 @@ func (s *Store) shareStart(e *sentry, now int64, shifted bool) (*flight, gcra.Sh
 		}
 		// The allocator cuts them at its time of the call plus the grace
 		// (and the level's drain), in whole µs: at least now less a µs.
-		c := min(g.c/e.unit, cut) // whole units: a grant's capacity is
+		c := min(g.c/e.unit, cut) // a grant's capacity is whole units
 		e.grants[i].c = c * e.unit
 		e.grants[i].admitTo = min(g.admitTo, now+req.Grace*1000-1000)
 		e.grants[i].drainTo = min(g.drainTo, now+req.Grace*1000+gcra.ShareDrain(c, g.k, e.p)-1000)
