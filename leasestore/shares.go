@@ -150,6 +150,11 @@ func (s *Store) sharesDo(ctx context.Context, ops []funnel.Op, res []funnel.Resu
 			return true, s.shareTakeAll(ctx, ops, res)
 		case op.Kind == funnel.OpTake && op.N > 0:
 			return true, s.shareTake(ctx, op.Key, op.Limit.GCRA, op.N, &res[0])
+		case op.Kind == funnel.OpTake && op.N < 0:
+			// A take of a negative quantity gives units back, as
+			// redis-cell's CL.THROTTLE does.
+			s.shareRefund(op.Key, op.Limit.GCRA, -op.N, &res[0])
+			return true, nil
 		case op.Kind == funnel.OpTake || op.Kind == funnel.OpPeek:
 			s.sharePeek(op.Key, op.Limit.GCRA, op.N, &res[0])
 			return true, nil

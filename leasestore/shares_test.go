@@ -358,6 +358,19 @@ func TestSharesOneNode(t *testing.T) {
 	if p, _ := do2(s, "j", lim); !p.Allowed {
 		t.Fatalf("j after a refund of one unit: %+v", p)
 	}
+	// A take of -1 (CL.THROTTLE's negative quantity) gives one back too.
+	if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "j", N: 1, Limit: lim}}, res); err != nil || !res[0].Allowed {
+		t.Fatalf("j's refunded unit: %+v, %v", res[0], err)
+	}
+	if p, _ := do2(s, "j", lim); p.Allowed {
+		t.Fatalf("j full again: %+v", p)
+	}
+	if err := s.Do(context.Background(), []funnel.Op{{Kind: funnel.OpTake, Key: "j", N: -1, Limit: lim}}, res); err != nil || !res[0].Allowed {
+		t.Fatalf("a take of -1: %+v, %v", res[0], err)
+	}
+	if p, _ := do2(s, "j", lim); !p.Allowed {
+		t.Fatalf("j after a take of -1: %+v", p)
+	}
 	// A key leased in shares beside another limit: refused.
 	win, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: time.Second}.Check()
 	if err != nil {
