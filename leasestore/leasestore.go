@@ -323,7 +323,8 @@
 // node's bucket too (without a grant, the full limit). A Reset empties the
 // node's bucket here: the other nodes' buckets stay as they are, and the
 // fleet admits no more than one exact funnel that starts empty at the
-// reset. A refund gives its units back to the node's bucket (never
+// reset. A refund (or a take of a negative quantity, as CL.THROTTLE
+// takes one) gives its units back to the node's bucket (never
 // below empty: the exact funnel fed the same refunds falls as much). Takes
 // of several keys leased in shares at once are decided all-or-nothing on
 // their buckets here, under their shards' locks. Charges, reservations,
