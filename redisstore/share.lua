@@ -247,14 +247,13 @@ if unmeasured then
   span = (span - span % 4) / 4
 end
 local intervals = (span - span % interval) / interval
-local a = kT * intervals
-cT = math.max(math.min(cT, (a - a % P) / P), 1)
+cT = math.max(cT, 1) -- within what k drains in the span: see c below
 if unmeasured then
   local f = limit - usedC
   cT = math.min(cT, math.max((f - f % 4) / 4, 1))
 end
 local k = math.min(kT, P - usedK)
-a = k * intervals
+local a = k * intervals
 local c = math.min(cT, limit - usedC, (a - a % P) / P)
 local last = life
 local kD = kT
