@@ -219,7 +219,7 @@ func Share(now int64, st map[string]*ShareNode, p Params, req ShareRequest) (Sha
 		span = L * 1000 / 4
 	}
 	intervals := span / p.Interval // below 2^32 (checkShare)
-	cT = max(cT, 1) // within what k drains in the span: see c below
+	cT = max(cT, 1)                // within what k drains in the span: see c below
 	if unmeasured {
 		cT = min(cT, max((p.Limit-usedC)/4, 1))
 	}
