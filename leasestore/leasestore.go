@@ -731,9 +731,10 @@ func (s *Store) Group(key string) int {
 	return funnel.GroupOf(s.b, key)
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%shards]
-}
+func (s *Store) shard(key string) *shard { return &s.shards[s.shardIndex(key)] }
+
+// shardIndex is the index of key's shard in s.shards.
+func (s *Store) shardIndex(key string) int { return int(maphash.String(s.seed, key) % shards) }
 
 // errFailed marks a lease call that failed, for take to answer the
 // fallback.

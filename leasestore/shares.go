@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"slices"
 	"strings"
@@ -80,9 +79,12 @@ const (
 // package doc).
 func Shared(p gcra.Params, lifetime time.Duration) bool {
 	l := int64(lifetime)
-	return p.Interval > 0 && p.Tolerance >= p.Interval && p.Tolerance <= maxShareTolerance &&
-		p.Limit >= minShareLimit && p.Limit <= gcra.MaxShareLimit && l/p.Interval >= minShareUnits && l/p.Interval < 1<<32 &&
-		l <= gcra.MaxShareLifetime*1000
+	if p.Interval <= 0 || p.Tolerance < p.Interval || p.Tolerance > maxShareTolerance ||
+		p.Limit < minShareLimit || p.Limit > gcra.MaxShareLimit || l > gcra.MaxShareLifetime*1000 {
+		return false
+	}
+	units := l / p.Interval // the units a lifetime brings
+	return units >= minShareUnits && units < 1<<32
 }
 
 // sgrant is a grant as the node reads it on its own clock: it admits in
@@ -201,7 +203,7 @@ func (s *Store) shareTakeAll(ctx context.Context, ops []funnel.Op, res []funnel.
 	s.stats.decisions.Add(int64(len(ops)))
 	idx := make([]int, 0, len(ops))
 	for i := range ops {
-		idx = append(idx, int(maphash.String(s.seed, ops[i].Key)%shards))
+		idx = append(idx, s.shardIndex(ops[i].Key))
 	}
 	locks := slices.Clone(idx)
 	slices.Sort(locks)
@@ -224,13 +226,8 @@ func (s *Store) shareTakeAll(ctx context.Context, ops []funnel.Op, res []funnel.
 		refusedAny := false
 		for i := range ops {
 			op := &ops[i]
-			e := s.sentryOf(&s.shards[idx[i]], op.Key, op.Limit.GCRA, now)
-			if !counted {
-				e.count += op.N
-			}
-			e.used = now
-			e.drainTo(now)
-			l := shareLane{s: s, e: e, key: op.Key, now: now}
+			l := s.shareLaneAt(&s.shards[idx[i]], op.Key, op.Limit.GCRA, op.N, !counted, now)
+			e := l.e
 			lanes[i], refused[i] = l, false
 			if now < e.mixedUntil {
 				unlock()
@@ -415,15 +412,24 @@ func (s *Store) shareTake(ctx context.Context, key string, p gcra.Params, q int6
 	sh := s.shard(key)
 	asked := false
 	return decide(s, ctx, sh, q, res, func(now int64) shareLane {
-		e := s.sentryOf(sh, key, p, now)
-		if !asked {
-			e.count += q
-			asked = true
-		}
-		e.used = now
-		e.drainTo(now)
-		return shareLane{s: s, e: e, key: key, now: now}
+		l := s.shareLaneAt(sh, key, p, q, !asked, now)
+		asked = true
+		return l
 	})
+}
+
+// shareLaneAt returns key's share entry on sh as a decision of q units
+// sees it at now: drained to now, marked used, and with q counted in its
+// demand when count is set (once per decision, however often it looks).
+// sh's lock is held.
+func (s *Store) shareLaneAt(sh *shard, key string, p gcra.Params, q int64, count bool, now int64) shareLane {
+	e := s.sentryOf(sh, key, p, now)
+	if count {
+		e.count += q
+	}
+	e.used = now
+	e.drainTo(now)
+	return shareLane{s: s, e: e, key: key, now: now}
 }
 
 // sharePeek answers a peek of q units of key from the key's share here,
