@@ -134,8 +134,11 @@ func shareDrainMicros(c, k int64, p Params) int64 {
 // reproduces Share computes the same grants in doubles. Errors
 // (ErrBadLease) change nothing.
 func Share(now int64, st map[string]*ShareNode, p Params, req ShareRequest) (ShareGrant, error) {
-	if err := checkShare(now, p, req); err != nil {
+	if err := CheckShare(p, req); err != nil {
 		return ShareGrant{}, err
+	}
+	if now < 0 || now > 1<<52 {
+		return ShareGrant{}, fmt.Errorf("%w: time %d µs", ErrBadLease, now)
 	}
 	L, grace := req.Lifetime, req.Grace
 	// The allocator's time never goes back: a reservation that started
@@ -218,7 +221,7 @@ func Share(now int64, st map[string]*ShareNode, p Params, req ShareRequest) (Sha
 		kT = min(kT, (ShareParts-usedK)/4)
 		span = L * 1000 / 4
 	}
-	intervals := span / p.Interval // below 2^32 (checkShare)
+	intervals := span / p.Interval // below 2^32 (CheckShare)
 	cT = max(cT, 1)                // within what k drains in the span: see c below
 	if unmeasured {
 		cT = min(cT, max((p.Limit-usedC)/4, 1))
@@ -323,8 +326,10 @@ func ShareHolds(st map[string]*ShareNode, now int64, p Params) bool {
 	return true
 }
 
-// checkShare validates a share request under p.
-func checkShare(now int64, p Params, req ShareRequest) error {
+// CheckShare reports whether Share takes req under p, as the error
+// (ErrBadLease) Share would return for it at any valid time: for a caller
+// that serves the call elsewhere (a Redis script) and checks it first.
+func CheckShare(p Params, req ShareRequest) error {
 	switch {
 	case p.Interval <= 0 || p.Tolerance < p.Interval || p.Limit < 1:
 		return fmt.Errorf("%w: interval %d ns, tolerance %d ns", ErrBadLease, p.Interval, p.Tolerance)
@@ -342,8 +347,6 @@ func checkShare(now int64, p Params, req ShareRequest) error {
 		return fmt.Errorf("%w: grace %d µs (0 to the lifetime)", ErrBadLease, req.Grace)
 	case req.Lifetime*1000/p.Interval >= 1<<32:
 		return fmt.Errorf("%w: lifetime %d µs is over 2^32 intervals", ErrBadLease, req.Lifetime)
-	case now < 0 || now > 1<<52:
-		return fmt.Errorf("%w: time %d µs", ErrBadLease, now)
 	}
 	return nil
 }
