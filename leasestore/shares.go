@@ -496,7 +496,6 @@ func (l shareLane) result(now int64) funnel.Result {
 
 func (l shareLane) spend(q, now int64, res *funnel.Result) {
 	l.e.level += q * l.e.unit
-
 	l.s.stats.spent.Add(q)
 	*res = l.result(now)
 	l.s.maybeRenew(l.e, now)
@@ -510,9 +509,10 @@ func (l shareLane) refusedHere(need, now int64, res *funnel.Result) bool {
 	if c == 0 && now >= e.noneUntil || l.syncRenewal() {
 		return false
 	}
-	q := need + l.held()
+	held := l.held()
+	q := need + held
 	*res = l.result(now)
-	res.Allowed, res.Remaining = false, l.held()
+	res.Allowed, res.Remaining = false, held
 	switch {
 	case q > e.p.Limit:
 		res.RetryAfter = gcra.Never
