@@ -56,6 +56,11 @@ func ShareNoTruncate(s *Store) { s.shareNoTruncate = true }
 // tests must catch. Call it before s is used.
 func ShareAdditive(s *Store) { s.shareAdditive = true }
 
+// ShareMinLimit makes s lease in shares the funnels whose limit is at
+// least n units rather than 64, other conditions of Shared unchanged, for
+// the tests that measure smaller limits. Call it before s is used.
+func ShareMinLimit(s *Store, n int64) { s.shareMinLimit = n }
+
 // NodeName returns the name s gives itself among the nodes leasing a key.
 func NodeName(s *Store) string { return s.node }
 

@@ -543,6 +543,9 @@ type Store struct {
 	// (not cut to the grace and the level) through a renewal, and
 	// overlapping grants whose capacities and rates add up.
 	shareNoMargin, shareNoTruncate, shareAdditive bool
+	// shareMinLimit, set by tests only when not 0, replaces the least
+	// limit leased in shares (minShareLimit), to measure smaller ones.
+	shareMinLimit int64
 	// shareLowLevel, set by tests only before use, reports a level two
 	// units under the one the node keeps within: a mutation.
 	shareLowLevel bool

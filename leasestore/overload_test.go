@@ -42,8 +42,9 @@ func overloadSteady(t *testing.T, seed uint64, p gcra.Params, factor float64, we
 	return overloadWith(t, seed, p, factor, weights, rttMax, leasestore.Options{})
 }
 
-// overloadWith is overloadSteady with the stores' options.
-func overloadWith(t *testing.T, seed uint64, p gcra.Params, factor float64, weights []int, rttMax int64, opts leasestore.Options) (steady, calls float64, st leasestore.Stats, fig steadyFigures) {
+// overloadWith is overloadSteady with the stores' options; each of prep
+// is called on every node before it is used.
+func overloadWith(t *testing.T, seed uint64, p gcra.Params, factor float64, weights []int, rttMax int64, opts leasestore.Options, prep ...func(*leasestore.Store)) (steady, calls float64, st leasestore.Stats, fig steadyFigures) {
 	r := rand.New(rand.NewPCG(seed, 17))
 	c := &clock{}
 	c.t.Store(1_800_000_000_000_000_000)
@@ -52,6 +53,11 @@ func overloadWith(t *testing.T, seed uint64, p gcra.Params, factor float64, weig
 		m.rtt = rttUpTo(seed, rttMax, rttMax)
 	}
 	s := newSim(t, c, m, len(weights), p, 1, opts)
+	for _, n := range s.nodes {
+		for _, f := range prep {
+			f(n)
+		}
+	}
 	var cum []int
 	total := 0
 	for _, w := range weights {

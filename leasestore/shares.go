@@ -64,8 +64,11 @@ const (
 	// shares: a fleet of 16 splits 64 units into buckets of about 4, which
 	// refuse about one request in 8 of a node whose demand matches its
 	// share, but under overload lose under 1% (in the model, 1.6% below
-	// the limit); a burst of 10 split 16 ways leaves nodes with no
-	// capacity at all (half the limit lost).
+	// the limit). Smaller limits lose more than any memory-speed scheme
+	// can save (TestSharesSmallLimits): at most B+1 nodes can hold a unit
+	// at one instant (a burst of 10 on 16 nodes: 32–64% of the limit lost
+	// in the model), and buckets of a few units lose one funnel's pooling
+	// of random arrivals near the limit (on 3 nodes: 13% at 1.05×).
 	minShareLimit = 64
 )
 
@@ -78,9 +81,14 @@ const (
 // Other funnels are leased in units, as without Options.Shares (see the
 // package doc).
 func Shared(p gcra.Params, lifetime time.Duration) bool {
+	return shared(p, lifetime, minShareLimit)
+}
+
+// shared is Shared with minLimit for the least limit.
+func shared(p gcra.Params, lifetime time.Duration, minLimit int64) bool {
 	l := int64(lifetime)
 	if p.Interval <= 0 || p.Tolerance < p.Interval || p.Tolerance > maxShareTolerance ||
-		p.Limit < minShareLimit || p.Limit > gcra.MaxShareLimit || l > gcra.MaxShareLifetime*1000 {
+		p.Limit < minLimit || p.Limit > gcra.MaxShareLimit || l > gcra.MaxShareLifetime*1000 {
 		return false
 	}
 	units := l / p.Interval // the units a lifetime brings
@@ -131,7 +139,13 @@ type sentry struct {
 
 // sharesOn reports whether op is decided in rate shares by s.
 func (s *Store) sharesOn(op *funnel.Op) bool {
-	return s.shares != nil && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 && Shared(op.Limit.GCRA, s.opts.Lifetime)
+	if s.shares == nil || op.Limit.Algorithm != funnel.GCRA || op.Limit.Ban != 0 {
+		return false
+	}
+	if s.shareMinLimit > 0 {
+		return shared(op.Limit.GCRA, s.opts.Lifetime, s.shareMinLimit)
+	}
+	return Shared(op.Limit.GCRA, s.opts.Lifetime)
 }
 
 // sharesDo decides ops when one of them is leased in shares, and reports

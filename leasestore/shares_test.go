@@ -63,6 +63,41 @@ func TestSharesOverloadModel(t *testing.T) {
 	}
 }
 
+// TestSharesSmallLimits leases in shares, through a test knob, the limits
+// that Shared leaves to units (bursts of 0 and 10 at 20,000/s), to show
+// what they would give up: a burst of B split among N nodes leaves each a
+// bucket of about (B+1)/N units, so that at most B+1 nodes can admit at
+// one instant, and buckets of a few units lose the pooling of one funnel
+// near the limit, however few the calls. Every admission is still
+// replayed through one exact funnel (the allocator's paths that grant
+// nothing when the capacity is spent run here). Without -shares only two
+// rows run, as replay checks.
+func TestSharesSmallLimits(t *testing.T) {
+	t.Parallel()
+	for _, burst := range []int64{0, 10} {
+		p := mkParams(t, burst, 20000, time.Second)
+		for _, nodes := range []int{3, 16} {
+			w := make([]int, nodes)
+			for i := range w {
+				w[i] = 1
+			}
+			for _, f := range []float64{0.5, 0.9, 1.05, 1.2, 1.5, 2, 10, 100} {
+				if !*sharesFigures && (burst != 10 || f != 2) {
+					continue
+				}
+				name := fmt.Sprintf("burst%d/nodes%d/%vx", burst, nodes, f)
+				seed := uint64(nodes) + uint64(1000*f)
+				t.Run(name, func(t *testing.T) {
+					under, calls, _, fig := overloadWith(t, seed, p, f, w, int64(100*time.Microsecond), leasestore.Options{Shares: true},
+						func(s *leasestore.Store) { leasestore.ShareMinLimit(s, 1) })
+					t.Logf("%s: steady under-admission %.2f%%, %.4f calls per decision; in the steady second: %d admitted of %d, %d local refusals",
+						name, under, calls, fig.adm, fig.exact, fig.st.LocalRefusals)
+				})
+			}
+		}
+	}
+}
+
 // sharesMoving drives one key leased in shares from nodes whose demand
 // moves: 10:1 weights whose heavy node moves every 150 ms, each node off
 // for 70 ms in every 210 (its requests dropped), at factor
