@@ -296,6 +296,28 @@ func isqrt(x int64) int64 {
 	return int64(math.Sqrt(float64(min(x, 1<<52))))
 }
 
+// ShareFence returns the fence of the share state st as Share leaves it at
+// now (µs): a TAT, in nanoseconds of the allocator's clock, that the
+// funnel's own key holds while a reservation is live, so that a plain
+// decision of the key (Decide on its TAT, as redis-cell's module, a plain
+// store or a lease in units decide) finds the bucket full until every
+// node's bucket has drained. It is the last hold plus the tolerance: such
+// a decision admits q units at t only when the TAT is within τ − q·T of
+// t, that is from the last hold plus q intervals on. It is 0 when no
+// reservation of st holds after now.
+func ShareFence(st map[string]*ShareNode, now int64, p Params) int64 {
+	var last int64
+	for _, nd := range st {
+		for _, r := range nd.Res {
+			last = max(last, r.Hold)
+		}
+	}
+	if last <= now {
+		return 0
+	}
+	return last*1000 + p.Tolerance
+}
+
 // ShareHolds reports whether the share state st keeps the invariant (I)
 // of Share at every instant from now on: the nodes' largest live
 // reservations add up to at most ShareParts of rate and p.Limit units of

@@ -333,14 +333,19 @@
 // move, nor one a plain decision in Redis could take all-or-nothing with
 // it.
 //
-// A key leased in shares must be decided only by processes that lease it
-// in shares: the Redis store's funnel state (redis-cell's TAT key) is
-// neither read nor written, so a plain decision of it (a store without
-// leases, the redis-cell module, a process leasing in units) admits on
-// top of the shares. The allocator refuses to grant while the key's TAT is
-// ahead of its time (ErrShareMixed), and the node then decides the key in
-// the Backend plainly for a lifetime: that catches a mix in one
-// direction only.
+// A key leased in shares is meant to be decided only by processes that
+// lease it in shares, but a fleet that mixes them with others (a store
+// without leases, the redis-cell module, a process leasing in units: say
+// while the mode is rolled out) still never admits more than one exact
+// funnel. While a reservation is live the allocator keeps a fence in the
+// funnel's own state (redis-cell's TAT key): the last hold plus the
+// tolerance (gcra.ShareFence), so that a plain decision finds the bucket
+// full until every node's has drained. And the allocator refuses to grant
+// while the key holds a TAT ahead of its time that is not its fence
+// (ErrShareMixed): the node then decides the key in the Backend plainly
+// for a lifetime. Each side waits for the other's admissions to drain, so
+// a mixed fleet under-admits (about half the limit in the tests), never
+// over.
 //
 // What shares give up is under-admission: rate a node holds and does not
 // use (its demand fell, or was over-estimated), refusals of a node whose

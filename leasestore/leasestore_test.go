@@ -49,6 +49,11 @@ type model struct {
 	// hold cut as gcra.Share cuts it at the node's later calls (key ->
 	// node -> reservations, in µs).
 	reserved map[string]map[string][]gcra.ShareReservation
+	// fence is each key's fence (gcra.ShareFence) as a share call last
+	// wrote it into the key's TAT, as share.lua writes it into the key;
+	// noFence, a mutation, writes none.
+	fence   map[string]int64
+	noFence bool
 }
 
 // fellBehind notes that key's TAT tat was behind now. m.mu is held.
@@ -91,9 +96,10 @@ func (m *model) Lease(_ context.Context, key string, p gcra.Params, call redisst
 }
 
 // Share serves a call for a share of key's funnel as gcra.Share does, in
-// whole µs of the clock, after the first half of a round trip; a key
-// whose TAT is ahead of the clock (decided plainly) answers
-// leasestore.ErrShareMixed.
+// whole µs of the clock, after the first half of a round trip, and writes
+// the fence into the key's TAT while a reservation is live, as share.lua
+// does; a key whose TAT is ahead of the clock and not the fence (decided
+// plainly) answers leasestore.ErrShareMixed.
 func (m *model) Share(_ context.Context, key string, p gcra.Params, req gcra.ShareRequest) (gcra.ShareGrant, error) {
 	var up, down int64
 	if m.rtt != nil {
@@ -102,7 +108,7 @@ func (m *model) Share(_ context.Context, key string, p gcra.Params, req gcra.Sha
 	m.c.t.Add(up)
 	m.mu.Lock()
 	now := m.c.now()
-	if m.tats[key] > now {
+	if tat := m.tats[key]; tat > now && (m.noFence || tat != m.fence[key]) {
 		m.mu.Unlock()
 		m.c.t.Add(down)
 		return gcra.ShareGrant{}, leasestore.ErrShareMixed
@@ -141,6 +147,12 @@ func (m *model) Share(_ context.Context, key string, p gcra.Params, req gcra.Sha
 			rs = append(rs, gcra.ShareReservation{Start: g.Start, Hold: g.Hold, K: g.K, C: g.C})
 		}
 		m.reserved[key][req.Node] = rs
+		if f := gcra.ShareFence(st, g.Now, p); f > 0 && !m.noFence {
+			if m.fence == nil {
+				m.fence = map[string]int64{}
+			}
+			m.tats[key], m.fence[key] = f, f
+		}
 	}
 	m.mu.Unlock()
 	m.c.t.Add(down)

@@ -23,7 +23,8 @@ type ShareBackend interface {
 
 // ErrShareMixed is what a ShareBackend answers (wrapped or as it is) when
 // key is also decided plainly: its funnel's own state holds a TAT after
-// the allocator's time (redisstore.ErrShareMixed). A Store then decides
+// the allocator's time that is not the shares' fence
+// (redisstore.ErrShareMixed). A Store then decides
 // the key in the Backend, plainly, for a lifetime, and asks again. A key
 // that cannot have shares (redisstore.ErrNoShareKey: a '}' without a hash
 // tag, in a Redis Cluster's terms) is decided plainly for good.

@@ -447,6 +447,93 @@ func TestSharesMixedGoesPlain(t *testing.T) {
 	}
 }
 
+// mixedSim is newSim with its first plain nodes leasing in units (a
+// process without Options.Shares: plain decisions while a key is cold,
+// unit leases once warm) and the others as opts says.
+func mixedSim(t *testing.T, c *clock, b leasestore.Backend, nodes, plain int, p gcra.Params, keys int, opts leasestore.Options) *sim {
+	s := newSim(t, c, b, nodes, p, keys, opts)
+	for i := range plain {
+		o := opts
+		o.Shares = false
+		skew := int64(i%3-1) * int64(2*time.Second)
+		o.Now = func() int64 { return c.now() + skew }
+		s.nodes[i].Close()
+		n := leasestore.New(b, o)
+		t.Cleanup(func() { n.Close() })
+		s.nodes[i] = n
+	}
+	return s
+}
+
+// TestSharesMixedFleetModel drives fleets in which some nodes lease in
+// shares and others do not (a rolling change of the mode), on random
+// arrivals at 0.5× to 10× the rate, and replays every admission through
+// one exact funnel: the fence keeps the others' plain decisions and unit
+// leases out while shares are live, and ErrShareMixed keeps shares out
+// while the others' TAT is ahead. Without the fence (a mutation of the
+// model's allocator) the replay finds an over-admission.
+func TestSharesMixedFleetModel(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, seed uint64, noFence bool) (err error, st leasestore.Stats) {
+		r := rand.New(rand.NewPCG(seed, 31))
+		p := shareLimits(t)[int(seed)%len(shareLimits(t))]
+		nodes := []int{2, 4, 16}[int(seed)%3]
+		c := &clock{}
+		c.t.Store(1_800_000_000_000_000_000)
+		m := newModel(c)
+		m.noFence = noFence
+		m.rtt = rttUpTo(seed, int64(100*time.Microsecond), int64(2*time.Millisecond))
+		s := mixedSim(t, c, m, nodes, nodes/2, p, 1+r.IntN(3), leasestore.Options{Shares: true, NoPrefetch: seed%2 == 0, Logger: quiet()})
+		s.run(r, 3000, []float64{0.5, 2, 10}[int(seed/3)%3], seed%4 == 0)
+		_, _, err = s.replay()
+		return err, s.stats()
+	}
+	var total leasestore.Stats
+	for seed := uint64(1); seed <= 12; seed++ {
+		err, st := run(t, seed, false)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		add(&total, st)
+	}
+	t.Logf("%d decisions: %d local, %d share or lease calls, %d in the store", total.Decisions, total.Local, total.Calls, total.Direct)
+	if total.Calls == 0 || total.Direct == 0 {
+		t.Fatal("the fleets did not both lease and decide in the store")
+	}
+	caught := false
+	for seed := uint64(1); seed <= 12 && !caught; seed++ {
+		if err, _ := run(t, seed, true); err != nil {
+			t.Logf("without the fence: seed %d: %v", seed, err)
+			caught = true
+		}
+	}
+	if !caught {
+		t.Error("without the fence: no over-admission found in 12 seeds")
+	}
+}
+
+// TestSharesMixedFleetRedis is TestSharesMixedFleetModel on a real Redis
+// (share.lua's fence, gcra.lua's plain decisions and lease.lua's unit
+// leases), whose scripts take the simulation's clock.
+func TestSharesMixedFleetRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for seed := uint64(1); seed <= 6; seed++ {
+		r := rand.New(rand.NewPCG(seed, 37))
+		p := shareLimits(t)[int(seed)%len(shareLimits(t))]
+		nodes := []int{2, 4, 16}[int(seed)%3]
+		c := &clock{}
+		c.t.Store(1_800_000_000_000_000_000)
+		rs := redisstore.New(srv.Client(), redisstore.Options{Now: c.now, Prefix: fmt.Sprintf("mixed%d:", seed), Timeout: 10 * time.Second})
+		d := delayed{rs, c, rttUpTo(seed, int64(100*time.Microsecond), int64(2*time.Millisecond))}
+		s := mixedSim(t, c, d, nodes, nodes/2, p, 2, leasestore.Options{Shares: true, NoPrefetch: seed%2 == 0, Logger: quiet()})
+		s.run(r, 3000, []float64{0.5, 2, 10}[int(seed/2)%3], seed%3 == 0)
+		a, e := s.check()
+		st := s.stats()
+		t.Logf("seed %d: admitted %d, one exact funnel %d; %d decisions, %d local, %d calls, %d in Redis", seed, a, e, st.Decisions, st.Local, st.Calls, st.Direct)
+	}
+}
+
 // shareLimits are the limits the random share tests run: the smooth limit
 // (20,000/s, burst 500), a burst of 10,000, 1,000/s with a burst of 999,
 // and the smallest limit leased in shares (64 units).

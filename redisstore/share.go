@@ -28,14 +28,15 @@ end
 return { #h / 2, '.' .. table.concat(b) }`)
 
 // ErrShareMixed is the error of a Share call on a key that is also
-// decided plainly: the funnel's key holds a TAT after now, written by a
-// plain decision of this store, a unit lease, or the redis-cell module,
-// none of which knows the shares and each of which would admit on top of
-// them. Nothing is granted or changed. It catches a mix in one direction
-// only, and only while the plain decisions keep a TAT ahead: a plain
-// decision made after a grant reads the key, which shares never write, as
-// a full bucket. A limit is leased in shares only when every process that
-// decides it speaks the share protocol.
+// decided plainly: the funnel's key holds a TAT after now that is not the
+// shares' fence, written by a plain decision of this store, a unit lease,
+// or the redis-cell module, none of which knows the shares and each of
+// which would admit on top of them. Nothing is granted or changed. The
+// other direction is the fence's (see Share): a plain decision made while
+// shares are live finds the bucket full, and admits only once they have
+// drained. So a fleet that mixes the two (while the mode is rolled out,
+// say) never admits more than one exact funnel; it admits less, each side
+// waiting for the other's.
 var ErrShareMixed = errors.New("redisstore: the key is also decided plainly")
 
 // ErrNoShareKey is wrapped, with gcra.ErrBadLease, by the error of Share
@@ -54,9 +55,11 @@ func sharesKey(key string) string { return siblingKey(key, "shares") }
 // beside key in its hash slot (key + "\x00shares" for a key with a hash
 // tag, "{" + key + "}\x00shares" otherwise), one field per node, which
 // expires when its last reservation has drained and its last node stopped
-// competing. The funnel's key itself is read, never written; while it
-// holds a TAT after now the error is ErrShareMixed (see it for what this
-// catches and what it does not).
+// competing. While a reservation is live the funnel's key holds a fence,
+// gcra.ShareFence on Redis's clock, which the hash keeps too (in its field
+// "", which no node's name is): whatever decides the key plainly finds its
+// bucket full until every node's has drained. While the key holds a TAT
+// after now that is not the fence, the error is ErrShareMixed.
 //
 // It is the primitive of the rate-shares mode of package leasestore,
 // bounded by Options.Timeout as Do is; with Options.Now, the allocator's
@@ -101,7 +104,8 @@ func (s *Store) Share(ctx context.Context, key string, p gcra.Params, req gcra.S
 }
 
 // ShareState returns key's rate shares as Share keeps them: each node's
-// record by name, the times in microseconds of the allocator's clock. An
+// record by name, the times in microseconds of the allocator's clock (the
+// fence's field is not a node, and is left out). An
 // absent hash is an empty map. It reads the hash whole, for tests and for
 // inspection, not for the path of a decision. The error wraps
 // gcra.ErrBadLease (with ErrNoShareKey) for a key with a '}' and no hash
@@ -158,6 +162,9 @@ func decodeShareState(blob string, n int64) (map[string]*gcra.ShareNode, error) 
 		v, err := next()
 		if err != nil {
 			return nil, err
+		}
+		if name == "" { // the fence
+			continue
 		}
 		nd, err := decodeShareNode(v)
 		if err != nil {

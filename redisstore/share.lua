@@ -13,15 +13,21 @@
 -- written: the caller's, those that lost a reservation, and the nodes that
 -- no longer count (deleted).
 --
--- The funnel's key itself (redis-cell's format) is read, never written: a
--- TAT after now means that something decides the key plainly (a plain
--- store, the redis-cell module, a unit lease), which would admit on top of
--- the shares; the script then grants nothing and answers an error that
--- starts with SHAREMIXED. This catches a mix only while plain decisions
--- keep a TAT ahead, and in that direction only: a plain decision after a
--- grant sees a full bucket and admits (see package internal/sharemodel).
+-- The funnel's key itself (redis-cell's format) holds a fence while any
+-- reservation is live: a TAT of the latest hold plus the tolerance, which
+-- the hash keeps too, in its field "" (no node's name). Whatever decides
+-- the key plainly (a plain store, the redis-cell module, a unit lease)
+-- then finds its bucket full, and admits q units only from the latest
+-- hold plus q intervals on, once every node's bucket has drained. A TAT
+-- after now that is not the fence means that something decided the key
+-- plainly since; it would admit on top of new shares, so the script then
+-- grants nothing and answers an error that starts with SHAREMIXED. So a
+-- fleet that mixes plain decisions with shares (during a rolling change
+-- of the mode, say) never admits more than one exact funnel: plain
+-- decisions wait for the shares to drain, and shares for the plain
+-- decisions' TAT to pass.
 --
--- KEYS[1]  the funnel's key (read only), KEYS[2] its shares hash
+-- KEYS[1]  the funnel's key (its fence), KEYS[2] its shares hash
 -- ARGV[1]  "s"
 -- ARGV[2]  "" to take the time from Redis's TIME; tests only: now's seconds,
 -- ARGV[3]  and now's nanoseconds (see now.lua)
@@ -44,9 +50,6 @@ local ti = 2
 local key = KEYS[1]
 local th, tl = 0, 0
 --> get.lua
-if th > nh or (th == nh and tl > nl) then
-  return redis.error_reply('SHAREMIXED funnel: the key holds a TAT after now: it is also decided plainly; nothing was granted')
-end
 local clock = nh * 1000000 + (nl - nl % 1000) / 1000
 local now = clock
 local sk = KEYS[2]
@@ -66,54 +69,62 @@ end
 -- bytes and a split); the others by a scan and a split.
 local bad = 'WRONGTYPE a field of the shares is not a node\'s record'
 local names, recs, n, mi = {}, {}, 0, nil
+local fence = false
 for i = 1, #all, 2 do
   local v = all[i + 1]
   local t
-  local a, b, c, d, e, f = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
-  if a then
-    t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0 }
+  if all[i] == '' then
+    fence = v
   else
-    local g, h, x, y
-    a, b, c, d, e, f, g, h, x, y = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    local a, b, c, d, e, f = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
     if a then
-      t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0, g + 0, h + 0, x + 0, y + 0 }
+      t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0 }
     else
-      if string.find(v, '[^%d %-]') then
-        return redis.error_reply(bad)
-      end
-      t = {}
-      local m = 0
-      for tok in string.gmatch(v, '[^ ]+') do
-        local z = tonumber(tok) -- digits and '-' only: an integer, or nil
-        if not z then
+      local g, h, x, y
+      a, b, c, d, e, f, g, h, x, y = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+      if a then
+        t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0, g + 0, h + 0, x + 0, y + 0 }
+      else
+        if string.find(v, '[^%d %-]') then
           return redis.error_reply(bad)
         end
-        m = m + 1
-        t[m] = z
+        t = {}
+        local m = 0
+        for tok in string.gmatch(v, '[^ ]+') do
+          local z = tonumber(tok) -- digits and '-' only: an integer, or nil
+          if not z then
+            return redis.error_reply(bad)
+          end
+          m = m + 1
+          t[m] = z
+        end
       end
     end
-  end
-  local m = #t
-  local ok = m >= 2 and (m - 2) % 4 == 0 and t[1] >= -1 and t[1] <= 1073741824 and t[2] >= 0 and t[2] < 9007199254740992
-  if ok then
-    for j = 3, m, 4 do
-      if t[j] < 0 or t[j + 1] < t[j] or t[j + 1] >= 9007199254740992 or t[j + 2] < 1 or t[j + 2] > P or t[j + 3] < 0 or t[j + 3] >= 9007199254740992 then
-        ok = false
-      end
-      -- The allocator's time never goes back (see gcra.Share).
-      if t[j] > now then
-        now = t[j]
+    local m = #t
+    local ok = m >= 2 and (m - 2) % 4 == 0 and t[1] >= -1 and t[1] <= 1073741824 and t[2] >= 0 and t[2] < 9007199254740992
+    if ok then
+      for j = 3, m, 4 do
+        if t[j] < 0 or t[j + 1] < t[j] or t[j + 1] >= 9007199254740992 or t[j + 2] < 1 or t[j + 2] > P or t[j + 3] < 0 or t[j + 3] >= 9007199254740992 then
+          ok = false
+        end
+        -- The allocator's time never goes back (see gcra.Share).
+        if t[j] > now then
+          now = t[j]
+        end
       end
     end
+    if not ok then
+      return redis.error_reply(bad)
+    end
+    n = n + 1
+    names[n], recs[n] = all[i], t
+    if all[i] == node then
+      mi = n
+    end
   end
-  if not ok then
-    return redis.error_reply(bad)
-  end
-  n = n + 1
-  names[n], recs[n] = all[i], t
-  if all[i] == node then
-    mi = n
-  end
+end
+if (th > nh or (th == nh and tl > nl)) and raw ~= fence then
+  return redis.error_reply('SHAREMIXED funnel: the key holds a TAT after now: it is also decided plainly; nothing was granted')
 end
 
 -- The time a bucket of c units takes to drain at k parts, in µs rounded up
@@ -274,25 +285,56 @@ if k > 0 then
   mine[m + 1], mine[m + 2], mine[m + 3], mine[m + 4] = now, hold, k, c
 end
 
--- Write back, and expire the hash with the last of its holds and seens.
-sets[#sets + 1] = node
-sets[#sets + 1] = string.format('%d' .. string.rep(' %d', #mine - 1), unpack(mine))
-if #dels > 0 then
-  redis.call('HDEL', sk, unpack(dels))
-end
-redis.call('HSET', sk, unpack(sets))
-local top = 0
+-- The last of the holds and of the seens.
+local top, last = 0, 0
 for i = 1, nk do
   local t = kept[i]
   if t[2] > top then
     top = t[2]
   end
   for j = 4, #t, 4 do
-    if t[j] > top then
-      top = t[j]
+    if t[j] > last then
+      last = t[j]
     end
   end
 end
+if last > top then
+  top = last
+end
+
+-- The fence (gcra.ShareFence), while a reservation is live: the last hold
+-- plus the tolerance, as a TAT in seconds and nanoseconds, written to the
+-- funnel's key as gcra.lua writes a TAT (x, the fence less Redis's time,
+-- is above 0: the allocator's time is never behind Redis's) and to the
+-- hash's field "".
+if last > now then
+  local us = last % 1000000
+  th = (last - us) / 1000000
+  tl = us * 1000 + tol
+  local carry = tl % 1000000000
+  th, tl = th + (tl - carry) / 1000000000, carry
+  local xh, xl = th - nh, tl - nl
+  if xl < 0 then
+    xh, xl = xh - 1, xl + 1000000000
+  end
+  local wh, wl, wv, wms, wpx
+  --> store.lua
+  sets[#sets + 1] = ''
+  sets[#sets + 1] = wv
+  local f = last + (tol + 999 - (tol + 999) % 1000) / 1000
+  if f > top then
+    top = f
+  end
+end
+
+-- Write back, and expire the hash with the last of its holds and seens
+-- (and its fence).
+sets[#sets + 1] = node
+sets[#sets + 1] = string.format('%d' .. string.rep(' %d', #mine - 1), unpack(mine))
+if #dels > 0 then
+  redis.call('HDEL', sk, unpack(dels))
+end
+redis.call('HSET', sk, unpack(sets))
 if slack > 0 then
   -- An injected clock: the expiry counts from it, lengthened by slack.
   local us = top - clock + 999

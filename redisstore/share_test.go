@@ -20,6 +20,15 @@ import (
 	"github.com/funnelrl/funnel/redisstore"
 )
 
+// sharesKeyOf is the key of key's shares hash, for the keys of these
+// tests: beside a hash tag, or key made the tag.
+func sharesKeyOf(key string) string {
+	if strings.Contains(key, "{") {
+		return key + "\x00shares"
+	}
+	return "{" + key + "}\x00shares"
+}
+
 // sameShares reports how st, a key's shares read from Redis, differs from
 // want, gcra.Share's map, field by field ("" when they agree).
 func sameShares(st, want map[string]*gcra.ShareNode) string {
@@ -84,7 +93,7 @@ func TestShareIsGcraShare(t *testing.T) {
 	var clock atomic.Int64
 	opts := redisstore.Options{Now: clock.Load, Prefix: "sh:", Timeout: 20 * time.Second}
 	stores := []*redisstore.Store{redisstore.New(c, opts), redisstore.NewRueidis(newRueidis(t, srv.Addr), opts)}
-	var grants, none, back, unmeasured, pruned int
+	var grants, none, back, unmeasured, pruned, fences int
 	for seed := uint64(1); seed <= 15; seed++ {
 		st := stores[seed%2] // go-redis and rueidis in turn
 		r := rand.New(rand.NewPCG(seed, 23))
@@ -169,6 +178,15 @@ func TestShareIsGcraShare(t *testing.T) {
 			if d := sameShares(got, want); d != "" {
 				t.Fatalf("seed %d call %d %+v: %s", seed, i, req, d)
 			}
+			if f := gcra.ShareFence(want, wg.Now, p); f > 0 {
+				// The fence, in the key and in the hash's field "".
+				tat, _ := c.Get(ctx, "sh:"+key).Result()
+				hf, _ := c.HGet(ctx, sharesKeyOf("sh:"+key), "").Result()
+				if w := strconv.FormatInt(f, 10); tat != w || hf != w {
+					t.Fatalf("seed %d call %d: the fence is %q in the key and %q in the hash, gcra.ShareFence %s", seed, i, tat, hf, w)
+				}
+				fences++
+			}
 			if g.K > 0 {
 				grants++
 			} else {
@@ -176,8 +194,8 @@ func TestShareIsGcraShare(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d grants, %d of nothing; %d clocks stepped back, %d unmeasured demands, %d calls that dropped nodes", grants, none, back, unmeasured, pruned)
-	if grants < 1000 || none < 100 || pruned < 50 {
+	t.Logf("%d grants, %d of nothing; %d clocks stepped back, %d unmeasured demands, %d calls that dropped nodes, %d fences written", grants, none, back, unmeasured, pruned, fences)
+	if grants < 1000 || none < 100 || pruned < 50 || fences < 1000 {
 		t.Fatal("the calls do not cover grants, refusals and dropped nodes")
 	}
 }
@@ -238,10 +256,13 @@ func TestShareConcurrent(t *testing.T) {
 	}
 }
 
-// TestShareMixed checks the guard: while the funnel's key holds a TAT after
-// now (a plain decision, or a TAT written there), Share grants nothing,
-// answers ErrShareMixed and changes nothing; a TAT in the past is no
-// obstacle, and shares never write the key. On go-redis and on rueidis.
+// TestShareMixed checks both guards. The fence: while a reservation is
+// live the funnel's key holds gcra.ShareFence, so that a plain decision of
+// it refuses until every reservation has drained, and then admits. The
+// mix: while the key holds a TAT after now that is not the fence (a plain
+// decision, or a TAT written there), Share grants nothing, answers
+// ErrShareMixed and changes nothing; a TAT in the past is no obstacle. On
+// go-redis and on rueidis, on an injected clock.
 func TestShareMixed(t *testing.T) {
 	t.Parallel()
 	for _, lib := range []string{"go-redis", "rueidis"} {
@@ -250,18 +271,29 @@ func TestShareMixed(t *testing.T) {
 			srv := redistest.StartServer(t)
 			c := srv.Client()
 			ctx := context.Background()
-			opts := redisstore.Options{Timeout: 10 * time.Second}
+			var clock atomic.Int64
+			clock.Store(1_790_000_000_000_000_000)
+			opts := redisstore.Options{Now: clock.Load, Timeout: 10 * time.Second}
 			st := redisstore.New(c, opts)
 			if lib == "rueidis" {
 				st = redisstore.NewRueidis(newRueidis(t, srv.Addr), opts)
 			}
 			p := mkParams(t, 9, 10, time.Second)
 			req := gcra.ShareRequest{Node: "a", Demand: gcra.ShareParts, Lifetime: 200_000, Grace: 5_000}
-			if _, err := st.Share(ctx, "k", p, req); err != nil {
+			g, err := st.Share(ctx, "k", p, req)
+			if err != nil || g.K == 0 {
+				t.Fatalf("%+v, %v", g, err)
+			}
+			shares, err := st.ShareState(ctx, "k")
+			if err != nil {
 				t.Fatal(err)
 			}
-			if n, _ := c.Exists(ctx, "k").Result(); n != 0 {
-				t.Fatal("Share wrote the funnel's key")
+			fence := gcra.ShareFence(shares, g.Now, p)
+			if fence != g.Hold*1000+p.Tolerance {
+				t.Fatalf("the fence %d of one grant %+v", fence, g)
+			}
+			if v, _ := c.Get(ctx, "k").Result(); v != strconv.FormatInt(fence, 10) {
+				t.Fatalf("the key holds %q, the fence is %d", v, fence)
 			}
 			dump := func() string {
 				t.Helper()
@@ -270,16 +302,53 @@ func TestShareMixed(t *testing.T) {
 					t.Fatal(err)
 				}
 				ms, _ := c.PExpireTime(ctx, "{k}\x00shares").Result()
-				return v + "/" + ms.String()
+				f, _ := c.Get(ctx, "k").Result()
+				return v + "/" + ms.String() + "/" + f
+			}
+			// A plain decision under the same limit refuses until the
+			// grant has drained (its hold) and one interval more, however
+			// empty the bucket would be without shares.
+			plain := func() funnel.Result {
+				t.Helper()
+				res := make([]funnel.Result, 1)
+				op := funnel.Op{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: p}}
+				if err := st.Do(ctx, []funnel.Op{op}, res); err != nil {
+					t.Fatal(err)
+				}
+				return res[0]
 			}
 			before := dump()
-			// A plain decision on the key (of a funnel of one unit an hour: its
-			// TAT is an hour ahead).
-			res := make([]funnel.Result, 1)
-			op := funnel.Op{Kind: funnel.OpTake, Key: "k", N: 1, Limit: funnel.Checked{GCRA: mkParams(t, 0, 1, time.Hour)}}
-			if err := st.Do(ctx, []funnel.Op{op}, res); err != nil || !res[0].Allowed {
-				t.Fatalf("a plain decision: %+v, %v", res[0], err)
+			for _, at := range []int64{g.Now * 1000, g.End * 1000, g.Hold*1000 + p.Interval - 1000} {
+				clock.Store(at)
+				if r := plain(); r.Allowed || r.RetryAfter <= 0 {
+					t.Fatalf("a plain decision at %d, before the hold %d µs and an interval: %+v", at, g.Hold, r)
+				}
 			}
+			if dump() != before {
+				t.Fatal("a refused plain decision changed the key or its shares")
+			}
+			// The same node calls again while its grant is live: the fence
+			// is its own, so it is granted, and the fence moves on.
+			clock.Store(g.Now*1000 + 1_000_000)
+			if _, err := st.Share(ctx, "k", p, req); err != nil {
+				t.Fatalf("Share on its own fence: %v", err)
+			}
+			shares, _ = st.ShareState(ctx, "k")
+			fence2 := gcra.ShareFence(shares, g.Now+1000, p)
+			if fence2 <= fence {
+				t.Fatalf("the fence %d after a renewal, %d before", fence2, fence)
+			}
+			var last int64
+			for _, nd := range shares {
+				for _, r := range nd.Res {
+					last = max(last, r.Hold)
+				}
+			}
+			clock.Store(last*1000 + p.Interval)
+			if r := plain(); !r.Allowed {
+				t.Fatalf("a plain decision once every reservation has drained: %+v", r)
+			}
+			before = dump()
 			if _, err := st.Share(ctx, "k", p, gcra.ShareRequest{Node: "b", Demand: 10, Lifetime: 200_000}); !errors.Is(err, redisstore.ErrShareMixed) {
 				t.Fatalf("Share after a plain decision: %v", err)
 			}
@@ -287,13 +356,14 @@ func TestShareMixed(t *testing.T) {
 				t.Fatal("a Share refused as mixed changed the shares")
 			}
 			// A TAT in the past does not count; one an hour ahead does.
-			now := redisTime(t, c)
+			now := clock.Load()
 			c.Set(ctx, "k", strconv.FormatInt(now-int64(time.Second), 10), 0)
 			if _, err := st.Share(ctx, "k", p, req); err != nil {
 				t.Fatalf("Share on a TAT in the past: %v", err)
 			}
 			before = dump()
 			c.Set(ctx, "k", strconv.FormatInt(now+int64(time.Hour), 10), 0)
+			before = dump()
 			if _, err := st.Share(ctx, "k", p, req); !errors.Is(err, redisstore.ErrShareMixed) {
 				t.Fatalf("Share on a TAT ahead: %v", err)
 			}
@@ -324,15 +394,16 @@ func TestShareMixed(t *testing.T) {
 }
 
 // TestShareExpiry checks the hash's expiry: on Redis's clock, the last of
-// its holds and seens in whole milliseconds rounded up; with an injected
-// clock, the same time from it plus the slack of tests.
+// its holds, its seens and its fence in whole milliseconds rounded up;
+// with an injected clock, the same time from it plus the slack of tests.
+// The fence's key expires with the fence.
 func TestShareExpiry(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
 	p := mkParams(t, 999, 1000, time.Second)
-	last := func(s map[string]*gcra.ShareNode) int64 {
+	last := func(s map[string]*gcra.ShareNode, now int64) int64 {
 		var top int64
 		for _, nd := range s {
 			top = max(top, nd.Seen)
@@ -340,7 +411,7 @@ func TestShareExpiry(t *testing.T) {
 				top = max(top, r.Hold)
 			}
 		}
-		return top
+		return max(top, (gcra.ShareFence(s, now, p)+999)/1000)
 	}
 	st := redisstore.New(c, redisstore.Options{Timeout: 10 * time.Second})
 	for i, req := range []gcra.ShareRequest{
@@ -348,7 +419,8 @@ func TestShareExpiry(t *testing.T) {
 		{Node: "b", Demand: gcra.ShareParts / 10, Lifetime: 2_000_000, Grace: 5_000},
 		{Node: "a", Demand: gcra.ShareParts, Lifetime: 7, Grace: 1}, // a's older grant still drains
 	} {
-		if _, err := st.Share(ctx, "k", p, req); err != nil {
+		g, err := st.Share(ctx, "k", p, req)
+		if err != nil {
 			t.Fatal(err)
 		}
 		s, err := st.ShareState(ctx, "k")
@@ -359,8 +431,15 @@ func TestShareExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if top := last(s); ms != (top+999)/1000 {
-			t.Fatalf("call %d: the shares expire at %d ms, the last hold or seen is %d µs", i, ms, top)
+		if top := last(s, g.Now); ms != (top+999)/1000 {
+			t.Fatalf("call %d: the shares expire at %d ms, the last hold, seen or fence is %d µs", i, ms, top)
+		}
+		// The fence's key expires as a TAT's: at the fence in whole ms, or
+		// the next (Redis expires a key only after its ms has passed).
+		f := gcra.ShareFence(s, g.Now, p)
+		kms, err := c.Do(ctx, "PEXPIRETIME", "k").Int64()
+		if err != nil || f == 0 || kms < f/1_000_000 || kms > f/1_000_000+2 {
+			t.Fatalf("call %d: the fence %d ns expires at %d ms (%v)", i, f, kms, err)
 		}
 	}
 	var clock atomic.Int64
@@ -371,7 +450,7 @@ func TestShareExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := ts.ShareState(ctx, "t")
-	want := (last(s)-g.Now+999)/1000 + (10 * time.Minute).Milliseconds()
+	want := (last(s, g.Now)-g.Now+999)/1000 + (10 * time.Minute).Milliseconds()
 	pttl, err := c.PTTL(ctx, "{t}\x00shares").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -492,7 +571,7 @@ func TestShareBadInput(t *testing.T) {
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("bad requests changed the shares: %v, then %v", before, after)
 	}
-	if keys, _ := c.Keys(ctx, "*").Result(); len(keys) != 1 {
+	if keys, _ := c.Keys(ctx, "*").Result(); len(keys) != 2 { // the hash and the fence
 		t.Fatalf("keys after bad requests: %q", keys)
 	}
 }

@@ -53,8 +53,10 @@ func TestLeaseNodeKilled(t *testing.T) {
 // key (2,000 a second, 500 at once) in rate shares through one Redis:
 // driven as fast as they answer, together they never admit more than the
 // funnel would, Redis sees a few share calls per node and lifetime, not a
-// script per decision, and the funnel's own key is never written. One
-// is then killed with SIGKILL: the other carries on.
+// script per decision, and the funnel's own key holds the shares' fence:
+// a third process deciding plainly (no --lease-shares, as during a rolling
+// change of the mode) is refused while the shares are live. One node is
+// then killed with SIGKILL: the other carries on.
 func TestLeaseSharesServe(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -87,8 +89,13 @@ func TestLeaseSharesServe(t *testing.T) {
 	if most := int64(8 * 2 * (elapsed/(200*time.Millisecond) + 1)); calls == 0 || calls > most {
 		t.Fatalf("%d script calls for %d decisions in %v (at most %d):\n%s", calls, decisions, elapsed, most, stats)
 	}
-	if n, err := srv.Client().Exists(ctx, "hot").Result(); err != nil || n != 0 {
-		t.Fatalf("the funnel's own key exists (%d, %v): shares never write it", n, err)
+	fence, err := srv.Client().Get(ctx, "hot").Int64()
+	if err != nil || fence <= time.Now().UnixNano() {
+		t.Fatalf("the funnel's own key holds %d (%v), not a fence ahead", fence, err)
+	}
+	plain := startServe(t, "--store", "redis://"+srv.Addr+"/0")
+	if throttle(plain) {
+		t.Fatal("a plain process admitted on top of live shares")
 	}
 	a.stop(syscall.SIGKILL)
 	deadline := time.Now().Add(5 * time.Second)

@@ -217,7 +217,12 @@
 // limit, never switched at run time while keys are live), and that the
 // share script refuses to grant (answering an error the client turns into
 // plain decisions) while the TAT key holds a TAT in the future, which
-// catches a mix within τ in one direction only. Funnel's own plain
+// catches a mix within τ in one direction only. (Built since: the share
+// script also keeps a fence in the TAT key while any reservation is live,
+// the last hold plus τ, which a plain client reads as a full bucket until
+// every share has drained, and tells its own fence from a plain client's
+// TAT by keeping a copy in the hash; so the mix is caught both ways, at
+// the cost of under-admission while it lasts.) Funnel's own plain
 // decisions on a share-leased key could go through the same script as a
 // pool: a bucket kept in Redis that drains at whatever rate the shares
 // leave at each instant, R − Σρ(t), and whose level p the grants leave
