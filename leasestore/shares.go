@@ -524,10 +524,11 @@ func (l shareLane) refusedHere(need, now int64, res *funnel.Result) bool {
 	if c == 0 && now >= e.noneUntil || l.syncRenewal() {
 		return false
 	}
-	held := l.held()
-	q := need + held
+	q := need + l.held()
+	// Remaining and ResetAfter as an admission reports them: the bucket
+	// here scaled to the whole limit.
 	*res = l.result(now)
-	res.Allowed, res.Remaining = false, held
+	res.Allowed = false
 	switch {
 	case q > e.p.Limit:
 		res.RetryAfter = gcra.Never

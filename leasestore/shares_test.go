@@ -304,8 +304,9 @@ func TestShared(t *testing.T) {
 
 // TestSharesOneNode checks a key leased in shares through one node on
 // the model: its first call (demand unmeasured) gets a quarter of the
-// rate, a refusal's RetryAfter is the wait for its bucket, a peek answers
-// from it without a call, a Reset empties it, and a charge is refused
+// rate, a refusal's RetryAfter is the wait for its bucket and its
+// Remaining the bucket scaled to the limit, a peek answers from it without
+// a call, a Reset empties it, and a charge is refused
 // (ErrShares) with nothing changed.
 func TestSharesOneNode(t *testing.T) {
 	p := mkParams(t, 999, 1000, time.Second) // τ 1 s, 1,000 units
@@ -346,6 +347,11 @@ func TestSharesOneNode(t *testing.T) {
 	c.t.Add(int64(4 * time.Millisecond))
 	if r, err := do(funnel.OpPeek, 1); err != nil || !r.Allowed || r.Remaining != 1000/12 || r.ResetAfter != time.Second*11/12+1 {
 		t.Fatalf("peek after one unit drained: %+v, %v", r, err)
+	}
+	// A refusal (2 units, 1 here) reports the bucket as the peek did,
+	// scaled to the whole limit, not this node's own units.
+	if r, err := do(funnel.OpTake, 2); err != nil || r.Allowed || r.Remaining != 1000/12 || r.ResetAfter != time.Second*11/12+1 || r.RetryAfter != 4*time.Millisecond {
+		t.Fatalf("a take of 2 after one unit drained: %+v, %v", r, err)
 	}
 	if _, err := do(funnel.OpCharge, 5); !errors.Is(err, leasestore.ErrShares) {
 		t.Fatalf("charge: %v, want ErrShares", err)
