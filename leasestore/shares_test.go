@@ -248,14 +248,30 @@ func TestSharesMutationsCaught(t *testing.T) {
 
 // TestSharesLukewarm measures keys at a few decisions per second per node
 // leased in shares (100/s with a burst of 1,000, the lukewarm key;
-// 3 and 16 nodes at 5 to 60 decisions per second each, lifetime 200 ms):
-// store calls per decision and the under-admission against one exact
-// funnel. Every admission is replayed. Without -shares only one row runs.
+// 3 and 16 nodes at 5 to 60 decisions per second each; and 1,000/s with a
+// burst of 1,000 on 100 nodes at 5 to 20 each, the fleet of 100;
+// lifetime 200 ms): store calls per decision and the under-admission
+// against one exact funnel. Every admission is replayed. Without -shares
+// only one row runs.
 func TestSharesLukewarm(t *testing.T) {
 	t.Parallel()
-	p := mkParams(t, 999, 100, time.Second)
+	type row struct {
+		p     gcra.Params
+		nodes int
+		rate  float64
+	}
+	var rows []row
 	for _, nodes := range []int{3, 16} {
 		for _, rate := range []float64{5, 10, 27, 60} {
+			rows = append(rows, row{mkParams(t, 999, 100, time.Second), nodes, rate})
+		}
+	}
+	for _, rate := range []float64{5, 10, 20} {
+		rows = append(rows, row{mkParams(t, 999, 1000, time.Second), 100, rate})
+	}
+	for _, rw := range rows {
+		p, nodes, rate := rw.p, rw.nodes, rw.rate
+		{
 			if !*sharesFigures && (nodes != 3 || rate != 27) {
 				continue
 			}
@@ -273,8 +289,8 @@ func TestSharesLukewarm(t *testing.T) {
 			}
 			a, e := s.check()
 			st := s.stats()
-			t.Logf("nodes %d × %v/s: %.4f calls per decision, under-admission %.2f%%",
-				nodes, rate, float64(st.Calls+st.Direct)/float64(st.Decisions), 100*float64(e-a)/float64(max(e, 1)))
+			t.Logf("%d/s, nodes %d × %v/s: %.4f calls per decision, under-admission %.2f%%",
+				time.Second/time.Duration(p.Interval), nodes, rate, float64(st.Calls+st.Direct)/float64(st.Decisions), 100*float64(e-a)/float64(max(e, 1)))
 		}
 	}
 }
