@@ -496,7 +496,7 @@ func mixedSim(t *testing.T, c *clock, b leasestore.Backend, nodes, plain int, p 
 // model's allocator) the replay finds an over-admission.
 func TestSharesMixedFleetModel(t *testing.T) {
 	t.Parallel()
-	run := func(t *testing.T, seed uint64, noFence bool) (err error, st leasestore.Stats) {
+	run := func(t *testing.T, seed uint64, noFence bool) (leasestore.Stats, error) {
 		r := rand.New(rand.NewPCG(seed, 31))
 		p := shareLimits(t)[int(seed)%len(shareLimits(t))]
 		nodes := []int{2, 4, 16}[int(seed)%3]
@@ -507,12 +507,12 @@ func TestSharesMixedFleetModel(t *testing.T) {
 		m.rtt = rttUpTo(seed, int64(100*time.Microsecond), int64(2*time.Millisecond))
 		s := mixedSim(t, c, m, nodes, nodes/2, p, 1+r.IntN(3), leasestore.Options{Shares: true, NoPrefetch: seed%2 == 0, Logger: quiet()})
 		s.run(r, 3000, []float64{0.5, 2, 10}[int(seed/3)%3], seed%4 == 0)
-		_, _, err = s.replay()
-		return err, s.stats()
+		_, _, err := s.replay()
+		return s.stats(), err
 	}
 	var total leasestore.Stats
 	for seed := uint64(1); seed <= 12; seed++ {
-		err, st := run(t, seed, false)
+		st, err := run(t, seed, false)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -524,7 +524,7 @@ func TestSharesMixedFleetModel(t *testing.T) {
 	}
 	caught := false
 	for seed := uint64(1); seed <= 12 && !caught; seed++ {
-		if err, _ := run(t, seed, true); err != nil {
+		if _, err := run(t, seed, true); err != nil {
 			t.Logf("without the fence: seed %d: %v", seed, err)
 			caught = true
 		}

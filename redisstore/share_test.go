@@ -361,7 +361,6 @@ func TestShareMixed(t *testing.T) {
 			if _, err := st.Share(ctx, "k", p, req); err != nil {
 				t.Fatalf("Share on a TAT in the past: %v", err)
 			}
-			before = dump()
 			c.Set(ctx, "k", strconv.FormatInt(now+int64(time.Hour), 10), 0)
 			before = dump()
 			if _, err := st.Share(ctx, "k", p, req); !errors.Is(err, redisstore.ErrShareMixed) {
