@@ -344,8 +344,8 @@
 // while the key holds a TAT ahead of its time that is not its fence
 // (ErrShareMixed): the node then decides the key in the Backend plainly
 // for a lifetime. Each side waits for the other's admissions to drain, so
-// a mixed fleet under-admits (about half the limit in the tests), never
-// over.
+// a mixed fleet under-admits (30–86% of what one exact funnel admits in
+// TestSharesMixedFleetRedis), never over.
 //
 // What shares give up is under-admission: rate a node holds and does not
 // use (its demand fell, or was over-estimated), refusals of a node whose
