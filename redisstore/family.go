@@ -85,12 +85,18 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 			return err
 		}
 	}
+	if op := &ops[0]; len(ops) == 1 && op.Kind == funnel.OpTake && op.Limit.Ban == 0 && op.N >= 0 &&
+		op.Limit.Algorithm == funnel.SlidingLog && op.Limit.Window.Count <= s.logPackMax() {
+		if done, err := s.logTake(ctx, op, &res[0]); done {
+			return err
+		}
+	}
 	keys := make([]string, 0, 2*len(ops))
-	args, err := s.args("", 0)
+	args, err := s.familyArgs()
 	if err != nil {
 		return err
 	}
-	args = append(args[1:], strconv.Itoa(len(ops)))
+	args = append(args, strconv.Itoa(len(ops)))
 	slot := -1
 	if err := funnel.CheckOps(ops, res); err != nil {
 		return err
@@ -277,6 +283,58 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 	}
 	if (f[0] == 1) != r.Allowed {
 		return true, fmt.Errorf("%w: window script status %d where Go decides %+v (%d %d, %+v)", errInternal, f[0], r, code, prev, op)
+	}
+	*res = r
+	return true, nil
+}
+
+// logPack is the largest count of a sliding log that family.lua keeps
+// packed (its LOGPACK).
+const logPack = 1024
+
+// logPackMax returns the largest count of a packed sliding log: logPack,
+// or the test knob's.
+func (s *Store) logPackMax() int64 {
+	if s.logPack != "" {
+		n, _ := strconv.ParseInt(s.logPack, 10, 64)
+		return n
+	}
+	return logPack
+}
+
+// logTake decides op, one take of a sliding log of a count up to
+// logPackMax without a ban, in log.lua, and reports whether it did: a key
+// that holds anything but a packed log goes to family.lua.
+func (s *Store) logTake(ctx context.Context, op *funnel.Op, res *funnel.Result) (bool, error) {
+	c := &op.Limit
+	args, err := s.args("", 0)
+	if err != nil {
+		return true, err
+	}
+	args = append(args[1:], limb(min(op.N, c.Window.Count+1)), limb(c.Window.Count), limb(c.Window.Period))
+	v, err := s.evalTimed(ctx, logScript, []string{s.prefix + op.Key}, args)
+	if err != nil {
+		if err := s.fallsBack(ctx, err); err != nil {
+			return true, err
+		}
+		*res = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: c.Capacity()}
+		return true, nil
+	}
+	if len(v) == 3 && v[2] == -1 {
+		return false, nil
+	}
+	if len(v) != 5 || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second)-1 || v[1] < 0 || v[1] >= 1e9 || v[2] < 0 || v[2]&3 > 1 {
+		return true, fmt.Errorf("%w: log script reply %v", errInternal, v)
+	}
+	now := v[0]*1e9 + v[1]
+	// The state the script found, in family.lua's terms (see familyResult).
+	f := [6]int64{v[2] & 3, 0, 0, v[2] >> 2, v[3], v[4]}
+	r, err := familyResult(now, *op, f[:], op.N)
+	if err != nil {
+		return true, err
+	}
+	if (f[0] == 1) != r.Allowed {
+		return true, fmt.Errorf("%w: log script status %d where Go decides %+v (%v, %+v)", errInternal, f[0], r, v, op)
 	}
 	*res = r
 	return true, nil
@@ -741,9 +799,14 @@ var keyopsSource = include("keyops.lua")
 // a sliding window counter, without a ban (see Store.window).
 var windowSource = include("window.lua")
 
+// logSource decides one take of a packed sliding log, without a ban (see
+// Store.logTake).
+var logSource = include("log.lua")
+
 var (
 	familyScript = newTimedScript(familySource, 0)
 	windowScript = newTimedScript(windowSource, 0)
+	logScript    = newTimedScript(logSource, 0)
 	keyopsScript = newTimedScript(keyopsSource, 1)
 	unbanScript  = newScript(unbanSource)
 )

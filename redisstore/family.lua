@@ -12,13 +12,20 @@
 -- Key formats: the funnel and the delaying bucket share redis-cell's format
 -- (the TAT as decimal nanoseconds); a fixed window is the string
 -- "F<start_ms>:<end_ms>:<n>", a sliding window counter
--- "S<start_ms>:<period_ms>:<prev>:<cur>"; a sliding log is a sorted set of
--- "<ms>:<seq>" members scored by their ms, and a concurrency key a sorted
--- set of lease ids scored by their expiry in ms, each with a marker member
+-- "S<start_ms>:<period_ms>:<prev>:<cur>"; a sliding log of a count up to
+-- LOGPACK (1,024) is the string "L<period_ms>:" followed by its entries'
+-- milliseconds, six bytes each, big-endian, oldest first (a packed log: one
+-- GET and one write a decision, where a sorted set takes four to six
+-- commands, and six bytes an entry), and one of a larger count (or one
+-- written by an older version) a sorted set of "<ms>:<seq>" members scored
+-- by their ms; a concurrency key is a sorted
+-- set of lease ids scored by their expiry in ms. The sorted sets have a marker member
 -- that names its kind, scored below every entry (-period for a log, the
--- period of the limit that wrote it last; -1 - the key's unit delay in ns
+-- period of the limit that wrote it last, which a packed log keeps in its
+-- head; -1 - the key's unit delay in ns
 -- for leases, -1 when it has none), so that the state says when it is
--- empty. A ban is the string of its end, in decimal
+-- empty. A packed log whose limit's count grows past LOGPACK turns into a
+-- sorted set; a sorted set stays one until it expires. A ban is the string of its end, in decimal
 -- nanoseconds, under a key of its own in the same hash slot. Every key
 -- expires when its state would be empty.
 --
@@ -79,7 +86,17 @@ local ceilms = nowms
 if nowsub > 0 then
   ceilms = nowms + 1
 end
-local slack = ARGV[3] + 0
+-- ARGV[3] is the slack, or (tests only) the slack and LOGPACK as
+-- "<slack>/<logpack>".
+local slack, LOGPACK = 0, 1024
+do
+  local a, b = string.match(ARGV[3], '^(%d+)/(%d+)$')
+  if a then
+    slack, LOGPACK = a + 0, b + 0
+  else
+    slack = ARGV[3] + 0
+  end
+end
 local nops = ARGV[4] + 0
 
 -- The commonest call: one take on a delaying bucket (or a funnel), a fixed
@@ -213,6 +230,22 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
       redis.call('PSETEX', KEYS[2], string.format('%d', px), v)
     end
     return { nh, nl, st, rh, rl, r1, r2, r3 }
+  end
+end
+
+-- The same for one take on a sliding log, without a ban, of a count up to
+-- LOGPACK, whose key is absent or holds a packed log (see logtake.lua; a
+-- sorted set's GET is an error: below). Store.Do sends such a take to
+-- log.lua, whose arguments and reply are shorter; this one decides it when
+-- it comes as a reservation's or a settle's, or from another caller.
+if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9] == '0' and ARGV[10] + 0 <= LOGPACK then
+  local key = KEYS[1]
+  local raw = redis.pcall('GET', key)
+  local q, count, period, pstr = ARGV[7] + 0, ARGV[10] + 0, ARGV[11] + 0, ARGV[11]
+  local ok, status, n, wait, newest = false, 1, 0, -1, -1
+  --> logtake.lua
+  if ok then
+    return { nh, nl, status, 0, 0, n, wait, newest }
   end
 end
 
@@ -446,6 +479,49 @@ end
 
 local MARK = { o = '\0log', c = '\0conc' }
 
+-- pent returns entry i (from 1) of the packed log raw whose entries start
+-- at off.
+local function pent(raw, off, i)
+  return (struct.unpack('>I6', raw, off + 6 * (i - 1)))
+end
+
+-- plog returns a packed log of the period per whose entries are body (6
+-- bytes each) then k entries at the millisecond at.
+local function plog(per, body, at, k)
+  local e = ''
+  if k > 0 then
+    e = string.rep(struct.pack('>I6', at), k)
+  end
+  return 'L' .. string.format('%d', per) .. ':' .. body .. e
+end
+
+-- zlog turns the packed log raw (entries from off, of the period per) into
+-- a sorted set, the same state, for a limit whose count is above LOGPACK.
+local function zlog(key, raw, off, per)
+  local total = (#raw - off + 1) / 6
+  redis.call('DEL', key)
+  local args, k, seq, prev = { 'ZADD', key, -per, '\0log' }, 1, 0, -1
+  for i = 1, total do
+    local at = pent(raw, off, i)
+    if at == prev then
+      seq = seq + 1
+    else
+      prev, seq = at, 1
+    end
+    args[#args + 1] = at
+    args[#args + 1] = string.format('%d:%08d', at, seq)
+    k = k + 1
+    if k >= 500 or i == total then
+      redis.call(unpack(args))
+      args, k = { 'ZADD', key }, 0
+    end
+  end
+  if total == 0 then
+    redis.call(unpack(args))
+  end
+  redis.call('PEXPIRE', key, string.format('%d', prev + per - nowms + slack))
+end
+
 -- algo.MaxCount and algo.MaxWeight, the bounds of a window's count.
 local MAXCOUNT, MAXWEIGHT = 1099511627776, 9007199254740992
 
@@ -477,7 +553,8 @@ for i = 1, nops do
   local op = { kind = A[a], alg = A[a + 1], q = A[a + 2] + 0, bh = A[a + 3] + 0, bl = A[a + 4] + 0,
     key = KEYS[2 * i - 1], bkey = KEYS[2 * i], status = false, exists = false, replace = false, clear = false,
     th = false, tl = false, nh = false, nl = false, xh = false, xl = false, ch = false, cl = false, vh = false,
-    vl = false, count = false, period = false, write = false, px = false, ws = false, we = false }
+    vl = false, count = false, period = false, write = false, px = false, ws = false, we = false,
+    raw = false, off = false, packed = false }
   a = a + 5
   local alg = op.alg
   if alg == 'g' or alg == 'l' then
@@ -527,7 +604,19 @@ local function inspect(key)
     return nil
   end
   local c = string.sub(raw, 1, 1)
-  if c == 'F' then
+  if c == 'L' then
+    -- a packed log: its entries, where they start, its writer's period
+    local per, off = string.match(raw, '^L(%d+):()')
+    if not per or (#raw - off + 1) % 6 ~= 0 then
+      return false
+    end
+    per = per + 0
+    local total, last = (#raw - off + 1) / 6, -1
+    if total > 0 then
+      last = pent(raw, off, total)
+    end
+    return 'o', last < 0 or last + per <= nowms, raw, off, per
+  elseif c == 'F' then
     local s, e, n = string.match(raw, '^F(%d+):(%d+):(%d+)$')
     if not s then
       return false
@@ -588,6 +677,16 @@ for i = 1, nops do
     kind = nil
   end
   op.exists = kind ~= nil
+  if kind == 'o' and a1 then
+    if op.count > LOGPACK then
+      -- (a limit whose count grew past what a packed log holds)
+      zlog(op.key, a1, a2, a3)
+    else
+      op.raw, op.off = a1, a2
+    end
+  end
+  -- a log is packed when it is, or will be written, so
+  op.packed = op.raw or (not op.exists and op.count and op.count <= LOGPACK)
   if kind == 't' then
     op.th, op.tl = a1, a2
   elseif kind == 'f' then
@@ -766,6 +865,47 @@ for i = 1, nops do
       end
       r3 = cur
     end
+  elseif alg == 'o' and op.packed then
+    -- The same as for a sorted set (below), on a packed log's entries.
+    local raw, off, total = op.raw, op.off, 0
+    if raw then
+      total = (#raw - off + 1) / 6
+    end
+    local n, old, cut = 0, 0, nowms - op.period
+    while old < total and pent(raw, off, old + 1) <= cut do
+      old = old + 1
+    end
+    n = total - old
+    if not take and op.exists then
+      if n <= q then
+        redis.call('DEL', op.key)
+        raw, total, n = false, 0, 0
+      else
+        -- the old entries and the q newest dropped
+        n = n - q
+        raw = plog(op.period, string.sub(raw, off + 6 * old, off + 6 * (old + n) - 1), 0, 0)
+        off = #raw - 6 * n + 1
+        total, old = n, 0
+        redis.call('PSETEX', op.key, ms(pent(raw, off, n) + op.period - nowms + slack), raw)
+      end
+      op.raw, op.off = raw, off
+    end
+    op.old, op.n = old, n
+    local wait, newest = -1, -1
+    if n > 0 then
+      newest = pent(raw, off, total)
+    end
+    if take and n + q > op.count then
+      if status == 1 then
+        status = 0
+      end
+      if q <= op.count then
+        wait = pent(raw, off, old + n + q - op.count)
+      end
+    elseif not take and n > op.count then
+      wait = pent(raw, off, n - op.count)
+    end
+    r1, r2, r3 = n, wait, newest
   elseif alg == 'o' then
     -- Entries at or before nowms - period no longer count under this
     -- limit (old of them). They are dropped only when the log is written:
@@ -937,6 +1077,34 @@ for i = 1, nops do
         redis.call('SET', op.key, op.write, 'PX', ms(op.px + slack))
       elseif op.clear and op.exists then
         redis.call('DEL', op.key)
+      end
+    elseif alg == 'o' and op.packed then
+      if take or charge then
+        -- As for a sorted set (below): the old entries dropped, q entries
+        -- at the millisecond at or after now (never below the newest),
+        -- the newest count+1 kept.
+        local raw, off, total = op.raw, op.off, 0
+        if raw then
+          total = (#raw - off + 1) / 6
+        end
+        local at = ceilms
+        if total > 0 then
+          local newest = pent(raw, off, total)
+          if newest >= at then
+            at = newest
+          end
+        end
+        local keep = op.count + 1
+        local k = math.min(q, keep)
+        local from, live = op.old + 1, total - op.old
+        if live + k > keep then
+          from, live = from + live + k - keep, keep - k
+        end
+        local body = ''
+        if live > 0 then
+          body = string.sub(raw, off + 6 * (from - 1))
+        end
+        redis.call('PSETEX', op.key, ms(at + op.period - nowms + slack), plog(op.period, body, at, k))
       end
     elseif alg == 'o' then
       if take or charge then

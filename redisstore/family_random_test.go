@@ -20,6 +20,7 @@ import (
 	"github.com/funnelrl/funnel/memstore"
 	"github.com/funnelrl/funnel/redisstore"
 	"github.com/funnelrl/funnel/storetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // familyLimits are the limits the random sequences draw from: every
@@ -54,11 +55,16 @@ var familyLimits = []funnel.Limit{
 
 // familyRun drives one random sequence through two stores on one clock.
 type familyRun struct {
-	t      *testing.T
-	r      *rand.Rand
-	ctx    context.Context
-	clock  *atomic.Int64
-	redis  *redisstore.Store
+	t     *testing.T
+	r     *rand.Rand
+	ctx   context.Context
+	clock *atomic.Int64
+	redis *redisstore.Store
+	// alt, when set, is a second Redis store on the same keys, which each
+	// call goes through half of the time instead of redis.
+	alt    *redisstore.Store
+	client *redis.Client
+	prefix string
 	mem    *memstore.Store
 	keys   []string
 	limits []funnel.Checked // the limit of each key
@@ -117,6 +123,46 @@ func TestFamilyClockStepsBack(t *testing.T) {
 	}
 }
 
+// rs returns the Redis store a call goes through: redis, or alt half of
+// the time when it is set.
+func (f *familyRun) rs() *redisstore.Store {
+	if f.alt != nil && f.r.IntN(2) == 0 {
+		return f.alt
+	}
+	return f.redis
+}
+
+// TestFamilyLogFormats runs TestFamilyAgainstMemstore's sequences with
+// the sliding logs in each of Redis's formats: every log in a sorted set
+// (as older versions wrote them); logs of a count up to 4 packed and
+// larger ones in sorted sets, so that a key whose limit changes among the
+// logs' counts of 3, 4 and 5 turns from one into the other; and each call
+// through one of two stores at random, one that packs logs and one that
+// never does (a fleet upgraded while it runs).
+func TestFamilyLogFormats(t *testing.T) {
+	t.Parallel()
+	for i, mode := range []struct {
+		name  string
+		pack  int
+		mixed bool
+	}{{"sorted sets", 0, false}, {"packed up to 4", 4, false}, {"mixed", 0, true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			counts := runFamily(t, 3030+uint64(i), 80, 70, func(f *familyRun) {
+				if mode.mixed {
+					f.alt = redisstore.New(f.client, redisstore.Options{Now: f.clock.Load, Prefix: f.prefix, Timeout: 20 * time.Second})
+				}
+				redisstore.SetLogPack(f.redis, mode.pack)
+			})
+			for _, what := range []string{"allowed sliding_log", "refused sliding_log", "refund", "reserve allowed", "settle below"} {
+				if counts[what] < 10 {
+					t.Errorf("the sequences do not cover %q well: %d times", what, counts[what])
+				}
+			}
+		})
+	}
+}
+
 // runFamily runs sequences random sequences of steps steps from seed
 // through the Redis store and memstore (see TestFamilyAgainstMemstore),
 // each set by opt, and returns the outcomes counted.
@@ -134,6 +180,8 @@ func runFamily(t *testing.T, seed uint64, sequences, steps int, opt func(*family
 			ctx:    context.Background(),
 			clock:  &clock,
 			redis:  redisstore.New(client, redisstore.Options{Now: clock.Load, Prefix: fmt.Sprintf("fam%d.%d:", seed, sq), Timeout: 20 * time.Second}),
+			client: client,
+			prefix: fmt.Sprintf("fam%d.%d:", seed, sq),
 			mem:    mem,
 			where:  fmt.Sprintf("seed %d, sequence %d", seed, sq),
 			counts: counts,
@@ -242,20 +290,20 @@ func (f *familyRun) step() {
 	case x == 16 && (c.Algorithm == funnel.GCRA || c.Algorithm == funnel.LeakyBucket):
 		q := f.r.Int64N(c.GCRA.Limit+2) - f.r.Int64N(2)*(c.GCRA.Limit+1)
 		f.note("Throttle %q %d", key, q)
-		got, gerr := storetest.Throttle(f.ctx, f.redis, key, c.GCRA, q)
+		got, gerr := storetest.Throttle(f.ctx, f.rs(), key, c.GCRA, q)
 		want, werr := storetest.Throttle(f.ctx, f.mem, key, c.GCRA, q)
 		f.compare("Throttle", []funnel.Result{got}, gerr, []funnel.Result{want}, werr)
 		f.counts["throttle"]++
 	case x == 17:
 		f.note("Reset %q", key)
-		got, gerr := f.redis.Reset(f.ctx, key)
+		got, gerr := f.rs().Reset(f.ctx, key)
 		want, werr := f.mem.Reset(f.ctx, key)
 		if got != want || !sameError(gerr, werr) {
 			f.fail("Reset: Redis %v, %v; memstore %v, %v", got, gerr, want, werr)
 		}
 	case x == 18:
 		f.note("Unban %q", key)
-		got, gerr := f.redis.Unban(f.ctx, key)
+		got, gerr := f.rs().Unban(f.ctx, key)
 		want, werr := f.mem.Unban(f.ctx, key)
 		if got != want || !sameError(gerr, werr) {
 			f.fail("Unban: Redis %v, %v; memstore %v, %v", got, gerr, want, werr)
@@ -343,7 +391,7 @@ func (f *familyRun) reserve(key string, c funnel.Checked) {
 	id := "r" + strconv.Itoa(f.r.IntN(4))
 	ttl := []time.Duration{time.Minute, time.Minute, time.Minute, 400 * time.Millisecond, 2 * time.Millisecond, time.Second + 1}[f.r.IntN(6)]
 	f.note("Reserve %q %d as %q for %v under %v", key, est, id, ttl, c.Limit)
-	got, gerr := f.redis.Reserve(f.ctx, key, c, est, id, ttl)
+	got, gerr := f.rs().Reserve(f.ctx, key, c, est, id, ttl)
 	want, werr := f.mem.Reserve(f.ctx, key, c, est, id, ttl)
 	f.compare("Reserve", []funnel.Result{got}, gerr, []funnel.Result{want}, werr)
 	switch {
@@ -381,7 +429,7 @@ func (f *familyRun) settle(key string) {
 		actual = f.r.Int64N(1 << 20)
 	}
 	f.note("Settle %q %q at %d", key, id, actual)
-	got, gerr := f.redis.Settle(f.ctx, key, id, actual)
+	got, gerr := f.rs().Settle(f.ctx, key, id, actual)
 	want, werr := f.mem.Settle(f.ctx, key, id, actual)
 	if !sameError(gerr, werr) || got != want {
 		f.fail("Settle:\n Redis    %+v, %v\n memstore %+v, %v", got, gerr, want, werr)
@@ -406,7 +454,7 @@ func (f *familyRun) do(ops ...funnel.Op) {
 	f.note("Do %s", describeOps(ops))
 	got := make([]funnel.Result, len(ops))
 	want := make([]funnel.Result, len(ops))
-	gerr := f.redis.Do(f.ctx, ops, got)
+	gerr := f.rs().Do(f.ctx, ops, got)
 	werr := f.mem.Do(f.ctx, ops, want)
 	f.compare("Do", got, gerr, want, werr)
 	f.count(ops, want, werr)
@@ -429,13 +477,13 @@ func (f *familyRun) compare(what string, got []funnel.Result, gerr error, want [
 // compareState compares each key's TTL and the bans.
 func (f *familyRun) compareState() {
 	for _, key := range f.keys {
-		got, gok, gerr := f.redis.TTL(f.ctx, key)
+		got, gok, gerr := f.rs().TTL(f.ctx, key)
 		want, wok, werr := f.mem.TTL(f.ctx, key)
 		if got != want || gok != wok || !sameError(gerr, werr) {
 			f.fail("TTL of %q: Redis %v, %v, %v; memstore %v, %v, %v", key, got, gok, gerr, want, wok, werr)
 		}
 	}
-	got, gerr := f.redis.Bans(f.ctx)
+	got, gerr := f.rs().Bans(f.ctx)
 	want, werr := f.mem.Bans(f.ctx)
 	if gerr != nil || werr != nil {
 		f.fail("Bans: %v, %v", gerr, werr)

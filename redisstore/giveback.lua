@@ -9,8 +9,8 @@
 -- the reservation's millisecond sm; a sliding window counter's current
 -- count when sm is in the current window, its previous count when sm is in
 -- the previous one (neither from the state of a later window, after the
--- clock was stepped back); a sliding log drops up to g of its entries at sm (the
--- highest numbered, so that the ones left are numbered 1..k), unless it is
+-- clock was stepped back); a sliding log drops up to g of its entries at sm (in
+-- a sorted set the highest numbered, so that the ones left are numbered 1..k), unless it is
 -- over its count (see algo.LogGiveBack). A key that
 -- holds another algorithm's state is refused before anything is written.
 -- The op is then a charge of 0, which answers the state left.
@@ -92,6 +92,35 @@ if gh then
           redis.call('SET', key, string.format('S%d:%d:%d:%d', s, p, prev, 0), 'PX', ms(s + p - nowms + slack))
         else
           redis.call('DEL', key)
+        end
+      end
+    elseif a1 then -- 'o', a packed log (a1 the log, a2 where its entries start, a3 its period)
+      -- the same as for a sorted set, below; the entries at sm are alike
+      local raw, off, total = a1, a2, (#a1 - a2 + 1) / 6
+      local k, old, first = 0, 0, 0
+      for i = 1, total do
+        local v = pent(raw, off, i)
+        if v <= nowms - op.period then
+          old = old + 1
+        end
+        if v == sm then
+          if k == 0 then
+            first = i
+          end
+          k = k + 1
+        end
+      end
+      if k > 0 and total - old > op.count then
+        k = 0
+      end
+      if k > 0 then
+        local j = math.min(g, k)
+        if total <= j then
+          redis.call('DEL', key)
+        else
+          raw = plog(a3, string.sub(raw, off, off + 6 * (first - 1) - 1) .. string.sub(raw, off + 6 * (first - 1 + j)), 0, 0)
+          off = #raw - 6 * (total - j) + 1
+          redis.call('PSETEX', key, ms(pent(raw, off, total - j) + a3 - nowms + slack), raw)
         end
       end
     else -- 'o'

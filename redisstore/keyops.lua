@@ -25,12 +25,28 @@ if t == 'string' then
   local raw = redis.call('GET', key)
   local c = string.sub(raw, 1, 1)
   local s, e, n, p, prev, cur
-  if c == 'F' then
+  local per, off
+  if c == 'L' then
+    -- a packed log: empty a period (its writer's) after its newest entry
+    per, off = string.match(raw, '^L(%d+):()')
+    if per and (#raw - off + 1) % 6 ~= 0 then
+      per = nil
+    end
+  end
+  if per then
+    local total = (#raw - off + 1) / 6
+    empty = 0
+    if total > 0 then
+      empty = struct.unpack('>I6', raw, off + 6 * (total - 1)) + per
+    end
+  elseif c == 'F' then
     s, e, n = string.match(raw, '^F(%d+):(%d+):(%d+)$')
   elseif c == 'S' then
     s, p, prev, cur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
   end
-  if e then
+  if per then
+    -- (above)
+  elseif e then
     empty = e + 0
   elseif p then
     s, p = s + 0, p + 0

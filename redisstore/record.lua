@@ -18,7 +18,18 @@ if ARGV[5] == 'v' then
     local uh, ul = add(nh, nl, (ttl - r) / 1000, r * 1000000)
     local at, rec = nowms, ARGV[a + 1]
     local op = ops[1]
-    if op.alg == 'o' then
+    if op.alg == 'o' and op.packed then
+      -- the newest entry of the packed log
+      at = -1
+      local raw = redis.call('GET', op.key)
+      if raw then
+        local off = string.match(raw, '^L%d+:()')
+        local total = (#raw - off + 1) / 6
+        if total > 0 then
+          at = pent(raw, off, total)
+        end
+      end
+    elseif op.alg == 'o' then
       at = zlast(op.key)
     elseif op.alg == 'g' or op.alg == 'l' then
       -- the TAT the take left, after the parameters

@@ -210,6 +210,10 @@ type Store struct {
 	log      *slog.Logger
 	now      func() int64
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
+	// logPack, set by tests only, replaces the largest count of a packed
+	// sliding log in family.lua (LOGPACK, 1,024): "0" keeps every log in a
+	// sorted set.
+	logPack string
 
 	clock     redisClock         // the offset of Redis's clock, for deadlines
 	guard     int64              // Options.ClockGuard in µs; 0: none
@@ -408,6 +412,20 @@ func (s *Store) Check(ctx context.Context) error {
 // errInternal marks replies that the script cannot give: a bug, never an
 // outage.
 var errInternal = errors.New("redisstore: internal error")
+
+// familyArgs returns family.lua's first three arguments (now and the
+// slack, with the test knob logPack when set).
+func (s *Store) familyArgs() ([]string, error) {
+	args, err := s.args("", 0)
+	if err != nil {
+		return nil, err
+	}
+	args = args[1:]
+	if s.logPack != "" {
+		args[2] += "/" + s.logPack
+	}
+	return args, nil
+}
 
 // args returns the script's first four arguments for operation op on n keys,
 // with room for the throttle's arguments of each key.

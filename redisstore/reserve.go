@@ -58,11 +58,11 @@ func (s *Store) Reserve(ctx context.Context, key string, limit funnel.Checked, e
 		return funnel.Result{}, err
 	}
 	a[0] = "v"
-	args, err := s.args("", 0)
+	args, err := s.familyArgs()
 	if err != nil {
 		return funnel.Result{}, err
 	}
-	args = append(args[1:], "1")
+	args = append(args, "1")
 	args = append(args, a...)
 	args = append(args, limb(ttl.Milliseconds()), reserveRecord(&limit, estimate, a))
 	v, err := s.evalTimed(ctx, familyScript, []string{s.prefix + key, bk, rk}, args)
@@ -140,11 +140,11 @@ func (s *Store) Settle(ctx context.Context, key, id string, actual int64) (funne
 	if err != nil {
 		return funnel.Settlement{}, err
 	}
-	args, err := s.args("", 0)
+	args, err := s.familyArgs()
 	if err != nil {
 		return funnel.Settlement{}, err
 	}
-	args = append(args[1:], "1", "e", limb(actual/1e9), limb(actual%1e9))
+	args = append(args, "1", "e", limb(actual/1e9), limb(actual%1e9))
 	v, err := s.evalTimed(ctx, familyScript, []string{s.prefix + key, bk, rk}, args)
 	if err != nil {
 		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) || errors.Is(err, errClock) {
