@@ -126,7 +126,6 @@ func TestPackedLogPeriodEdge(t *testing.T) {
 	}
 }
 
-
 // TestPackedLogClockBack checks that a packed log records an entry never
 // below its newest one, after a clock stepped back by a millisecond as by
 // a second, so that its entries stay in order (as memstore records them).
