@@ -345,7 +345,10 @@
 // (ErrShareMixed): the node then decides the key in the Backend plainly
 // for a lifetime. Each side waits for the other's admissions to drain, so
 // a mixed fleet under-admits (30–86% of what one exact funnel admits in
-// TestSharesMixedFleetRedis), never over.
+// TestSharesMixedFleetRedis), never over. A Reset keeps the fence while it
+// is ahead. The one way past it is a refund through a plain process: it
+// moves the fence back by the units it gives back, and the fence's margin
+// over what the shares hold is the tolerance (B+1 units).
 //
 // What shares give up is under-admission: rate a node holds and does not
 // use (its demand fell, or was over-estimated), refusals of a node whose

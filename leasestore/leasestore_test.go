@@ -205,6 +205,9 @@ func (m *model) Reset(_ context.Context, key string) (bool, error) {
 	defer m.mu.Unlock()
 	had := m.tats[key] > m.c.now()
 	delete(m.tats, key)
+	if f := m.fence[key]; f > m.c.now() && !m.noFence {
+		m.tats[key] = f // a reset keeps the shares' fence, as keyops.lua does
+	}
 	return had, nil
 }
 

@@ -525,10 +525,10 @@ func (l shareLane) refusedHere(need, now int64, res *funnel.Result) bool {
 		return false
 	}
 	q := need + l.held()
-	// Remaining and ResetAfter as an admission reports them: the bucket
-	// here scaled to the whole limit.
+	// Remaining and ResetAfter as an admission reports them, the bucket
+	// here scaled to the whole limit, Remaining below the q refused.
 	*res = l.result(now)
-	res.Allowed = false
+	res.Allowed, res.Remaining = false, min(res.Remaining, q-1)
 	switch {
 	case q > e.p.Limit:
 		res.RetryAfter = gcra.Never

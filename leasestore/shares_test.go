@@ -321,7 +321,7 @@ func TestShared(t *testing.T) {
 // TestSharesOneNode checks a key leased in shares through one node on
 // the model: its first call (demand unmeasured) gets a quarter of the
 // rate, a refusal's RetryAfter is the wait for its bucket and its
-// Remaining the bucket scaled to the limit, a peek answers from it without
+// ResetAfter the bucket scaled to the limit, a peek answers from it without
 // a call, a Reset empties it, and a charge is refused
 // (ErrShares) with nothing changed.
 func TestSharesOneNode(t *testing.T) {
@@ -364,9 +364,10 @@ func TestSharesOneNode(t *testing.T) {
 	if r, err := do(funnel.OpPeek, 1); err != nil || !r.Allowed || r.Remaining != 1000/12 || r.ResetAfter != time.Second*11/12+1 {
 		t.Fatalf("peek after one unit drained: %+v, %v", r, err)
 	}
-	// A refusal (2 units, 1 here) reports the bucket as the peek did,
-	// scaled to the whole limit, not this node's own units.
-	if r, err := do(funnel.OpTake, 2); err != nil || r.Allowed || r.Remaining != 1000/12 || r.ResetAfter != time.Second*11/12+1 || r.RetryAfter != 4*time.Millisecond {
+	// A refusal (2 units, 1 here) reports ResetAfter as the peek did, the
+	// bucket scaled to the whole limit, and Remaining below the units
+	// refused.
+	if r, err := do(funnel.OpTake, 2); err != nil || r.Allowed || r.Remaining != 1 || r.ResetAfter != time.Second*11/12+1 || r.RetryAfter != 4*time.Millisecond {
 		t.Fatalf("a take of 2 after one unit drained: %+v, %v", r, err)
 	}
 	if _, err := do(funnel.OpCharge, 5); !errors.Is(err, leasestore.ErrShares) {
@@ -377,6 +378,11 @@ func TestSharesOneNode(t *testing.T) {
 	}
 	if r, err := do(funnel.OpPeek, 12); err != nil || !r.Allowed {
 		t.Fatalf("peek after a reset: %+v, %v", r, err)
+	}
+	// A take beyond this node's 12 units, its bucket empty: refused, with
+	// Remaining below the 13 units refused (the bucket scaled says 1,000).
+	if r, err := do(funnel.OpTake, 13); err != nil || r.Allowed || r.Remaining != 12 {
+		t.Fatalf("a take of 13 on an empty bucket of 12: %+v, %v", r, err)
 	}
 	// Two keys leased in shares at once: all-or-nothing on their buckets
 	// ("j" makes its first call within the decision).

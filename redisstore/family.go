@@ -822,7 +822,11 @@ func (s *Store) keyop(ctx context.Context, key, op string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	v, err := s.evalTimed(ctx, keyopsScript, []string{s.prefix + key}, args[:3])
+	keys := []string{s.prefix + key}
+	if fk := fenceKey(s.prefix + key); op == "x" && fk != "" {
+		keys = append(keys, fk) // a reset keeps a rate shares' fence (see keyops.lua)
+	}
+	v, err := s.evalTimed(ctx, keyopsScript, keys, args[:3])
 	if err != nil {
 		return 0, err
 	}

@@ -5,7 +5,9 @@
 -- key holding another algorithm's state ('e': deleted only if that state is
 -- empty, as family.lua reads an empty state as absent).
 --
--- KEYS[1]  the key
+-- KEYS[1]  the key; KEYS[2], when given, the copy of its rate shares'
+--          fence (see share.lua), which a reset keeps in the key while
+--          it is ahead
 -- ARGV     'p' (probe), 'x' (reset) or 'e' (delete if empty at now); now's
 --          seconds ('' to read TIME; '-' with a deadline, see now.lua) and
 --          nanoseconds (or the deadline)
@@ -92,7 +94,25 @@ elseif t ~= 'none' then
   return redis.error_reply('WRONGTYPE funnel: the key holds a ' .. t)
 end
 local op = ARGV[1]
-if t ~= 'none' and (op == 'x' or (op == 'e' and empty <= nh * 1000 + (nl - nl % 1000000) / 1000000)) then
+-- A reset of a key leased in rate shares keeps the shares' fence, while it
+-- is ahead (see share.lua): the shares' buckets still admit, and a plain
+-- decision must wait for them as before.
+local fence = false
+if op == 'x' and KEYS[2] and (t == 'string' or t == 'none') then
+  fence = redis.pcall('GET', KEYS[2])
+  local fh, fl
+  if type(fence) == 'string' then
+    fh, fl = string.match(fence, '^([1-9]%d*)(%d%d%d%d%d%d%d%d%d)$')
+  end
+  if not fh or #fh > 10 or not (fh + 0 > nh or (fh + 0 == nh and fl + 0 > nl)) then
+    fence = false
+  end
+end
+if fence then
+  if t ~= 'string' or redis.call('GET', key) ~= fence then
+    redis.call('PSETEX', key, math.max(redis.call('PTTL', KEYS[2]), 1), fence)
+  end
+elseif t ~= 'none' and (op == 'x' or (op == 'e' and empty <= nh * 1000 + (nl - nl % 1000000) / 1000000)) then
   redis.call('DEL', key)
 end
 return reply or { nh, nl, empty }

@@ -48,6 +48,10 @@ var ErrNoShareKey = errors.New("redisstore: the key has no hash slot sibling to 
 // hash slot, or "" when there is none (see siblingKey).
 func sharesKey(key string) string { return siblingKey(key, "shares") }
 
+// fenceKey returns the key of the copy of key's shares' fence, in key's
+// hash slot, or "" when there is none (see siblingKey).
+func fenceKey(key string) string { return siblingKey(key, "fence") }
+
 // Share applies gcra.Share to key's rate shares at Redis's time in
 // microseconds, atomically, in one script call: the caller named by
 // req.Node gets a grant of a part of the funnel p's rate and capacity, and
@@ -56,10 +60,11 @@ func sharesKey(key string) string { return siblingKey(key, "shares") }
 // tag, "{" + key + "}\x00shares" otherwise), one field per node, which
 // expires when its last reservation has drained and its last node stopped
 // competing. While a reservation is live the funnel's key holds a fence,
-// gcra.ShareFence on Redis's clock, which the hash keeps too (in its field
-// "", which no node's name is): whatever decides the key plainly finds its
-// bucket full until every node's has drained. While the key holds a TAT
-// after now that is not the fence, the error is ErrShareMixed.
+// gcra.ShareFence on Redis's clock, whose copy a third key beside it keeps
+// (key + "\x00fence", or "{" + key + "}\x00fence"), with the same expiry:
+// whatever decides the key plainly finds its bucket full until every
+// node's has drained. While the key holds a TAT after now that is not the
+// fence, the error is ErrShareMixed.
 //
 // It is the primitive of the rate-shares mode of package leasestore,
 // bounded by Options.Timeout as Do is; with Options.Now, the allocator's
@@ -85,7 +90,7 @@ func (s *Store) Share(ctx context.Context, key string, p gcra.Params, req gcra.S
 	}
 	args = append(args, limb(p.Interval), limb(p.Tolerance), limb(p.Limit),
 		req.Node, limb(req.Demand), limb(req.Lifetime), limb(req.Grace), limb(req.Level))
-	v, err := s.evalTimed(ctx, shareScript, []string{s.prefix + key, sk}, args)
+	v, err := s.evalTimed(ctx, shareScript, []string{s.prefix + key, sk, fenceKey(s.prefix + key)}, args)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "SHAREMIXED") {
 			return gcra.ShareGrant{}, ErrShareMixed
@@ -104,8 +109,7 @@ func (s *Store) Share(ctx context.Context, key string, p gcra.Params, req gcra.S
 }
 
 // ShareState returns key's rate shares as Share keeps them: each node's
-// record by name, the times in microseconds of the allocator's clock (the
-// fence's field is not a node, and is left out). An
+// record by name, the times in microseconds of the allocator's clock. An
 // absent hash is an empty map. It reads the hash whole, for tests and for
 // inspection, not for the path of a decision. The error wraps
 // gcra.ErrBadLease (with ErrNoShareKey) for a key with a '}' and no hash
@@ -162,9 +166,6 @@ func decodeShareState(blob string, n int64) (map[string]*gcra.ShareNode, error) 
 		v, err := next()
 		if err != nil {
 			return nil, err
-		}
-		if name == "" { // the fence
-			continue
 		}
 		nd, err := decodeShareNode(v)
 		if err != nil {

@@ -15,7 +15,7 @@
 --
 -- The funnel's key itself (redis-cell's format) holds a fence while any
 -- reservation is live: a TAT of the latest hold plus the tolerance, which
--- the hash keeps too, in its field "" (no node's name). Whatever decides
+-- the fence's key (KEYS[3]) keeps too, with the same expiry. Whatever decides
 -- the key plainly (a plain store, the redis-cell module, a unit lease)
 -- then finds its bucket full, and admits q units only from the latest
 -- hold plus q intervals on, once every node's bucket has drained. A TAT
@@ -25,9 +25,13 @@
 -- fleet that mixes plain decisions with shares (during a rolling change
 -- of the mode, say) never admits more than one exact funnel: plain
 -- decisions wait for the shares to drain, and shares for the plain
--- decisions' TAT to pass.
+-- decisions' TAT to pass. A fence at the latest hold would do for takes
+-- (the nodes' buckets together hold at most (hold - t)/T units at t); the
+-- tolerance on top is a margin, for a refund of up to B+1 units made
+-- through a plain client and for Redis's rounding of expiries.
 --
--- KEYS[1]  the funnel's key (its fence), KEYS[2] its shares hash
+-- KEYS[1]  the funnel's key (its fence), KEYS[2] its shares hash, KEYS[3]
+--          the fence's copy
 -- ARGV[1]  "s"
 -- ARGV[2]  "" to take the time from Redis's TIME; tests only: now's seconds,
 -- ARGV[3]  and now's nanoseconds (see now.lua)
@@ -69,61 +73,57 @@ end
 -- bytes and a split); the others by a scan and a split.
 local bad = 'WRONGTYPE a field of the shares is not a node\'s record'
 local names, recs, n, mi = {}, {}, 0, nil
-local fence = false
 for i = 1, #all, 2 do
   local v = all[i + 1]
   local t
-  if all[i] == '' then
-    fence = v
+  local a, b, c, d, e, f = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if a then
+    t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0 }
   else
-    local a, b, c, d, e, f = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    local g, h, x, y
+    a, b, c, d, e, f, g, h, x, y = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
     if a then
-      t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0 }
+      t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0, g + 0, h + 0, x + 0, y + 0 }
     else
-      local g, h, x, y
-      a, b, c, d, e, f, g, h, x, y = string.match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
-      if a then
-        t = { a + 0, b + 0, c + 0, d + 0, e + 0, f + 0, g + 0, h + 0, x + 0, y + 0 }
-      else
-        if string.find(v, '[^%d %-]') then
+      if string.find(v, '[^%d %-]') then
+        return redis.error_reply(bad)
+      end
+      t = {}
+      local m = 0
+      for tok in string.gmatch(v, '[^ ]+') do
+        local z = tonumber(tok) -- digits and '-' only: an integer, or nil
+        if not z then
           return redis.error_reply(bad)
         end
-        t = {}
-        local m = 0
-        for tok in string.gmatch(v, '[^ ]+') do
-          local z = tonumber(tok) -- digits and '-' only: an integer, or nil
-          if not z then
-            return redis.error_reply(bad)
-          end
-          m = m + 1
-          t[m] = z
-        end
+        m = m + 1
+        t[m] = z
       end
-    end
-    local m = #t
-    local ok = m >= 2 and (m - 2) % 4 == 0 and t[1] >= -1 and t[1] <= 1073741824 and t[2] >= 0 and t[2] < 9007199254740992
-    if ok then
-      for j = 3, m, 4 do
-        if t[j] < 0 or t[j + 1] < t[j] or t[j + 1] >= 9007199254740992 or t[j + 2] < 1 or t[j + 2] > P or t[j + 3] < 0 or t[j + 3] >= 9007199254740992 then
-          ok = false
-        end
-        -- The allocator's time never goes back (see gcra.Share).
-        if t[j] > now then
-          now = t[j]
-        end
-      end
-    end
-    if not ok then
-      return redis.error_reply(bad)
-    end
-    n = n + 1
-    names[n], recs[n] = all[i], t
-    if all[i] == node then
-      mi = n
     end
   end
+  local m = #t
+  local ok = m >= 2 and (m - 2) % 4 == 0 and t[1] >= -1 and t[1] <= 1073741824 and t[2] >= 0 and t[2] < 9007199254740992
+  if ok then
+    for j = 3, m, 4 do
+      if t[j] < 0 or t[j + 1] < t[j] or t[j + 1] >= 9007199254740992 or t[j + 2] < 1 or t[j + 2] > P or t[j + 3] < 0 or t[j + 3] >= 9007199254740992 then
+        ok = false
+      end
+      -- The allocator's time never goes back (see gcra.Share).
+      if t[j] > now then
+        now = t[j]
+      end
+    end
+  end
+  if not ok then
+    return redis.error_reply(bad)
+  end
+  n = n + 1
+  names[n], recs[n] = all[i], t
+  if all[i] == node then
+    mi = n
+  end
 end
-if (th > nh or (th == nh and tl > nl)) and raw ~= fence then
+local fence = redis.pcall('GET', KEYS[3])
+if (th > nh or (th == nh and tl > nl)) and (type(fence) ~= 'string' or raw ~= fence) then
   return redis.error_reply('SHAREMIXED funnel: the key holds a TAT after now: it is also decided plainly; nothing was granted')
 end
 
@@ -306,7 +306,7 @@ end
 -- plus the tolerance, as a TAT in seconds and nanoseconds, written to the
 -- funnel's key as gcra.lua writes a TAT (x, the fence less Redis's time,
 -- is above 0: the allocator's time is never behind Redis's) and to the
--- hash's field "".
+-- fence's key, with the same expiry.
 if last > now then
   local us = last % 1000000
   th = (last - us) / 1000000
@@ -319,16 +319,10 @@ if last > now then
   end
   local wh, wl, wv, wms, wpx
   --> store.lua
-  sets[#sets + 1] = ''
-  sets[#sets + 1] = wv
-  local f = last + (tol + 999 - (tol + 999) % 1000) / 1000
-  if f > top then
-    top = f
-  end
+  redis.call('PSETEX', KEYS[3], wpx, wv)
 end
 
--- Write back, and expire the hash with the last of its holds and seens
--- (and its fence).
+-- Write back, and expire the hash with the last of its holds and seens.
 sets[#sets + 1] = node
 sets[#sets + 1] = string.format('%d' .. string.rep(' %d', #mine - 1), unpack(mine))
 if #dels > 0 then

@@ -20,13 +20,14 @@ import (
 	"github.com/funnelrl/funnel/redisstore"
 )
 
-// sharesKeyOf is the key of key's shares hash, for the keys of these
-// tests: beside a hash tag, or key made the tag.
-func sharesKeyOf(key string) string {
+// siblingOf is the key of key's sibling name (its shares hash, its
+// fence's copy), for the keys of these tests: beside a hash tag, or key
+// made the tag.
+func siblingOf(key, name string) string {
 	if strings.Contains(key, "{") {
-		return key + "\x00shares"
+		return key + "\x00" + name
 	}
-	return "{" + key + "}\x00shares"
+	return "{" + key + "}\x00" + name
 }
 
 // sameShares reports how st, a key's shares read from Redis, differs from
@@ -179,11 +180,11 @@ func TestShareIsGcraShare(t *testing.T) {
 				t.Fatalf("seed %d call %d %+v: %s", seed, i, req, d)
 			}
 			if f := gcra.ShareFence(want, wg.Now, p); f > 0 {
-				// The fence, in the key and in the hash's field "".
+				// The fence, in the key and in its copy.
 				tat, _ := c.Get(ctx, "sh:"+key).Result()
-				hf, _ := c.HGet(ctx, sharesKeyOf("sh:"+key), "").Result()
-				if w := strconv.FormatInt(f, 10); tat != w || hf != w {
-					t.Fatalf("seed %d call %d: the fence is %q in the key and %q in the hash, gcra.ShareFence %s", seed, i, tat, hf, w)
+				cp, _ := c.Get(ctx, siblingOf("sh:"+key, "fence")).Result()
+				if w := strconv.FormatInt(f, 10); tat != w || cp != w {
+					t.Fatalf("seed %d call %d: the fence is %q in the key and %q in its copy, gcra.ShareFence %s", seed, i, tat, cp, w)
 				}
 				fences++
 			}
@@ -258,7 +259,7 @@ func TestShareConcurrent(t *testing.T) {
 
 // TestShareMixed checks both guards. The fence: while a reservation is
 // live the funnel's key holds gcra.ShareFence, so that a plain decision of
-// it refuses until every reservation has drained, and then admits. The
+// it refuses until every reservation has drained (a reset keeps it), and then admits. The
 // mix: while the key holds a TAT after now that is not the fence (a plain
 // decision, or a TAT written there), Share grants nothing, answers
 // ErrShareMixed and changes nothing; a TAT in the past is no obstacle. On
@@ -303,7 +304,8 @@ func TestShareMixed(t *testing.T) {
 				}
 				ms, _ := c.PExpireTime(ctx, "{k}\x00shares").Result()
 				f, _ := c.Get(ctx, "k").Result()
-				return v + "/" + ms.String() + "/" + f
+				cp, _ := c.Get(ctx, "{k}\x00fence").Result()
+				return v + "/" + ms.String() + "/" + f + "/" + cp
 			}
 			// A plain decision under the same limit refuses until the
 			// grant has drained (its hold) and one interval more, however
@@ -326,6 +328,22 @@ func TestShareMixed(t *testing.T) {
 			}
 			if dump() != before {
 				t.Fatal("a refused plain decision changed the key or its shares")
+			}
+			// A reset keeps the fence, and so does one after the key was
+			// deleted by something else: the shares still admit.
+			for _, del := range []bool{false, true} {
+				if del {
+					c.Del(ctx, "k")
+				}
+				if _, err := st.Reset(ctx, "k"); err != nil {
+					t.Fatal(err)
+				}
+				if v, _ := c.Get(ctx, "k").Result(); v != strconv.FormatInt(fence, 10) {
+					t.Fatalf("after a reset (deleted first: %v) the key holds %q, the fence is %d", del, v, fence)
+				}
+				if r := plain(); r.Allowed {
+					t.Fatalf("a plain decision after a reset (deleted first: %v): %+v", del, r)
+				}
 			}
 			// The same node calls again while its grant is live: the fence
 			// is its own, so it is granted, and the fence moves on.
@@ -393,16 +411,16 @@ func TestShareMixed(t *testing.T) {
 }
 
 // TestShareExpiry checks the hash's expiry: on Redis's clock, the last of
-// its holds, its seens and its fence in whole milliseconds rounded up;
-// with an injected clock, the same time from it plus the slack of tests.
-// The fence's key expires with the fence.
+// its holds and seens in whole milliseconds rounded up; with an injected
+// clock, the same time from it plus the slack of tests. The funnel's key
+// and the fence's copy expire with the fence.
 func TestShareExpiry(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	ctx := context.Background()
 	p := mkParams(t, 999, 1000, time.Second)
-	last := func(s map[string]*gcra.ShareNode, now int64) int64 {
+	last := func(s map[string]*gcra.ShareNode) int64 {
 		var top int64
 		for _, nd := range s {
 			top = max(top, nd.Seen)
@@ -410,7 +428,7 @@ func TestShareExpiry(t *testing.T) {
 				top = max(top, r.Hold)
 			}
 		}
-		return max(top, (gcra.ShareFence(s, now, p)+999)/1000)
+		return top
 	}
 	st := redisstore.New(c, redisstore.Options{Timeout: 10 * time.Second})
 	for i, req := range []gcra.ShareRequest{
@@ -430,15 +448,17 @@ func TestShareExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if top := last(s, g.Now); ms != (top+999)/1000 {
-			t.Fatalf("call %d: the shares expire at %d ms, the last hold, seen or fence is %d µs", i, ms, top)
+		if top := last(s); ms != (top+999)/1000 {
+			t.Fatalf("call %d: the shares expire at %d ms, the last hold or seen is %d µs", i, ms, top)
 		}
-		// The fence's key expires as a TAT's: at the fence in whole ms, or
+		// The fence's keys expire as a TAT's: at the fence in whole ms, or
 		// the next (Redis expires a key only after its ms has passed).
 		f := gcra.ShareFence(s, g.Now, p)
-		kms, err := c.Do(ctx, "PEXPIRETIME", "k").Int64()
-		if err != nil || f == 0 || kms < f/1_000_000 || kms > f/1_000_000+2 {
-			t.Fatalf("call %d: the fence %d ns expires at %d ms (%v)", i, f, kms, err)
+		for _, k := range []string{"k", "{k}\x00fence"} {
+			kms, err := c.Do(ctx, "PEXPIRETIME", k).Int64()
+			if err != nil || f == 0 || kms < f/1_000_000 || kms > f/1_000_000+2 {
+				t.Fatalf("call %d: the fence %d ns expires at %d ms in %q (%v)", i, f, kms, k, err)
+			}
 		}
 	}
 	var clock atomic.Int64
@@ -449,7 +469,7 @@ func TestShareExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := ts.ShareState(ctx, "t")
-	want := (last(s, g.Now)-g.Now+999)/1000 + (10 * time.Minute).Milliseconds()
+	want := (last(s)-g.Now+999)/1000 + (10 * time.Minute).Milliseconds()
 	pttl, err := c.PTTL(ctx, "{t}\x00shares").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -570,7 +590,7 @@ func TestShareBadInput(t *testing.T) {
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("bad requests changed the shares: %v, then %v", before, after)
 	}
-	if keys, _ := c.Keys(ctx, "*").Result(); len(keys) != 2 { // the hash and the fence
+	if keys, _ := c.Keys(ctx, "*").Result(); len(keys) != 3 { // the hash, the fence and its copy
 		t.Fatalf("keys after bad requests: %q", keys)
 	}
 }
