@@ -541,6 +541,38 @@ local function zat(key, k)
   return redis.call('ZRANGE', key, k, k, 'WITHSCORES')[2] + 0
 end
 
+-- logAnswer answers a log's op from n, the entries it counts, old, the
+-- entries before them, and entry(i), the millisecond of entry i (1 the
+-- oldest; after a refund, of the log it leaves): the status (a take over
+-- the count refused), the units counted, the entry to wait for and the
+-- newest entry's (-1: none). The newest is entry(total), or of a sorted
+-- set when total is -1.
+local function logAnswer(op, take, q, status, n, old, entry, total)
+  local wait, newest = -1, -1
+  if n > 0 then
+    if total < 0 then
+      newest = zlast(op.key)
+    else
+      newest = entry(total)
+    end
+  end
+  if take and n + q > op.count then
+    -- (a charge over the count waits for the same entry: the newest
+    -- count+1 of the log it leaves are kept; a take under a ban too,
+    -- whose RetryAfter is the later of the ban's and the log's own)
+    if status == 1 then
+      status = 0
+    end
+    if q <= op.count then
+      wait = entry(old + n + q - op.count)
+    end
+  elseif not take and n > op.count then
+    -- more entries than a lower count than the one that wrote them
+    wait = entry(n - op.count)
+  end
+  return status, n, wait, newest
+end
+
 --> settle.lua
 
 -- Parse the ops.
@@ -891,21 +923,9 @@ for i = 1, nops do
       op.raw, op.off = raw, off
     end
     op.old, op.n = old, n
-    local wait, newest = -1, -1
-    if n > 0 then
-      newest = pent(raw, off, total)
-    end
-    if take and n + q > op.count then
-      if status == 1 then
-        status = 0
-      end
-      if q <= op.count then
-        wait = pent(raw, off, old + n + q - op.count)
-      end
-    elseif not take and n > op.count then
-      wait = pent(raw, off, n - op.count)
-    end
-    r1, r2, r3 = n, wait, newest
+    status, r1, r2, r3 = logAnswer(op, take, q, status, n, old, function(i)
+      return pent(raw, off, i)
+    end, total)
   elseif alg == 'o' then
     -- Entries at or before nowms - period no longer count under this
     -- limit (old of them). They are dropped only when the log is written:
@@ -937,25 +957,9 @@ for i = 1, nops do
       end
     end
     op.n = n
-    local wait, newest = -1, -1
-    if n > 0 then
-      newest = zlast(op.key)
-    end
-    if take and n + q > op.count then
-      -- (a charge over the count waits for the same entry: the newest
-      -- count+1 of the log it leaves are kept; a take under a ban too,
-      -- whose RetryAfter is the later of the ban's and the log's own)
-      if status == 1 then
-        status = 0
-      end
-      if q <= op.count then
-        wait = zat(op.key, old + n + q - op.count)
-      end
-    elseif not take and n > op.count then
-      -- more entries than a lower count than the one that wrote them
-      wait = zat(op.key, n - op.count)
-    end
-    r1, r2, r3 = n, wait, newest
+    status, r1, r2, r3 = logAnswer(op, take, q, status, n, old, function(i)
+      return zat(op.key, i)
+    end, -1)
   else -- 'c'
     -- last: the latest expiry of the leases held; others: the same without
     -- this one, which an acquire renews (perhaps to an earlier expiry, under
