@@ -79,6 +79,11 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		res[0] = r
 		return err
 	}
+	// (Checked before the short scripts too: a limit not computed by
+	// Limit.Check is refused on every path alike.)
+	if err := funnel.CheckOps(ops, res); err != nil {
+		return err
+	}
 	if op := &ops[0]; len(ops) == 1 && op.Kind == funnel.OpTake && op.Limit.Ban == 0 && op.N >= 0 &&
 		(op.Limit.Algorithm == funnel.FixedWindow && op.Limit.Calendar == funnel.NoCalendar || op.Limit.Algorithm == funnel.SlidingWindow) {
 		if done, err := s.window(ctx, op, &res[0]); done {
@@ -86,7 +91,7 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		}
 	}
 	if op := &ops[0]; len(ops) == 1 && op.Kind == funnel.OpTake && op.Limit.Ban == 0 && op.N >= 0 &&
-		op.Limit.Algorithm == funnel.SlidingLog && op.Limit.Window.Count <= s.logPackMax() {
+		op.Limit.Algorithm == funnel.SlidingLog && op.Limit.Window.Count <= s.logPack {
 		if done, err := s.logTake(ctx, op, &res[0]); done {
 			return err
 		}
@@ -98,9 +103,6 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	}
 	args = append(args, strconv.Itoa(len(ops)))
 	slot := -1
-	if err := funnel.CheckOps(ops, res); err != nil {
-		return err
-	}
 	for _, op := range ops {
 		key := s.prefix + op.Key
 		if s.runner.grouping() == groupSlot {
@@ -288,23 +290,15 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 	return true, nil
 }
 
-// logPack is the largest count of a sliding log that family.lua keeps
-// packed (its LOGPACK).
-const logPack = 1024
-
-// logPackMax returns the largest count of a packed sliding log: logPack,
-// or the test knob's.
-func (s *Store) logPackMax() int64 {
-	if s.logPack != "" {
-		n, _ := strconv.ParseInt(s.logPack, 10, 64)
-		return n
-	}
-	return logPack
-}
+// defaultLogPack is the largest count of a sliding log kept packed (see
+// Options.SortedSetLogs): a packed decision reads and writes the whole
+// log, which at 256 entries costs about what a sorted set's commands do.
+const defaultLogPack = 256
 
 // logTake decides op, one take of a sliding log of a count up to
-// logPackMax without a ban, in log.lua, and reports whether it did: a key
-// that holds anything but a packed log goes to family.lua.
+// s.logPack without a ban, in log.lua, and reports whether it did: a key
+// that holds anything but a packed log goes to family.lua (which turns a
+// sorted-set log into a packed one).
 func (s *Store) logTake(ctx context.Context, op *funnel.Op, res *funnel.Result) (bool, error) {
 	c := &op.Limit
 	args, err := s.args("", 0)

@@ -13,19 +13,20 @@
 -- (the TAT as decimal nanoseconds); a fixed window is the string
 -- "F<start_ms>:<end_ms>:<n>", a sliding window counter
 -- "S<start_ms>:<period_ms>:<prev>:<cur>"; a sliding log of a count up to
--- LOGPACK (1,024) is the string "L<period_ms>:" followed by its entries'
--- milliseconds, six bytes each, big-endian, oldest first (a packed log: one
--- GET and one write a decision, where a sorted set takes four to six
--- commands, and six bytes an entry), and one of a larger count (or one
--- written by an older version) a sorted set of "<ms>:<seq>" members scored
--- by their ms; a concurrency key is a sorted
+-- LOGPACK (256 unless redisstore.Options.SortedSetLogs, 0) is the string
+-- "L<period_ms>:" followed by its entries' milliseconds, six bytes each,
+-- big-endian, oldest first (a packed log: one GET and one write a
+-- decision, log.lua's, where a sorted set takes four to six commands, and
+-- six bytes an entry), and one of a larger count a sorted set of
+-- "<ms>:<seq>" members scored by their ms; a concurrency key is a sorted
 -- set of lease ids scored by their expiry in ms. The sorted sets have a marker member
 -- that names its kind, scored below every entry (-period for a log, the
 -- period of the limit that wrote it last, which a packed log keeps in its
 -- head; -1 - the key's unit delay in ns
 -- for leases, -1 when it has none), so that the state says when it is
--- empty. A packed log whose limit's count grows past LOGPACK turns into a
--- sorted set; a sorted set stays one until it expires. A ban is the string of its end, in decimal
+-- empty. A log is turned into the other form, the same state, when an op
+-- of the other's count reads it (an older version's sorted set is packed).
+-- A ban is the string of its end, in decimal
 -- nanoseconds, under a key of its own in the same hash slot. Every key
 -- expires when its state would be empty.
 --
@@ -86,9 +87,9 @@ local ceilms = nowms
 if nowsub > 0 then
   ceilms = nowms + 1
 end
--- ARGV[3] is the slack, or (tests only) the slack and LOGPACK as
--- "<slack>/<logpack>".
-local slack, LOGPACK = 0, 1024
+-- ARGV[3] is the slack and LOGPACK, "<slack>/<logpack>" (a slack alone:
+-- no log is packed).
+local slack, LOGPACK = 0, 0
 do
   local a, b = string.match(ARGV[3], '^(%d+)/(%d+)$')
   if a then
@@ -233,26 +234,12 @@ if nops == 1 and ARGV[5] == 't' and (alg1 == 'g' or alg1 == 'l' or alg1 == 's' o
   end
 end
 
--- The same for one take on a sliding log, without a ban, of a count up to
--- LOGPACK, whose key is absent or holds a packed log (see logtake.lua; a
--- sorted set's GET is an error: below). Store.Do sends such a take to
--- log.lua, whose arguments and reply are shorter; this one decides it when
--- it comes as a reservation's or a settle's, or from another caller.
-if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9] == '0' and ARGV[10] + 0 <= LOGPACK then
-  local key = KEYS[1]
-  local raw = redis.pcall('GET', key)
-  local q, count, period, pstr = ARGV[7] + 0, ARGV[10] + 0, ARGV[11] + 0, ARGV[11]
-  local ok, status, n, wait, newest = false, 1, 0, -1, -1
-  --> logtake.lua
-  if ok then
-    return { nh, nl, status, 0, 0, n, wait, newest }
-  end
-end
-
--- The same for one take on a sliding log, without a ban, whose key is
+-- The same for one take on a sliding log of a count above LOGPACK (a
+-- smaller one's take went to log.lua, and comes here only for a sorted
+-- set, which the general path packs), without a ban, whose key is
 -- absent or a live log: fewer reads than the general path (the newest
 -- entry once; a string key answers the first read with an error).
-if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9] == '0' and ARGV[7] + 0 < 490 then
+if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9] == '0' and ARGV[7] + 0 < 490 and ARGV[10] + 0 > LOGPACK then
   local key = KEYS[1]
   local m = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
   if not m.err and (not m[1] or m[1] == '\0log') then
@@ -495,6 +482,22 @@ local function plog(per, body, at, k)
   return 'L' .. string.format('%d', per) .. ':' .. body .. e
 end
 
+-- plogz turns the sorted-set log key, of the period per, into a packed
+-- log, the same state, for a limit whose count is up to LOGPACK, and
+-- returns it and where its entries start.
+local function plogz(key, per)
+  local r = redis.call('ZRANGE', key, 1, -1, 'WITHSCORES')
+  local parts, last = {}, -1
+  for i = 2, #r, 2 do
+    last = r[i] + 0
+    parts[#parts + 1] = struct.pack('>I6', last)
+  end
+  local raw = plog(per, table.concat(parts), 0, 0)
+  redis.call('DEL', key)
+  redis.call('PSETEX', key, string.format('%d', last + per - nowms + slack), raw)
+  return raw, #raw - 6 * #parts + 1
+end
+
 -- zlog turns the packed log raw (entries from off, of the period per) into
 -- a sorted set, the same state, for a limit whose count is above LOGPACK.
 local function zlog(key, raw, off, per)
@@ -628,7 +631,7 @@ local function inspect(key)
     end
     local last = zlast(key)
     if m[1] == MARK.o then
-      return 'o', last < 0 or last - m[2] <= nowms
+      return 'o', last < 0 or last - m[2] <= nowms, nil, nil, -m[2]
     end
     return 'c', last <= nowms
   end
@@ -716,6 +719,9 @@ for i = 1, nops do
     else
       op.raw, op.off = a1, a2
     end
+  elseif kind == 'o' and op.count <= LOGPACK then
+    -- a sorted set (an older version's, or a larger count's): packed
+    op.raw, op.off = plogz(op.key, a3)
   end
   -- a log is packed when it is, or will be written, so
   op.packed = op.raw or (not op.exists and op.count and op.count <= LOGPACK)

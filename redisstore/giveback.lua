@@ -120,7 +120,13 @@ if gh then
         else
           raw = plog(a3, string.sub(raw, off, off + 6 * (first - 1) - 1) .. string.sub(raw, off + 6 * (first - 1 + j)), 0, 0)
           off = #raw - 6 * (total - j) + 1
-          redis.call('PSETEX', key, ms(pent(raw, off, total - j) + a3 - nowms + slack), raw)
+          -- (the entries left may all be a period old: the state is empty)
+          local left = pent(raw, off, total - j) + a3 - nowms
+          if left <= 0 then
+            redis.call('DEL', key)
+          else
+            redis.call('PSETEX', key, ms(left + slack), raw)
+          end
         end
       end
     else -- 'o'

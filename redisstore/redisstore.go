@@ -189,6 +189,14 @@ type Options struct {
 	// the README's Clocks). A guard below a second or so mistakes a slow
 	// round trip or a clock's slew for a step.
 	ClockGuard time.Duration
+	// SortedSetLogs keeps every sliding log in a sorted set, as versions
+	// before packed logs did, and turns the packed logs it meets back into
+	// sorted sets. By default a log of a count up to 256 is a packed
+	// string (one GET and one write a decision, six bytes an entry), which
+	// an older version answers with WRONGTYPE: set it on the processes of
+	// this version while older ones still decide the same keys (an upgrade
+	// or a rollback under way), and clear it once they are gone.
+	SortedSetLogs bool
 	// Now, for tests only, replaces Redis's TIME as the clock of every
 	// decision (nanoseconds since the Unix epoch, not negative). Redis still
 	// expires keys by its own clock, so with Now set every expiry is
@@ -210,10 +218,10 @@ type Store struct {
 	log      *slog.Logger
 	now      func() int64
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
-	// logPack, set by tests only, replaces the largest count of a packed
-	// sliding log in family.lua (LOGPACK, 1,024): "0" keeps every log in a
-	// sorted set.
-	logPack string
+	// logPack is the largest count of a packed sliding log (see
+	// Options.SortedSetLogs): defaultLogPack, 0 with SortedSetLogs, or what
+	// a test sets.
+	logPack int64
 
 	clock     redisClock         // the offset of Redis's clock, for deadlines
 	guard     int64              // Options.ClockGuard in µs; 0: none
@@ -246,6 +254,10 @@ func newStore(r runner, opts Options) *Store {
 		slack:    "0",
 		logs:     lograte.New(logInterval),
 		guard:    max(opts.ClockGuard.Microseconds(), 0),
+		logPack:  defaultLogPack,
+	}
+	if opts.SortedSetLogs {
+		s.logPack = 0
 	}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
@@ -413,17 +425,15 @@ func (s *Store) Check(ctx context.Context) error {
 // outage.
 var errInternal = errors.New("redisstore: internal error")
 
-// familyArgs returns family.lua's first three arguments (now and the
-// slack, with the test knob logPack when set).
+// familyArgs returns family.lua's first three arguments: now, and the
+// slack with the largest count of a packed log ("<slack>/<logpack>").
 func (s *Store) familyArgs() ([]string, error) {
 	args, err := s.args("", 0)
 	if err != nil {
 		return nil, err
 	}
 	args = args[1:]
-	if s.logPack != "" {
-		args[2] += "/" + s.logPack
-	}
+	args[2] += "/" + strconv.FormatInt(s.logPack, 10)
 	return args, nil
 }
 

@@ -70,6 +70,11 @@ type Config struct {
 	// (redisstore.Options.ClockGuard): decisions fall back until the clocks
 	// agree again or the process restarts. 0: off.
 	RedisClockGuard time.Duration
+	// RedisSortedSetLogs keeps every sliding log of the Redis store in a
+	// sorted set, as versions before packed logs did
+	// (redisstore.Options.SortedSetLogs), while processes of such a version
+	// decide the same keys.
+	RedisSortedSetLogs bool
 	// FailOpen makes every edge, and the Redis store, admit requests while
 	// the store cannot decide (funnel.FailOpen); by default they are
 	// refused (funnel.FailClosed). See Fail.

@@ -118,11 +118,12 @@ func (d *Daemon) openStore() error {
 	case redisstore.IsURL(d.cfg.Store):
 		redisstore.SetGoRedisLogger(d.log) // go-redis logs every failed dial otherwise
 		s, err := redisstore.Open(d.cfg.Store, redisstore.Options{
-			Prefix:     d.cfg.KeyPrefix,
-			Timeout:    d.cfg.StoreTimeout,
-			ClockGuard: d.cfg.RedisClockGuard,
-			Fail:       d.cfg.Fail(),
-			Logger:     d.log,
+			Prefix:        d.cfg.KeyPrefix,
+			Timeout:       d.cfg.StoreTimeout,
+			ClockGuard:    d.cfg.RedisClockGuard,
+			SortedSetLogs: d.cfg.RedisSortedSetLogs,
+			Fail:          d.cfg.Fail(),
+			Logger:        d.log,
 		})
 		if err != nil {
 			return fmt.Errorf("daemon: store %s: %w", redact(d.cfg.Store), err)
