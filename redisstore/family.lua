@@ -87,17 +87,11 @@ local ceilms = nowms
 if nowsub > 0 then
   ceilms = nowms + 1
 end
--- ARGV[3] is the slack and LOGPACK, "<slack>/<logpack>" (a slack alone:
--- no log is packed).
-local slack, LOGPACK = 0, 0
-do
-  local a, b = string.match(ARGV[3], '^(%d+)/(%d+)$')
-  if a then
-    slack, LOGPACK = a + 0, b + 0
-  else
-    slack = ARGV[3] + 0
-  end
-end
+-- ARGV[3] is the slack (below 10^7 ms) plus LOGPACK times 10^7: one
+-- number, read once.
+local slack, LOGPACK = ARGV[3] + 0, 0
+LOGPACK = (slack - slack % 10000000) / 10000000
+slack = slack % 10000000
 local nops = ARGV[4] + 0
 
 -- The commonest call: one take on a delaying bucket (or a funnel), a fixed
@@ -466,65 +460,6 @@ end
 
 local MARK = { o = '\0log', c = '\0conc' }
 
--- pent returns entry i (from 1) of the packed log raw whose entries start
--- at off.
-local function pent(raw, off, i)
-  return (struct.unpack('>I6', raw, off + 6 * (i - 1)))
-end
-
--- plog returns a packed log of the period per whose entries are body (6
--- bytes each) then k entries at the millisecond at.
-local function plog(per, body, at, k)
-  local e = ''
-  if k > 0 then
-    e = string.rep(struct.pack('>I6', at), k)
-  end
-  return 'L' .. string.format('%d', per) .. ':' .. body .. e
-end
-
--- plogz turns the sorted-set log key, of the period per, into a packed
--- log, the same state, for a limit whose count is up to LOGPACK, and
--- returns it and where its entries start.
-local function plogz(key, per)
-  local r = redis.call('ZRANGE', key, 1, -1, 'WITHSCORES')
-  local parts, last = {}, -1
-  for i = 2, #r, 2 do
-    last = r[i] + 0
-    parts[#parts + 1] = struct.pack('>I6', last)
-  end
-  local raw = plog(per, table.concat(parts), 0, 0)
-  redis.call('DEL', key)
-  redis.call('PSETEX', key, string.format('%d', last + per - nowms + slack), raw)
-  return raw, #raw - 6 * #parts + 1
-end
-
--- zlog turns the packed log raw (entries from off, of the period per) into
--- a sorted set, the same state, for a limit whose count is above LOGPACK.
-local function zlog(key, raw, off, per)
-  local total = (#raw - off + 1) / 6
-  redis.call('DEL', key)
-  local args, k, seq, prev = { 'ZADD', key, -per, '\0log' }, 1, 0, -1
-  for i = 1, total do
-    local at = pent(raw, off, i)
-    if at == prev then
-      seq = seq + 1
-    else
-      prev, seq = at, 1
-    end
-    args[#args + 1] = at
-    args[#args + 1] = string.format('%d:%08d', at, seq)
-    k = k + 1
-    if k >= 500 or i == total then
-      redis.call(unpack(args))
-      args, k = { 'ZADD', key }, 0
-    end
-  end
-  if total == 0 then
-    redis.call(unpack(args))
-  end
-  redis.call('PEXPIRE', key, string.format('%d', prev + per - nowms + slack))
-end
-
 -- algo.MaxCount and algo.MaxWeight, the bounds of a window's count.
 local MAXCOUNT, MAXWEIGHT = 1099511627776, 9007199254740992
 
@@ -544,36 +479,105 @@ local function zat(key, k)
   return redis.call('ZRANGE', key, k, k, 'WITHSCORES')[2] + 0
 end
 
--- logAnswer answers a log's op from n, the entries it counts, old, the
--- entries before them, and entry(i), the millisecond of entry i (1 the
--- oldest; after a refund, of the log it leaves): the status (a take over
--- the count refused), the units counted, the entry to wait for and the
--- newest entry's (-1: none). The newest is entry(total), or of a sorted
--- set when total is -1.
-local function logAnswer(op, take, q, status, n, old, entry, total)
-  local wait, newest = -1, -1
-  if n > 0 then
-    if total < 0 then
-      newest = zlast(op.key)
-    else
-      newest = entry(total)
-    end
+-- The logs' helpers (see the key formats), made by logs() when a call
+-- first needs them: Redis pays for a closure at every call that makes one,
+-- and most calls have no log.
+local LOG
+local function logs()
+  if LOG then
+    return
   end
-  if take and n + q > op.count then
-    -- (a charge over the count waits for the same entry: the newest
-    -- count+1 of the log it leaves are kept; a take under a ban too,
-    -- whose RetryAfter is the later of the ban's and the log's own)
-    if status == 1 then
-      status = 0
-    end
-    if q <= op.count then
-      wait = entry(old + n + q - op.count)
-    end
-  elseif not take and n > op.count then
-    -- more entries than a lower count than the one that wrote them
-    wait = entry(n - op.count)
+  LOG = {}
+  -- pent returns entry i (from 1) of the packed log raw whose entries start
+  -- at off.
+  LOG.pent = function(raw, off, i)
+    return (struct.unpack('>I6', raw, off + 6 * (i - 1)))
   end
-  return status, n, wait, newest
+
+  -- plog returns a packed log of the period per whose entries are body (6
+  -- bytes each) then k entries at the millisecond at.
+  LOG.plog = function(per, body, at, k)
+    local e = ''
+    if k > 0 then
+      e = string.rep(struct.pack('>I6', at), k)
+    end
+    return 'L' .. string.format('%d', per) .. ':' .. body .. e
+  end
+
+  -- plogz turns the sorted-set log key, of the period per, into a packed
+  -- log, the same state, for a limit whose count is up to LOGPACK, and
+  -- returns it and where its entries start.
+  LOG.plogz = function(key, per)
+    local r = redis.call('ZRANGE', key, 1, -1, 'WITHSCORES')
+    local parts, last = {}, -1
+    for i = 2, #r, 2 do
+      last = r[i] + 0
+      parts[#parts + 1] = struct.pack('>I6', last)
+    end
+    local raw = LOG.plog(per, table.concat(parts), 0, 0)
+    redis.call('DEL', key)
+    redis.call('PSETEX', key, string.format('%d', last + per - nowms + slack), raw)
+    return raw, #raw - 6 * #parts + 1
+  end
+
+  -- zlog turns the packed log raw (entries from off, of the period per) into
+  -- a sorted set, the same state, for a limit whose count is above LOGPACK.
+  LOG.zlog = function(key, raw, off, per)
+    local total = (#raw - off + 1) / 6
+    redis.call('DEL', key)
+    local args, k, seq, prev = { 'ZADD', key, -per, '\0log' }, 1, 0, -1
+    for i = 1, total do
+      local at = LOG.pent(raw, off, i)
+      if at == prev then
+        seq = seq + 1
+      else
+        prev, seq = at, 1
+      end
+      args[#args + 1] = at
+      args[#args + 1] = string.format('%d:%08d', at, seq)
+      k = k + 1
+      if k >= 500 or i == total then
+        redis.call(unpack(args))
+        args, k = { 'ZADD', key }, 0
+      end
+    end
+    if total == 0 then
+      redis.call(unpack(args))
+    end
+    redis.call('PEXPIRE', key, string.format('%d', prev + per - nowms + slack))
+  end
+
+  -- logAnswer answers a log's op from n, the entries it counts, old, the
+  -- entries before them, and entry(i), the millisecond of entry i (1 the
+  -- oldest; after a refund, of the log it leaves): the status (a take over
+  -- the count refused), the units counted, the entry to wait for and the
+  -- newest entry's (-1: none). The newest is entry(total), or of a sorted
+  -- set when total is -1.
+  LOG.logAnswer = function(op, take, q, status, n, old, entry, total)
+    local wait, newest = -1, -1
+    if n > 0 then
+      if total < 0 then
+        newest = zlast(op.key)
+      else
+        newest = entry(total)
+      end
+    end
+    if take and n + q > op.count then
+      -- (a charge over the count waits for the same entry: the newest
+      -- count+1 of the log it leaves are kept; a take under a ban too,
+      -- whose RetryAfter is the later of the ban's and the log's own)
+      if status == 1 then
+        status = 0
+      end
+      if q <= op.count then
+        wait = entry(old + n + q - op.count)
+      end
+    elseif not take and n > op.count then
+      -- more entries than a lower count than the one that wrote them
+      wait = entry(n - op.count)
+    end
+    return status, n, wait, newest
+  end
 end
 
 --> settle.lua
@@ -588,10 +592,12 @@ for i = 1, nops do
   local op = { kind = A[a], alg = A[a + 1], q = A[a + 2] + 0, bh = A[a + 3] + 0, bl = A[a + 4] + 0,
     key = KEYS[2 * i - 1], bkey = KEYS[2 * i], status = false, exists = false, replace = false, clear = false,
     th = false, tl = false, nh = false, nl = false, xh = false, xl = false, ch = false, cl = false, vh = false,
-    vl = false, count = false, period = false, write = false, px = false, ws = false, we = false,
-    raw = false, off = false, packed = false }
+    vl = false, count = false, period = false, write = false, px = false, ws = false, we = false }
   a = a + 5
   local alg = op.alg
+  if alg == 'o' then
+    logs()
+  end
   if alg == 'g' or alg == 'l' then
     op.ch, op.cl, op.vh, op.vl = A[a] + 0, A[a + 1] + 0, A[a + 2] + 0, A[a + 3] + 0
     a = a + 4
@@ -646,9 +652,10 @@ local function inspect(key)
       return false
     end
     per = per + 0
+    logs()
     local total, last = (#raw - off + 1) / 6, -1
     if total > 0 then
-      last = pent(raw, off, total)
+      last = LOG.pent(raw, off, total)
     end
     return 'o', last < 0 or last + per <= nowms, raw, off, per
   elseif c == 'F' then
@@ -712,19 +719,23 @@ for i = 1, nops do
     kind = nil
   end
   op.exists = kind ~= nil
-  if kind == 'o' and a1 then
-    if op.count > LOGPACK then
-      -- (a limit whose count grew past what a packed log holds)
-      zlog(op.key, a1, a2, a3)
-    else
-      op.raw, op.off = a1, a2
+  if want == 'o' then
+    -- (a log's fields are set here only: a table made with fewer costs less)
+    op.raw, op.off = false, false
+    if kind == 'o' and a1 then
+      if op.count > LOGPACK then
+        -- (a limit whose count grew past what a packed log holds)
+        LOG.zlog(op.key, a1, a2, a3)
+      else
+        op.raw, op.off = a1, a2
+      end
+    elseif kind == 'o' and op.count <= LOGPACK then
+      -- a sorted set (an older version's, or a larger count's): packed
+      op.raw, op.off = LOG.plogz(op.key, a3)
     end
-  elseif kind == 'o' and op.count <= LOGPACK then
-    -- a sorted set (an older version's, or a larger count's): packed
-    op.raw, op.off = plogz(op.key, a3)
+    -- a log is packed when it is, or will be written, so
+    op.packed = op.raw or (not op.exists and op.count <= LOGPACK)
   end
-  -- a log is packed when it is, or will be written, so
-  op.packed = op.raw or (not op.exists and op.count and op.count <= LOGPACK)
   if kind == 't' then
     op.th, op.tl = a1, a2
   elseif kind == 'f' then
@@ -910,7 +921,7 @@ for i = 1, nops do
       total = (#raw - off + 1) / 6
     end
     local n, old, cut = 0, 0, nowms - op.period
-    while old < total and pent(raw, off, old + 1) <= cut do
+    while old < total and LOG.pent(raw, off, old + 1) <= cut do
       old = old + 1
     end
     n = total - old
@@ -921,16 +932,16 @@ for i = 1, nops do
       else
         -- the old entries and the q newest dropped
         n = n - q
-        raw = plog(op.period, string.sub(raw, off + 6 * old, off + 6 * (old + n) - 1), 0, 0)
+        raw = LOG.plog(op.period, string.sub(raw, off + 6 * old, off + 6 * (old + n) - 1), 0, 0)
         off = #raw - 6 * n + 1
         total, old = n, 0
-        redis.call('PSETEX', op.key, ms(pent(raw, off, n) + op.period - nowms + slack), raw)
+        redis.call('PSETEX', op.key, ms(LOG.pent(raw, off, n) + op.period - nowms + slack), raw)
       end
       op.raw, op.off = raw, off
     end
     op.old, op.n = old, n
-    status, r1, r2, r3 = logAnswer(op, take, q, status, n, old, function(i)
-      return pent(raw, off, i)
+    status, r1, r2, r3 = LOG.logAnswer(op, take, q, status, n, old, function(i)
+      return LOG.pent(raw, off, i)
     end, total)
   elseif alg == 'o' then
     -- Entries at or before nowms - period no longer count under this
@@ -963,7 +974,7 @@ for i = 1, nops do
       end
     end
     op.n = n
-    status, r1, r2, r3 = logAnswer(op, take, q, status, n, old, function(i)
+    status, r1, r2, r3 = LOG.logAnswer(op, take, q, status, n, old, function(i)
       return zat(op.key, i)
     end, -1)
   else -- 'c'
@@ -1099,7 +1110,7 @@ for i = 1, nops do
         end
         local at = ceilms
         if total > 0 then
-          local newest = pent(raw, off, total)
+          local newest = LOG.pent(raw, off, total)
           if newest >= at then
             at = newest
           end
@@ -1114,7 +1125,7 @@ for i = 1, nops do
         if live > 0 then
           body = string.sub(raw, off + 6 * (from - 1))
         end
-        redis.call('PSETEX', op.key, ms(at + op.period - nowms + slack), plog(op.period, body, at, k))
+        redis.call('PSETEX', op.key, ms(at + op.period - nowms + slack), LOG.plog(op.period, body, at, k))
       end
     elseif alg == 'o' then
       if take or charge then

@@ -99,7 +99,7 @@ if gh then
       local raw, off, total = a1, a2, (#a1 - a2 + 1) / 6
       local k, old, first = 0, 0, 0
       for i = 1, total do
-        local v = pent(raw, off, i)
+        local v = LOG.pent(raw, off, i)
         if v <= nowms - op.period then
           old = old + 1
         end
@@ -118,10 +118,10 @@ if gh then
         if total <= j then
           redis.call('DEL', key)
         else
-          raw = plog(a3, string.sub(raw, off, off + 6 * (first - 1) - 1) .. string.sub(raw, off + 6 * (first - 1 + j)), 0, 0)
+          raw = LOG.plog(a3, string.sub(raw, off, off + 6 * (first - 1) - 1) .. string.sub(raw, off + 6 * (first - 1 + j)), 0, 0)
           off = #raw - 6 * (total - j) + 1
           -- (the entries left may all be a period old: the state is empty)
-          local left = pent(raw, off, total - j) + a3 - nowms
+          local left = LOG.pent(raw, off, total - j) + a3 - nowms
           if left <= 0 then
             redis.call('DEL', key)
           else

@@ -26,7 +26,7 @@ if ARGV[5] == 'v' then
         local off = string.match(raw, '^L%d+:()')
         local total = (#raw - off + 1) / 6
         if total > 0 then
-          at = pent(raw, off, total)
+          at = LOG.pent(raw, off, total)
         end
       end
     elseif op.alg == 'o' then

@@ -218,6 +218,7 @@ type Store struct {
 	log      *slog.Logger
 	now      func() int64
 	slack    string // ARGV[4] of the script: milliseconds added to expiries
+	slackMs  int64  // the same, as a number
 	// logPack is the largest count of a packed sliding log (see
 	// Options.SortedSetLogs): defaultLogPack, 0 with SortedSetLogs, or what
 	// a test sets.
@@ -266,7 +267,8 @@ func newStore(r runner, opts Options) *Store {
 		s.log = slog.Default()
 	}
 	if s.now != nil {
-		s.slack = strconv.FormatInt(nowSlack.Milliseconds(), 10)
+		s.slackMs = nowSlack.Milliseconds()
+		s.slack = strconv.FormatInt(s.slackMs, 10)
 	}
 	return s
 }
@@ -426,14 +428,15 @@ func (s *Store) Check(ctx context.Context) error {
 var errInternal = errors.New("redisstore: internal error")
 
 // familyArgs returns family.lua's first three arguments: now, and the
-// slack with the largest count of a packed log ("<slack>/<logpack>").
+// slack plus the largest count of a packed log times 10^7 (see
+// family.lua).
 func (s *Store) familyArgs() ([]string, error) {
 	args, err := s.args("", 0)
 	if err != nil {
 		return nil, err
 	}
 	args = args[1:]
-	args[2] += "/" + strconv.FormatInt(s.logPack, 10)
+	args[2] = strconv.FormatInt(s.slackMs+s.logPack*1e7, 10)
 	return args, nil
 }
 
