@@ -264,11 +264,7 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 	}
 	now, code, prev, err := s.decideWindow(ctx, op.Key, alg, min(op.N, c.Window.Count+1), c.Window.Count, c.Window.Period)
 	if err != nil {
-		if err := s.fallsBack(ctx, err); err != nil {
-			return true, err
-		}
-		*res = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: c.Capacity()}
-		return true, nil
+		return true, s.shortFallback(ctx, err, op, res)
 	}
 	if code == -1 {
 		return false, nil
@@ -279,15 +275,34 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 	if alg == "s" {
 		f[4], f[5] = prev, code>>2
 	}
-	r, err := familyResult(now, *op, f[:], op.N)
+	return true, shortResult(now, op, f[:], res, "window", [2]int64{code, prev})
+}
+
+// shortFallback answers op's fallback when a short script (window.lua,
+// log.lua) failed because Redis could not be reached, and returns any
+// other error.
+func (s *Store) shortFallback(ctx context.Context, err error, op *funnel.Op, res *funnel.Result) error {
+	if err := s.fallsBack(ctx, err); err != nil {
+		return err
+	}
+	*res = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: op.Limit.Capacity()}
+	return nil
+}
+
+// shortResult sets res to op's result from f, the state a short script
+// (window.lua, log.lua) found at now in family.lua's terms (see
+// familyResult), which must agree with the script's status f[0]; reply is
+// what the script answered, for the error when it does not.
+func shortResult(now int64, op *funnel.Op, f []int64, res *funnel.Result, script string, reply any) error {
+	r, err := familyResult(now, *op, f, op.N)
 	if err != nil {
-		return true, err
+		return err
 	}
 	if (f[0] == 1) != r.Allowed {
-		return true, fmt.Errorf("%w: window script status %d where Go decides %+v (%d %d, %+v)", errInternal, f[0], r, code, prev, op)
+		return fmt.Errorf("%w: %s script status %d where Go decides %+v (%v, %+v)", errInternal, script, f[0], r, reply, op)
 	}
 	*res = r
-	return true, nil
+	return nil
 }
 
 // defaultLogPack is the largest count of a sliding log kept packed (see
@@ -308,11 +323,7 @@ func (s *Store) logTake(ctx context.Context, op *funnel.Op, res *funnel.Result) 
 	args = append(args[1:], limb(min(op.N, c.Window.Count+1)), limb(c.Window.Count), limb(c.Window.Period))
 	v, err := s.evalTimed(ctx, logScript, []string{s.prefix + op.Key}, args)
 	if err != nil {
-		if err := s.fallsBack(ctx, err); err != nil {
-			return true, err
-		}
-		*res = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: c.Capacity()}
-		return true, nil
+		return true, s.shortFallback(ctx, err, op, res)
 	}
 	if len(v) == 3 && v[2] == -1 {
 		return false, nil
@@ -323,15 +334,7 @@ func (s *Store) logTake(ctx context.Context, op *funnel.Op, res *funnel.Result) 
 	now := v[0]*1e9 + v[1]
 	// The state the script found, in family.lua's terms (see familyResult).
 	f := [6]int64{v[2] & 3, 0, 0, v[2] >> 2, v[3], v[4]}
-	r, err := familyResult(now, *op, f[:], op.N)
-	if err != nil {
-		return true, err
-	}
-	if (f[0] == 1) != r.Allowed {
-		return true, fmt.Errorf("%w: log script status %d where Go decides %+v (%v, %+v)", errInternal, f[0], r, v, op)
-	}
-	*res = r
-	return true, nil
+	return true, shortResult(now, op, f[:], res, "log", v)
 }
 
 // decodeFamily computes each op's result from the script's reply: now, then
