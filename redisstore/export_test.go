@@ -5,3 +5,8 @@ package redisstore
 // sorted set, as Options.SortedSetLogs), for the tests that run both
 // formats. Call it before s is used.
 func SetLogPack(s *Store, n int) { s.logPack = int64(n) }
+
+// SetConcRead makes family.lua read a concurrency key whole when it holds
+// up to n leases, rather than 16 (0: never), for the tests that run both
+// of its reads. Call it before s is used.
+func SetConcRead(s *Store, n int) { s.concRead = int64(n) }

@@ -310,6 +310,11 @@ func shortResult(now int64, op *funnel.Op, f []int64, res *funnel.Result, script
 // log, which at 256 entries costs about what a sorted set's commands do.
 const defaultLogPack = 256
 
+// defaultConcRead is the most leases a concurrency key may hold for
+// family.lua's one acquire or release to read it whole, with one ZRANGE,
+// rather than with a command for each number it needs.
+const defaultConcRead = 16
+
 // logTake decides op, one take of a sliding log of a count up to
 // s.logPack without a ban, in log.lua, and reports whether it did: a key
 // that holds anything but a packed log goes to family.lua (which turns a

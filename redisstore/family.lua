@@ -87,11 +87,11 @@ local ceilms = nowms
 if nowsub > 0 then
   ceilms = nowms + 1
 end
--- ARGV[3] is the slack (below 10^7 ms) plus LOGPACK times 10^7: one
--- number, read once.
-local slack, LOGPACK = ARGV[3] + 0, 0
-LOGPACK = (slack - slack % 10000000) / 10000000
-slack = slack % 10000000
+-- ARGV[3] is the slack (below 10^7 ms) plus LOGPACK (below 1000) times
+-- 10^7 plus CONCREAD times 10^10 (see below): one number, read once.
+local slack0 = ARGV[3] + 0
+local slack = slack0 % 10000000
+local LOGPACK = (slack0 % 10000000000 - slack) / 10000000
 local nops = ARGV[4] + 0
 
 -- The commonest call: one take on a delaying bucket (or a funnel), a fixed
@@ -294,17 +294,28 @@ if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9
 end
 
 -- And for one acquire or release of a concurrency limit whose key is
--- absent or holds live leases: the latest expiry is read once, and known
--- after a write without reading it again.
+-- absent or holds live leases. A key of up to CONCREAD leases is read
+-- whole, with one ZRANGE, and decided from what it answered: an acquire of
+-- a fresh lease is then a read and two writes (ZADD, PEXPIRE), and a
+-- release of the last lease a read and a DEL. A larger key is read a
+-- command per number (the latest expiry once, known after a write without
+-- reading it again).
 if nops == 1 and ARGV[6] == 'c' then
   local key = KEYS[1]
-  local m = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local CONCREAD = (slack0 - slack0 % 10000000000) / 10000000000
+  local m = redis.pcall('ZRANGE', key, '0', string.format('%d', CONCREAD), 'WITHSCORES')
   if not m.err and (not m[1] or m[1] == '\0conc') then
     local take, q, count, period, id = ARGV[5] == 't', ARGV[7] + 0, ARGV[10] + 0, ARGV[11] + 0, ARGV[12]
     local def, lat = tonumber(ARGV[13]) or 0, tonumber(ARGV[14]) or -1
-    local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
+    -- the entries read (the marker first), and whether they are all
+    local nm = #m / 2
+    local whole = nm <= CONCREAD
     local exists, last = m[1] ~= nil, -1
-    if exists then
+    if whole then
+      if exists and m[2 * nm] + 0 >= 0 then
+        last = m[2 * nm] + 0
+      end
+    elseif exists then
       local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
       if r[2] + 0 >= 0 then
         last = r[2] + 0
@@ -316,20 +327,44 @@ if nops == 1 and ARGV[6] == 'c' then
       -- at or before now are dropped. The expired leases (old of them)
       -- are dropped only by a write: a peek or a refusal leaves them, as
       -- memstore does, so that they count again after a clock stepped
-      -- back.
+      -- back. others is the latest expiry of the live leases but this
+      -- one (-1: none).
       local n, held, wait, others, unit, own, old = 0, 0, -1, -1, 0, nil, 0
-      if exists then
-        old = redis.call('ZCOUNT', key, 0, nowms)
+      if exists and whole then
+        -- (the leases are in order of expiry, the marker before them)
+        for i = 2, nm do
+          local s = m[2 * i] + 0
+          if s <= nowms then
+            old = old + 1
+          end
+          if m[2 * i - 1] == id then
+            own = s
+          end
+        end
+        n = nm - 1 - old
+        if lat >= 0 then
+          unit = -1 - m[2]
+        end
+        others = last
+        if own and own == last then
+          -- the one before it (the marker's score is below 0)
+          others = -1
+          if m[2 * nm - 2] + 0 > nowms then
+            others = m[2 * nm - 2] + 0
+          end
+        end
+      elseif exists then
+        old = redis.call('ZCOUNT', key, '0', string.format('%d', nowms))
         n = redis.call('ZCARD', key) - 1 - old
         if lat >= 0 then
           unit = -1 - redis.call('ZSCORE', key, '\0conc')
         end
         own = redis.call('ZSCORE', key, id)
-        if own and own + 0 > nowms then
-          held = 1
+        if own then
+          own = own + 0
         end
         others = last
-        if own and own + 0 == last then
+        if own and own == last then
           others = -1
           local r = redis.call('ZRANGE', key, -2, -2, 'WITHSCORES')
           if r[2] + 0 > nowms then
@@ -337,27 +372,35 @@ if nops == 1 and ARGV[6] == 'c' then
           end
         end
       end
-      local status = 1
-      if not take and old > 0 and (held == 1 or lat <= 0) then
-        -- (a latency reported for a lease not held is an error, which
-        -- changes nothing)
-        redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
+      if own and own > nowms then
+        held = 1
       end
+      local status = 1
       if take then
         if q > 1 then
           status = 0
         elseif q == 1 and held == 0 and n >= count then
           status = 0
-          wait = redis.call('ZRANGE', key, old + n - count + 1, old + n - count + 1, 'WITHSCORES')[2] + 0
+          -- the expiry that leaves room for one: the (n-count+1)-th live
+          -- lease's, at index old+n-count+1 after the marker
+          local at = old + n - count + 1
+          if whole then
+            wait = m[2 * at + 2] + 0
+          else
+            local i = string.format('%d', at)
+            wait = redis.call('ZRANGE', key, i, i, 'WITHSCORES')[2] + 0
+          end
         elseif q == 1 then
           if old > 0 then
-            redis.call('ZREMRANGEBYSCORE', key, 0, nowms)
-          end
-          if unit == 0 and (def > 0 or not exists) then
-            redis.call('ZADD', key, -1 - def, '\0conc')
+            redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', nowms))
           end
           local at = nowms + period
-          redis.call('ZADD', key, at, id)
+          -- a key takes the default unit delay when it has none
+          if unit == 0 and (def > 0 or not exists) then
+            redis.call('ZADD', key, string.format('%d', -1 - def), '\0conc', string.format('%d', at), id)
+          else
+            redis.call('ZADD', key, string.format('%d', at), id)
+          end
           if others > at then
             at = others
           end
@@ -366,19 +409,26 @@ if nops == 1 and ARGV[6] == 'c' then
       else
         status = held
         if held == 1 then
-          redis.call('ZREM', key, id)
           n = n - 1
-          if n <= 0 then
-            redis.call('DEL', key)
-            last = -1
-          else
+        end
+        if held == 1 and n <= 0 then
+          redis.call('DEL', key)
+          last = -1
+        else
+          if old > 0 and (held == 1 or lat <= 0) then
+            -- (a latency reported for a lease not held is an error, which
+            -- changes nothing)
+            redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', nowms))
+          end
+          if held == 1 then
+            redis.call('ZREM', key, id)
             if lat > 0 then
               local sum = unit + lat
               unit = (sum - sum % 2) / 2
               if unit < 1 then
                 unit = 1
               end
-              redis.call('ZADD', key, -1 - unit, '\0conc')
+              redis.call('ZADD', key, string.format('%d', -1 - unit), '\0conc')
             end
             last = others
             redis.call('PEXPIRE', key, string.format('%d', last - nowms + slack))

@@ -53,6 +53,11 @@ var familyLimits = []funnel.Limit{
 	{Algorithm: funnel.Concurrency, Count: 1, Period: 2 * time.Second, Burst: 4, UnitDelay: 300 * time.Millisecond},
 }
 
+// concLimits are familyLimits' concurrency limits, and one of a count
+// that holds more leases than a key read whole in TestFamilyConcurrencyReads.
+var concLimits = append(slices.Clone(familyLimits[len(familyLimits)-5:]),
+	funnel.Limit{Algorithm: funnel.Concurrency, Count: 6, Period: 700 * time.Millisecond})
+
 // familyRun drives one random sequence through two stores on one clock.
 type familyRun struct {
 	t     *testing.T
@@ -73,6 +78,18 @@ type familyRun struct {
 	counts map[string]int   // outcomes, to check that the sequences cover them
 	made   []made           // the reservations admitted so far
 	back   time.Duration    // when positive, the clock is at times stepped back by up to this
+	// from, when set, is the limits the keys take, in place of
+	// familyLimits.
+	from []funnel.Limit
+}
+
+// limit returns one of the limits the keys may take, at random.
+func (f *familyRun) limit() funnel.Checked {
+	from := f.from
+	if from == nil {
+		from = familyLimits
+	}
+	return f.check(from[f.r.IntN(len(from))])
 }
 
 // made is a reservation admitted, that a settle may name.
@@ -132,6 +149,39 @@ func (f *familyRun) rs() *redisstore.Store {
 	return f.redis
 }
 
+// TestFamilyConcurrencyReads runs TestFamilyAgainstMemstore's sequences,
+// on concurrency limits only, with family.lua's one acquire or release reading a concurrency key a
+// command per number it needs (never whole), whole up to 2 leases (so that
+// keys cross from one read to the other), with the clock stepped back now
+// and then, and through one of two stores at random, one of each read.
+func TestFamilyConcurrencyReads(t *testing.T) {
+	t.Parallel()
+	for i, mode := range []struct {
+		name  string
+		read  int
+		back  time.Duration
+		mixed bool
+	}{{"by command", 0, 0, false}, {"whole up to 2", 2, 2 * time.Second, false}, {"mixed", 0, 0, true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			counts := runFamily(t, 4040+uint64(i), 80, 70, func(f *familyRun) {
+				if mode.mixed {
+					f.alt = redisstore.New(f.client, redisstore.Options{Now: f.clock.Load, Prefix: f.prefix, Timeout: 20 * time.Second})
+				}
+				f.back = mode.back
+				f.from = concLimits
+				redisstore.SetConcRead(f.redis, mode.read)
+			})
+			for _, what := range []string{"allowed concurrency", "refused concurrency", "release held", "release not held",
+				"delayed concurrency", "release latency", "latency not held"} {
+				if counts[what] < 10 {
+					t.Errorf("the sequences do not cover %q well: %d times", what, counts[what])
+				}
+			}
+		})
+	}
+}
+
 // TestFamilyLogFormats runs TestFamilyAgainstMemstore's sequences with
 // the sliding logs in each of Redis's formats: every log in a sorted set
 // (as older versions wrote them); logs of a count up to 4 packed and
@@ -189,7 +239,7 @@ func runFamily(t *testing.T, seed uint64, sequences, steps int, opt func(*family
 		opt(f)
 		for i := range 1 + f.r.IntN(3) {
 			f.keys = append(f.keys, fmt.Sprintf("{s%d}%c", sq, 'a'+i))
-			f.limits = append(f.limits, f.check(familyLimits[f.r.IntN(len(familyLimits))]))
+			f.limits = append(f.limits, f.limit())
 		}
 		for range steps {
 			f.step()
@@ -282,7 +332,7 @@ func (f *familyRun) step() {
 	case x == 15:
 		// The key under another limit: another algorithm's state is an error
 		// while live, and reads as absent once empty.
-		other := f.check(familyLimits[f.r.IntN(len(familyLimits))])
+		other := f.limit()
 		if f.r.IntN(2) == 0 {
 			f.limits[i] = other // from now on
 		}

@@ -223,6 +223,10 @@ type Store struct {
 	// Options.SortedSetLogs): defaultLogPack, 0 with SortedSetLogs, or what
 	// a test sets.
 	logPack int64
+	// concRead is the most leases a concurrency key may hold for
+	// family.lua to read it whole, with one command (defaultConcRead, or
+	// what a test sets).
+	concRead int64
 
 	clock     redisClock         // the offset of Redis's clock, for deadlines
 	guard     int64              // Options.ClockGuard in µs; 0: none
@@ -256,6 +260,7 @@ func newStore(r runner, opts Options) *Store {
 		logs:     lograte.New(logInterval),
 		guard:    max(opts.ClockGuard.Microseconds(), 0),
 		logPack:  defaultLogPack,
+		concRead: defaultConcRead,
 	}
 	if opts.SortedSetLogs {
 		s.logPack = 0
@@ -428,15 +433,15 @@ func (s *Store) Check(ctx context.Context) error {
 var errInternal = errors.New("redisstore: internal error")
 
 // familyArgs returns family.lua's first three arguments: now, and the
-// slack plus the largest count of a packed log times 10^7 (see
-// family.lua).
+// slack plus the largest count of a packed log times 10^7 plus the most
+// leases read whole times 10^10 (see family.lua).
 func (s *Store) familyArgs() ([]string, error) {
 	args, err := s.args("", 0)
 	if err != nil {
 		return nil, err
 	}
 	args = args[1:]
-	args[2] = strconv.FormatInt(s.slackMs+s.logPack*1e7, 10)
+	args[2] = strconv.FormatInt(s.slackMs+s.logPack*1e7+s.concRead*1e10, 10)
 	return args, nil
 }
 
