@@ -6,7 +6,7 @@ package redisstore
 // formats. Call it before s is used.
 func SetLogPack(s *Store, n int) { s.logPack = int64(n) }
 
-// SetConcRead makes family.lua read a concurrency key whole when it holds
+// SetConcRead makes conc.lua read a concurrency key whole when it holds
 // up to n leases, rather than 16 (0: never), for the tests that run both
 // of its reads. Call it before s is used.
 func SetConcRead(s *Store, n int) { s.concRead = int64(n) }

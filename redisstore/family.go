@@ -96,6 +96,11 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 			return err
 		}
 	}
+	if op := &ops[0]; len(ops) == 1 && op.Limit.Algorithm == funnel.Concurrency && (op.Kind == funnel.OpTake || op.Kind == funnel.OpRefund) {
+		if done, err := s.conc(ctx, ops[:1], res[:1]); done {
+			return err
+		}
+	}
 	keys := make([]string, 0, 2*len(ops))
 	args, err := s.familyArgs()
 	if err != nil {
@@ -311,9 +316,53 @@ func shortResult(now int64, op *funnel.Op, f []int64, res *funnel.Result, script
 const defaultLogPack = 256
 
 // defaultConcRead is the most leases a concurrency key may hold for
-// family.lua's one acquire or release to read it whole, with one ZRANGE,
-// rather than with a command for each number it needs.
+// conc.lua to read it whole, with one ZRANGE, rather than with a command
+// for each number it needs.
 const defaultConcRead = 16
+
+// conc decides ops, one acquire or release of a concurrency limit, in
+// conc.lua, and reports whether it did: a key that holds anything but live
+// leases goes to family.lua.
+func (s *Store) conc(ctx context.Context, ops []funnel.Op, res []funnel.Result) (bool, error) {
+	op := &ops[0]
+	a, err := s.opArgs(*op)
+	if err != nil {
+		return true, err
+	}
+	args, err := s.familyArgs()
+	if err != nil {
+		return true, err
+	}
+	// opArgs's kind, alg, q, ban (two limbs), count, period, id, default
+	// unit delay and latency: conc.lua takes q ('r' for a release) and the
+	// last five, but the unit delays when the latency is empty (-1: the key's
+	// unit delay is not read, and the default one is used only where the
+	// latency is not).
+	q := a[2]
+	if op.Kind == funnel.OpRefund {
+		q = "r"
+	}
+	args = append(args, q, a[5], a[6], a[7])
+	if a[9] != "" {
+		args = append(args, a[8], a[9])
+	}
+	v, err := s.evalTimed(ctx, concScript, []string{s.prefix + op.Key}, args)
+	if err != nil {
+		if op.Kind == funnel.OpRefund && !errors.Is(err, funnel.ErrWrongType) && !errors.Is(err, errInternal) {
+			if err := callerDone(ctx); err != nil {
+				return true, err
+			}
+			// Not a decision (see Do).
+			s.reload()
+			return true, fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
+		}
+		return true, s.shortFallback(ctx, err, op, &res[0])
+	}
+	if len(v) == 3 && v[2] == -1 {
+		return false, nil
+	}
+	return true, decodeFamily(v, ops, res)
+}
 
 // logTake decides op, one take of a sliding log of a count up to
 // s.logPack without a ban, in log.lua, and reports whether it did: a key
@@ -805,10 +854,15 @@ var windowSource = include("window.lua")
 // Store.logTake).
 var logSource = include("log.lua")
 
+// concSource decides one acquire or release of a concurrency limit (see
+// Store.conc).
+var concSource = include("conc.lua")
+
 var (
 	familyScript = newTimedScript(familySource, 0)
 	windowScript = newTimedScript(windowSource, 0)
 	logScript    = newTimedScript(logSource, 0)
+	concScript   = newTimedScript(concSource, 0)
 	keyopsScript = newTimedScript(keyopsSource, 1)
 	unbanScript  = newScript(unbanSource)
 )
