@@ -101,28 +101,22 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 			return err
 		}
 	}
+	if err := s.oneSlot(ops); err != nil {
+		return err
+	}
+	if len(ops) > 1 {
+		if done, err := s.takes(ctx, ops, res); done {
+			return err
+		}
+	}
 	keys := make([]string, 0, 2*len(ops))
 	args, err := s.familyArgs()
 	if err != nil {
 		return err
 	}
 	args = append(args, strconv.Itoa(len(ops)))
-	slot := -1
 	for _, op := range ops {
 		key := s.prefix + op.Key
-		if s.runner.grouping() == groupSlot {
-			if sl := int(keySlot(key)); slot < 0 {
-				slot = sl
-			} else if sl != slot {
-				return fmt.Errorf("%w (%q)", funnel.ErrCrossSlot, op.Key)
-			}
-		} else if s.runner.grouping() == groupNone && len(ops) > 1 {
-			// A Ring shards by the hash tag, or by the whole key.
-			tag := hashTag(key)
-			if tag == "" || tag != hashTag(s.prefix+ops[0].Key) {
-				return fmt.Errorf("%w (%q; a Ring shards keys by their hash tag)", funnel.ErrCrossSlot, op.Key)
-			}
-		}
 		bk, err := s.banKey(op.Key)
 		if err != nil {
 			return err
@@ -156,6 +150,129 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 		return nil
 	}
 	return decodeFamily(v, ops, res)
+}
+
+// oneSlot returns an error wrapping funnel.ErrCrossSlot when the keys of
+// ops are not all in one hash slot of a Redis Cluster, or, for a Ring, do
+// not all share one hash tag.
+func (s *Store) oneSlot(ops []funnel.Op) error {
+	slot := -1
+	for _, op := range ops {
+		key := s.prefix + op.Key
+		if s.runner.grouping() == groupSlot {
+			if sl := int(keySlot(key)); slot < 0 {
+				slot = sl
+			} else if sl != slot {
+				return fmt.Errorf("%w (%q)", funnel.ErrCrossSlot, op.Key)
+			}
+		} else if s.runner.grouping() == groupNone && len(ops) > 1 {
+			// A Ring shards by the hash tag, or by the whole key.
+			tag := hashTag(key)
+			if tag == "" || tag != hashTag(s.prefix+ops[0].Key) {
+				return fmt.Errorf("%w (%q; a Ring shards keys by their hash tag)", funnel.ErrCrossSlot, op.Key)
+			}
+		}
+	}
+	return nil
+}
+
+// maxExact is 2^53: a cost or a tolerance below it is exact in Lua's
+// doubles, and goes to takes.lua whole rather than on two limbs.
+const maxExact = 1 << 53
+
+// takes decides ops, takes under several limits at once, all or nothing,
+// in takes.lua, and reports whether it did: it does when every op is a
+// take without a ban on a funnel, a delaying bucket, a fixed window or a
+// sliding window counter (a funnel's cost and tolerance below 2^53 ns) and
+// every key holds a state of its op's kind or nothing. Else family.lua
+// decides them, and nothing was changed.
+func (s *Store) takes(ctx context.Context, ops []funnel.Op, res []funnel.Result) (bool, error) {
+	for i := range ops {
+		op := &ops[i]
+		c := &op.Limit
+		if op.Kind != funnel.OpTake || c.Ban != 0 || op.N < 0 {
+			return false, nil
+		}
+		switch c.Algorithm {
+		case funnel.GCRA, funnel.LeakyBucket:
+			if c.GCRA.Tolerance >= maxExact || op.N > 0 && c.GCRA.Interval > (maxExact-1)/op.N {
+				return false, nil
+			}
+		case funnel.FixedWindow, funnel.SlidingWindow:
+		default:
+			return false, nil
+		}
+	}
+	args, err := s.args("", 0)
+	if err != nil {
+		return true, err
+	}
+	args = args[1:]
+	keys := make([]string, len(ops))
+	var now int64
+	for i := range ops {
+		op := &ops[i]
+		c := &op.Limit
+		keys[i] = s.prefix + op.Key
+		switch c.Algorithm {
+		case funnel.GCRA, funnel.LeakyBucket:
+			_, alg := opCode(*op)
+			args = append(args, alg, limb(op.N), limb(c.GCRA.Interval*op.N), limb(c.GCRA.Tolerance))
+		case funnel.SlidingWindow:
+			args = append(args, "s", limb(min(op.N, c.Window.Count+1)), limb(c.Window.Count), limb(c.Window.Period))
+		default:
+			q := limb(min(op.N, c.Window.Count+1))
+			if c.Calendar == funnel.NoCalendar {
+				args = append(args, "f", q, limb(c.Window.Count), limb(c.Window.Period))
+				break
+			}
+			// The window that holds this machine's now; Redis's clock
+			// places it (see family.lua's three windows).
+			if now == 0 {
+				now = time.Now().UnixNano()
+				if s.now != nil {
+					now = s.now()
+				}
+			}
+			cur := c.Limit.Span(now)
+			args = append(args, "d", q, limb(c.Window.Count), limb(cur.Start), limb(cur.End))
+		}
+	}
+	v, err := s.evalTimed(ctx, takesScript, keys, args)
+	if err != nil {
+		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) {
+			return true, err
+		}
+		if err := callerDone(ctx); err != nil {
+			return true, err
+		}
+		// As Do answers for family.lua.
+		s.fallbacks.Add(int64(len(ops)))
+		s.failed(err)
+		for i, op := range ops {
+			res[i] = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: op.Limit.Capacity()}
+		}
+		return true, nil
+	}
+	if len(v) == 3 && v[2] == -1 {
+		return false, nil
+	}
+	if len(v) != 2+4*len(ops) {
+		return true, fmt.Errorf("%w: takes script reply %v for %d ops", errInternal, v, len(ops))
+	}
+	// family.lua's reply: six numbers per op, a ban's two (none here)
+	// after the status.
+	var buf [2 + 6*8]int64
+	f := buf[:0]
+	if len(ops) > 8 {
+		f = make([]int64, 0, 2+6*len(ops))
+	}
+	f = append(f, v[0], v[1])
+	for i := range ops {
+		w := v[2+4*i:]
+		f = append(f, w[0], 0, 0, w[1], w[2], w[3])
+	}
+	return true, decodeFamily(f, ops, res)
 }
 
 // opArgs returns the script's arguments for one op.
@@ -858,11 +975,16 @@ var logSource = include("log.lua")
 // Store.conc).
 var concSource = include("conc.lua")
 
+// takesSource decides takes under several limits at once (see
+// Store.takes).
+var takesSource = include("takes.lua")
+
 var (
 	familyScript = newTimedScript(familySource, 0)
 	windowScript = newTimedScript(windowSource, 0)
 	logScript    = newTimedScript(logSource, 0)
 	concScript   = newTimedScript(concSource, 0)
+	takesScript  = newTimedScript(takesSource, 0)
 	keyopsScript = newTimedScript(keyopsSource, 1)
 	unbanScript  = newScript(unbanSource)
 )

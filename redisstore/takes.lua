@@ -1,0 +1,127 @@
+-- Takes under several limits at once, all or nothing (a funnel, a delaying
+-- bucket, a fixed window, of a fixed period or a calendar's, a sliding
+-- window counter), none with a ban: family.lua's decision for them, as a
+-- script of its own, whose arguments and reply are short (see window.lua
+-- for why that counts: family.lua takes nine to thirteen arguments and two
+-- keys a take, and answers six numbers; here it is four or five, one key,
+-- and four numbers). Each take is decided as family.lua's one take is
+-- inline, in order; when all are admitted, those of a quantity above 0 are
+-- written, else none. A key that does not hold a state of its take's kind
+-- as family.lua writes it, or a calendar window that does not hold Redis's
+-- now, answers -1 before anything is written: family.lua decides the call.
+--
+-- KEYS     the keys, one per take (distinct: funnel.CheckOps)
+-- ARGV     now's seconds and nanoseconds ('' or '-' and a deadline, see
+--          now.lua), milliseconds added to every expiry (tests only), then
+--          per take: the algorithm, the quantity and
+--            g l:  the cost and the tolerance in ns (below 2^53)
+--            f s:  the count, the period in ms
+--            d:    (a calendar's fixed window) the count, the window's
+--                  start and end in ms, as this machine's clock places it
+--
+-- Reply: now's seconds and nanoseconds, then four numbers per take: its
+-- status (1 admitted, 0 refused, 2 a TAT beyond int64) and the three
+-- numbers of the state it found, as family.lua answers them; or now's and
+-- -1.
+
+local nh, nl
+local ti = 1
+--> now.lua
+local slack = ARGV[3] + 0
+local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
+local nk = #KEYS
+local out = { nh, nl }
+local all = true
+-- per take, what its write needs: the algorithm, the quantity, whether
+-- the key was found, and four numbers
+local ALG, Q, RAW, P1, P2, P3, P4 = {}, {}, {}, {}, {}, {}, {}
+local a = 4
+for i = 1, nk do
+  local key, alg, q = KEYS[i], ARGV[a], ARGV[a + 1] + 0
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    return { nh, nl, -1 }
+  end
+  local st, r1, r2, r3 = 0, 0, 0, 0
+  if alg == 'g' or alg == 'l' then
+    local th, tl, bad = 0, 0, false
+    if raw then
+      --> tat.lua
+    end
+    if bad then
+      return { nh, nl, -1 }
+    end
+    local c, v = ARGV[a + 2] + 0, ARGV[a + 3] + 0
+    local ch, vh = (c - c % 1000000000) / 1000000000, (v - v % 1000000000) / 1000000000
+    local cl, vl = c - ch * 1000000000, v - vh * 1000000000
+    --> decide.lua
+    st, r1, r2 = status, dh, dl
+    P1[i], P2[i], P3[i], P4[i] = th, tl, xh, xl
+    a = a + 4
+  elseif alg == 's' then
+    local count, p = ARGV[a + 2] + 0, ARGV[a + 3] + 0
+    local prev, cur, ok = 0, 0, true
+    local s = nowms - nowms % p
+    --> slidingread.lua
+    if not ok then
+      return { nh, nl, -1 }
+    end
+    r1, r2, r3 = s, prev, cur
+    local el = nowms - s
+    -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
+    local w = prev * (p - el) + p - 1
+    if cur + (w - w % p) / p + q <= count then
+      st = 1
+    end
+    P1[i], P2[i], P3[i], P4[i] = s, p, prev, cur + q
+    a = a + 4
+  else -- 'f' or 'd'
+    local count, s, e = ARGV[a + 2] + 0, 0, 0
+    if alg == 'f' then
+      local period = ARGV[a + 3] + 0
+      s = nowms - nowms % period
+      e = s + period
+      a = a + 4
+    else
+      s, e = ARGV[a + 3] + 0, ARGV[a + 4] + 0
+      if nowms < s or nowms >= e then
+        return { nh, nl, -1 }
+      end
+      a = a + 5
+    end
+    local n, ok = 0, true
+    --> fixedread.lua
+    if not ok then
+      return { nh, nl, -1 }
+    end
+    r1, r2, r3 = s, e, n
+    if n + q <= count then
+      st = 1
+    end
+    P1[i], P2[i], P3[i] = s, e, n + q
+  end
+  if st ~= 1 then
+    all = false
+  end
+  ALG[i], Q[i], RAW[i] = alg, q, raw
+  out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = st, r1, r2, r3
+end
+
+if all then
+  -- The last value and expiry written, as strings (see store.lua).
+  local wh, wl, wv, wms, wpx
+  for i = 1, nk do
+    if Q[i] > 0 then
+      local key, alg = KEYS[i], ALG[i]
+      if alg == 'g' or alg == 'l' then
+        local raw, th, tl, xh, xl = RAW[i], P1[i], P2[i], P3[i], P4[i]
+        --> store.lua
+      elseif alg == 's' then
+        redis.call('PSETEX', key, string.format('%d', P1[i] + 2 * P2[i] - nowms + slack), string.format('S%d:%d:%d:%d', P1[i], P2[i], P3[i], P4[i]))
+      else
+        redis.call('PSETEX', key, string.format('%d', P2[i] - nowms + slack), string.format('F%d:%d:%d', P1[i], P2[i], P3[i]))
+      end
+    end
+  end
+end
+return out
