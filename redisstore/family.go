@@ -210,6 +210,8 @@ func (s *Store) takes(ctx context.Context, ops []funnel.Op, res []funnel.Result)
 	args = args[1:]
 	keys := make([]string, len(ops))
 	var now int64
+	// the calendar windows sent, by op
+	var spans []algo.Span
 	for i := range ops {
 		op := &ops[i]
 		c := &op.Limit
@@ -235,6 +237,10 @@ func (s *Store) takes(ctx context.Context, ops []funnel.Op, res []funnel.Result)
 				}
 			}
 			cur := c.Limit.Span(now)
+			if spans == nil {
+				spans = make([]algo.Span, len(ops))
+			}
+			spans[i] = cur
 			args = append(args, "d", q, limb(c.Window.Count), limb(cur.Start), limb(cur.End))
 		}
 	}
@@ -257,20 +263,66 @@ func (s *Store) takes(ctx context.Context, ops []funnel.Op, res []funnel.Result)
 	if len(v) == 3 && v[2] == -1 {
 		return false, nil
 	}
-	if len(v) != 2+4*len(ops) {
-		return true, fmt.Errorf("%w: takes script reply %v for %d ops", errInternal, v, len(ops))
+	if len(v) < 2 || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second) || v[1] < 0 || v[1] >= 1e9 {
+		return true, fmt.Errorf("%w: takes script reply %v", errInternal, v)
 	}
-	// family.lua's reply: six numbers per op, a ban's two (none here)
-	// after the status.
+	now = v[0]*1e9 + v[1]
+	// family.lua's reply: six numbers per op (status, a ban's two, none
+	// here, and three of the state found).
 	var buf [2 + 6*8]int64
 	f := buf[:0]
 	if len(ops) > 8 {
 		f = make([]int64, 0, 2+6*len(ops))
 	}
 	f = append(f, v[0], v[1])
+	w := v[2:]
+	next := func() (int64, bool) {
+		if len(w) == 0 {
+			return 0, false
+		}
+		x := w[0]
+		w = w[1:]
+		return x, true
+	}
 	for i := range ops {
-		w := v[2+4*i:]
-		f = append(f, w[0], 0, 0, w[1], w[2], w[3])
+		c := &ops[i].Limit
+		x, ok := next()
+		if !ok {
+			return true, fmt.Errorf("%w: takes script reply %v for %d ops", errInternal, v, len(ops))
+		}
+		st := x & 3
+		switch c.Algorithm {
+		case funnel.GCRA, funnel.LeakyBucket:
+			dh, dl := (x>>2)/1e9, (x>>2)%1e9
+			if x < 0 {
+				st = -1 - x
+				h, ok1 := next()
+				l, ok2 := next()
+				if !ok1 || !ok2 {
+					return true, fmt.Errorf("%w: takes script reply %v for %d ops", errInternal, v, len(ops))
+				}
+				dh, dl = h, l
+			}
+			f = append(f, st, 0, 0, dh, dl, 0)
+		case funnel.SlidingWindow:
+			prev, ok := next()
+			if !ok {
+				return true, fmt.Errorf("%w: takes script reply %v for %d ops", errInternal, v, len(ops))
+			}
+			span := algo.EpochSpan(now, c.Window.Period)
+			f = append(f, st, 0, 0, span.Start, prev, x>>2)
+		default:
+			var span algo.Span
+			if c.Calendar == funnel.NoCalendar {
+				span = algo.EpochSpan(now, c.Window.Period)
+			} else {
+				span = spans[i]
+			}
+			f = append(f, st, 0, 0, span.Start, span.End, x>>2)
+		}
+	}
+	if len(w) != 0 {
+		return true, fmt.Errorf("%w: takes script reply %v for %d ops", errInternal, v, len(ops))
 	}
 	return true, decodeFamily(f, ops, res)
 }

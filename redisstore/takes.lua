@@ -19,10 +19,16 @@
 --            d:    (a calendar's fixed window) the count, the window's
 --                  start and end in ms, as this machine's clock places it
 --
--- Reply: now's seconds and nanoseconds, then four numbers per take: its
--- status (1 admitted, 0 refused, 2 a TAT beyond int64) and the three
--- numbers of the state it found, as family.lua answers them; or now's and
--- -1.
+-- Reply: now's seconds and nanoseconds, then per take its status (1
+-- admitted, 0 refused, 2 a TAT beyond int64) and the state it found, as
+-- family.lua answers it, in as few numbers as Go needs (the rest follows
+-- from now and the limit):
+--   g l:  d*4 + status, d = max(TAT - now, 0) in ns, when d < 2^50; else
+--         -1 - status, then d's seconds and nanoseconds
+--   f d:  n*4 + status, n the units the window held
+--   s:    cur*4 + status, then prev (the current and previous windows'
+--         units)
+-- or now's and -1.
 
 local nh, nl
 local ti = 1
@@ -30,11 +36,11 @@ local ti = 1
 local slack = ARGV[3] + 0
 local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
 local nk = #KEYS
-local out = { nh, nl }
+local out, no = { nh, nl }, 2
 local all = true
--- per take, what its write needs: the algorithm, the quantity, whether
--- the key was found, and four numbers
-local ALG, Q, RAW, P1, P2, P3, P4 = {}, {}, {}, {}, {}, {}, {}
+-- per take, what its write needs: its algorithm, its quantity, whether
+-- its key was found, and four numbers, at 7i-6 to 7i
+local W = {}
 local a = 4
 for i = 1, nk do
   local key, alg, q = KEYS[i], ARGV[a], ARGV[a + 1] + 0
@@ -42,7 +48,8 @@ for i = 1, nk do
   if type(raw) == 'table' then
     return { nh, nl, -1 }
   end
-  local st, r1, r2, r3 = 0, 0, 0, 0
+  local st, w = 0, 7 * i - 7
+  W[w + 1], W[w + 2], W[w + 3] = alg, q, raw
   if alg == 'g' or alg == 'l' then
     local th, tl, bad = 0, 0, false
     if raw then
@@ -55,8 +62,13 @@ for i = 1, nk do
     local ch, vh = (c - c % 1000000000) / 1000000000, (v - v % 1000000000) / 1000000000
     local cl, vl = c - ch * 1000000000, v - vh * 1000000000
     --> decide.lua
-    st, r1, r2 = status, dh, dl
-    P1[i], P2[i], P3[i], P4[i] = th, tl, xh, xl
+    st = status
+    W[w + 4], W[w + 5], W[w + 6], W[w + 7] = th, tl, xh, xl
+    if dh < 1125899 then
+      out[no + 1], no = (dh * 1000000000 + dl) * 4 + status, no + 1
+    else
+      out[no + 1], out[no + 2], out[no + 3], no = -1 - status, dh, dl, no + 3
+    end
     a = a + 4
   elseif alg == 's' then
     local count, p = ARGV[a + 2] + 0, ARGV[a + 3] + 0
@@ -66,14 +78,14 @@ for i = 1, nk do
     if not ok then
       return { nh, nl, -1 }
     end
-    r1, r2, r3 = s, prev, cur
     local el = nowms - s
     -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
-    local w = prev * (p - el) + p - 1
-    if cur + (w - w % p) / p + q <= count then
+    local x = prev * (p - el) + p - 1
+    if cur + (x - x % p) / p + q <= count then
       st = 1
     end
-    P1[i], P2[i], P3[i], P4[i] = s, p, prev, cur + q
+    W[w + 4], W[w + 5], W[w + 6], W[w + 7] = s, p, prev, cur + q
+    out[no + 1], out[no + 2], no = cur * 4 + st, prev, no + 2
     a = a + 4
   else -- 'f' or 'd'
     local count, s, e = ARGV[a + 2] + 0, 0, 0
@@ -94,32 +106,31 @@ for i = 1, nk do
     if not ok then
       return { nh, nl, -1 }
     end
-    r1, r2, r3 = s, e, n
     if n + q <= count then
       st = 1
     end
-    P1[i], P2[i], P3[i] = s, e, n + q
+    W[w + 4], W[w + 5], W[w + 6] = s, e, n + q
+    out[no + 1], no = n * 4 + st, no + 1
   end
   if st ~= 1 then
     all = false
   end
-  ALG[i], Q[i], RAW[i] = alg, q, raw
-  out[4 * i - 1], out[4 * i], out[4 * i + 1], out[4 * i + 2] = st, r1, r2, r3
 end
 
 if all then
   -- The last value and expiry written, as strings (see store.lua).
   local wh, wl, wv, wms, wpx
   for i = 1, nk do
-    if Q[i] > 0 then
-      local key, alg = KEYS[i], ALG[i]
+    local w = 7 * i - 7
+    if W[w + 2] > 0 then
+      local key, alg = KEYS[i], W[w + 1]
       if alg == 'g' or alg == 'l' then
-        local raw, th, tl, xh, xl = RAW[i], P1[i], P2[i], P3[i], P4[i]
+        local raw, th, tl, xh, xl = W[w + 3], W[w + 4], W[w + 5], W[w + 6], W[w + 7]
         --> store.lua
       elseif alg == 's' then
-        redis.call('PSETEX', key, string.format('%d', P1[i] + 2 * P2[i] - nowms + slack), string.format('S%d:%d:%d:%d', P1[i], P2[i], P3[i], P4[i]))
+        redis.call('PSETEX', key, string.format('%d', W[w + 4] + 2 * W[w + 5] - nowms + slack), string.format('S%d:%d:%d:%d', W[w + 4], W[w + 5], W[w + 6], W[w + 7]))
       else
-        redis.call('PSETEX', key, string.format('%d', P2[i] - nowms + slack), string.format('F%d:%d:%d', P1[i], P2[i], P3[i]))
+        redis.call('PSETEX', key, string.format('%d', W[w + 5] - nowms + slack), string.format('F%d:%d:%d', W[w + 4], W[w + 5], W[w + 6]))
       end
     end
   end
