@@ -18,8 +18,12 @@
 --          ('' for 0), and when not -1, the latency of a release in ns (0:
 --          none; -1: the key's unit delay is not needed, and is not read)
 --
--- Reply: now's seconds and nanoseconds, then the six integers family.lua
--- answers for the op; or now's and -1.
+-- Reply: now's seconds and nanoseconds, then what family.lua answers for
+-- the op in fewer numbers: n*4 + status + 2*held (the leases held, whether
+-- admitted, for a release whether it held its lease, and whether it did
+-- for an acquire), the latest expiry of the leases held, the same but
+-- this one's, and, only when not 0 and -1, the key's unit delay and the
+-- expiry to wait for; or now's and -1.
 
 local nh, nl
 local ti = 1
@@ -126,16 +130,26 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
           redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', nowms))
         end
         local at = nowms + period
+        local ats = string.format('%d', at)
         -- a key takes the default unit delay when it has none
         if unit == 0 and (def > 0 or not exists) then
-          redis.call('ZADD', key, string.format('%d', -1 - def), '\0conc', string.format('%d', at), id)
+          local mark = '-1'
+          if def > 0 then
+            mark = string.format('%d', -1 - def)
+          end
+          redis.call('ZADD', key, mark, '\0conc', ats, id)
         else
-          redis.call('ZADD', key, string.format('%d', at), id)
+          redis.call('ZADD', key, ats, id)
         end
+        -- the key lasts as long as its latest lease: this one, for its
+        -- period (ARGV[6], as Go wrote it), or another
         if others > at then
-          at = others
+          redis.call('PEXPIRE', key, string.format('%d', others - nowms + slack))
+        elseif slack == 0 then
+          redis.call('PEXPIRE', key, ARGV[6])
+        else
+          redis.call('PEXPIRE', key, string.format('%d', period + slack))
         end
-        redis.call('PEXPIRE', key, string.format('%d', at - nowms + slack))
       end
     else
       status = held
@@ -166,7 +180,16 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
         end
       end
     end
-    return { nh, nl, status, last, others, n, held + 2 * unit, wait }
+    -- the key's unit delay and the expiry to wait for only when not 0
+    -- and -1
+    local r = { nh, nl, n * 4 + status + 2 * held, last, others }
+    if unit ~= 0 or wait ~= -1 then
+      r[6] = unit
+      if wait ~= -1 then
+        r[7] = wait
+      end
+    end
+    return r
   end
 end
 return { nh, nl, -1 }

@@ -530,7 +530,19 @@ func (s *Store) conc(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 	if len(v) == 3 && v[2] == -1 {
 		return false, nil
 	}
-	return true, decodeFamily(v, ops, res)
+	if len(v) < 5 || len(v) > 7 || v[2] < 0 {
+		return true, fmt.Errorf("%w: concurrency script reply %v", errInternal, v)
+	}
+	// family.lua's reply (see familyResult's concurrency case).
+	code, unit, wait := v[2], int64(0), int64(-1)
+	if len(v) > 5 {
+		unit = v[5]
+	}
+	if len(v) > 6 {
+		wait = v[6]
+	}
+	f := [8]int64{v[0], v[1], code & 1, v[3], v[4], code >> 2, code>>1&1 + 2*unit, wait}
+	return true, decodeFamily(f[:], ops, res)
 }
 
 // logTake decides op, one take of a sliding log of a count up to

@@ -631,37 +631,55 @@ func describeOps(ops []funnel.Op) string {
 // TestConcurrencyExpiryCoversEveryLease checks that a concurrency key does
 // not expire before the latest of its leases when an acquire under a
 // shorter period renews it (a limit whose period was shortened): the
-// key's expiry follows the latest lease, not the new one.
+// key's expiry follows the latest lease, not the new one; and that a key
+// of one lease expires with it. Both on a test clock (whose expiries carry
+// a slack of 10 minutes) and on Redis's own.
 func TestConcurrencyExpiryCoversEveryLease(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := srv.Client()
 	var clock atomic.Int64
 	clock.Store(storetestDay0)
-	lim := funnel.New(redisstore.New(client, redisstore.Options{Now: clock.Load, Prefix: "exp:"}))
 	ctx := context.Background()
 	long := funnel.Limit{Algorithm: funnel.Concurrency, Count: 5, Period: 10 * time.Second}
 	short := funnel.Limit{Algorithm: funnel.Concurrency, Count: 5, Period: time.Second}
-	for _, c := range []struct {
+	for _, st := range []struct {
 		name  string
-		first funnel.Limit
-	}{{"long then short", long}, {"short then long", short}} {
-		key := strings.ReplaceAll(c.name, " ", "-")
-		if _, r, err := lim.Acquire(ctx, key, c.first); err != nil || !r.Allowed {
-			t.Fatalf("%s: first acquire: %+v, %v", c.name, r, err)
+		opts  redisstore.Options
+		slack time.Duration
+	}{
+		{"test clock", redisstore.Options{Now: clock.Load, Prefix: "exp:"}, 10 * time.Minute},
+		{"Redis's clock", redisstore.Options{Prefix: "exp:"}, 0},
+	} {
+		lim := funnel.New(redisstore.New(client, st.opts))
+		pttl := func(key string) time.Duration {
+			t.Helper()
+			d, err := client.PTTL(ctx, "exp:"+key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
 		}
-		second := long
-		if c.first == long {
-			second = short
-		}
-		if _, r, err := lim.Acquire(ctx, key, second); err != nil || !r.Allowed {
-			t.Fatalf("%s: second acquire: %+v, %v", c.name, r, err)
-		}
-		pttl, err := client.PTTL(ctx, "exp:"+key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := 10*time.Second + 10*time.Minute; pttl < want-time.Second || pttl > want {
-			t.Errorf("%s: the key expires in %v, want the latest lease's 10s (+ the test clock's 10m slack)", c.name, pttl)
+		for _, c := range []struct {
+			name  string
+			first funnel.Limit
+		}{{"long then short", long}, {"short then long", short}} {
+			key := strings.ReplaceAll(st.name+" "+c.name, " ", "-")
+			if _, r, err := lim.Acquire(ctx, key, c.first); err != nil || !r.Allowed {
+				t.Fatalf("%s, %s: first acquire: %+v, %v", st.name, c.name, r, err)
+			}
+			if want, d := c.first.Period+st.slack, pttl(key); d < want-time.Second || d > want {
+				t.Errorf("%s, %s: the key of one lease expires in %v, want %v", st.name, c.name, d, want)
+			}
+			second := long
+			if c.first == long {
+				second = short
+			}
+			if _, r, err := lim.Acquire(ctx, key, second); err != nil || !r.Allowed {
+				t.Fatalf("%s, %s: second acquire: %+v, %v", st.name, c.name, r, err)
+			}
+			if want, d := 10*time.Second+st.slack, pttl(key); d < want-time.Second || d > want {
+				t.Errorf("%s, %s: the key expires in %v, want the latest lease's %v", st.name, c.name, d, want)
+			}
 		}
 	}
 }
