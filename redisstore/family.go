@@ -453,8 +453,8 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 }
 
 // shortFallback answers op's fallback when a short script (window.lua,
-// log.lua) failed because Redis could not be reached, and returns any
-// other error.
+// log.lua, conc.lua's acquire) failed because Redis could not be reached,
+// and returns any other error.
 func (s *Store) shortFallback(ctx context.Context, err error, op *funnel.Op, res *funnel.Result) error {
 	if err := s.fallsBack(ctx, err); err != nil {
 		return err

@@ -200,6 +200,17 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 			t.Fatalf("AllowAll with Redis down: %+v, %v", m, err)
 		}
 	}
+	// An acquire is a decision; a release is not.
+	conc := funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second}
+	for _, s := range []*redisstore.Store{closed, open} {
+		_, r, err := funnel.New(s).AcquireID(ctx, "c", conc, "id")
+		if want := (funnel.Result{Fallback: true, Allowed: s == open, Limit: 2}); err != nil || r != want {
+			t.Fatalf("an acquire with Redis down: %+v, %v; want %+v", r, err, want)
+		}
+	}
+	if _, err := funnel.New(open).Release(ctx, funnel.Lease{Key: "c", ID: "id"}); !errors.Is(err, funnel.ErrUnavailable) {
+		t.Fatalf("a release with Redis down: %v", err)
+	}
 	lim := funnel.New(closed)
 	if err := lim.Refund(ctx, "f", window, 1); !errors.Is(err, funnel.ErrUnavailable) {
 		t.Fatalf("Refund with Redis down: %v", err)
