@@ -14,9 +14,10 @@
 --          now.lua); the slack plus LOGPACK times 10^7 plus CONCREAD times
 --          10^10 (as family.lua's ARGV[3]); the quantity of an acquire, or
 --          'r' for a release; the count (with the burst), the period in
---          ms, the lease id; then, when not 0, the default unit delay in ns
---          ('' for 0), and when not -1, the latency of a release in ns (0:
---          none; -1: the key's unit delay is not needed, and is not read)
+--          ms, the lease id; then, only when the latency is not -1 (-1:
+--          the key's unit delay is not needed, and is not read), the
+--          default unit delay in ns ('' for 0) and the latency of a
+--          release in ns (0 for none, and for an acquire)
 --
 -- Reply: now's seconds and nanoseconds, then what family.lua answers for
 -- the op in fewer numbers: n*4 + status + 2*held (the leases held, whether
@@ -33,7 +34,9 @@ local slack0 = ARGV[3] + 0
 local slack = slack0 % 10000000
 local key = KEYS[1]
 local CONCREAD = (slack0 - slack0 % 10000000000) / 10000000000
-local m = redis.pcall('ZRANGE', key, '0', string.format('%d', CONCREAD), 'WITHSCORES')
+-- the marker and up to CONCREAD leases, and one more to tell whether
+-- there are more
+local m = redis.pcall('ZRANGE', key, '0', string.format('%d', CONCREAD + 1), 'WITHSCORES')
 if not m.err and (not m[1] or m[1] == '\0conc') then
   local take, id = ARGV[4] ~= 'r', ARGV[7]
   local def, lat = 0, -1
@@ -42,11 +45,11 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
   end
   -- the entries read (the marker first), and whether they are all
   local nm = #m / 2
-  local whole = nm <= CONCREAD
+  local whole = nm <= CONCREAD + 1
   local exists, last = m[1] ~= nil, -1
-  -- read whole: the expiry before the last (the marker's score, below 0,
-  -- when there is no other lease), this lease's, and the number of those
-  -- at or before now (old of them), each score read once
+  -- read whole: the expiry before the last (-1 when there is no other
+  -- lease), this lease's, and the number of those at or before now (old
+  -- of them), each score read once
   local prev, own, old = -1, nil, 0
   if whole then
     for i = 2, nm do

@@ -7,6 +7,6 @@ package redisstore
 func SetLogPack(s *Store, n int) { s.logPack = int64(n) }
 
 // SetConcRead makes conc.lua read a concurrency key whole when it holds
-// up to n leases, rather than 16 (0: never), for the tests that run both
-// of its reads. Call it before s is used.
+// up to n leases, rather than 16 (0: only a key without leases), for the
+// tests that run both of its reads. Call it before s is used.
 func SetConcRead(s *Store, n int) { s.concRead = int64(n) }

@@ -45,8 +45,10 @@ func opCode(op funnel.Op) (kind, alg string) {
 
 // Do applies ops at Redis's current time (see funnel.Store) in one script
 // call. One funnel op without a ban, the commonest call, goes through
-// gcra.lua, batched with the decisions waiting at the same moment; the rest
-// through family.lua. On a Redis Cluster every key of one call must be in one hash
+// gcra.lua, batched with the decisions waiting at the same moment; the
+// commonest others through short scripts of their own (window.lua, batched
+// too, log.lua, conc.lua, takes.lua; see each); the rest, and what a short
+// script finds it does not hold, through family.lua. On a Redis Cluster every key of one call must be in one hash
 // slot (share a {hash tag}), or the error wraps funnel.ErrCrossSlot. When
 // Redis cannot be reached in time, takes and peeks answer the fail-open or
 // fail-closed fallback (Result.Fallback), and refunds and charges, which
@@ -117,9 +119,15 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	args = append(args, strconv.Itoa(len(ops)))
 	for _, op := range ops {
 		key := s.prefix + op.Key
-		bk, err := s.banKey(op.Key)
-		if err != nil {
-			return err
+		// A concurrency limit has no ban: its op names its own key in the
+		// ban's place (which a Ring key with braces but no hash tag could
+		// not have beside it).
+		bk := key
+		if op.Limit.Algorithm != funnel.Concurrency {
+			var err error
+			if bk, err = s.banKey(op.Key); err != nil {
+				return err
+			}
 		}
 		keys = append(keys, key, bk)
 		a, err := s.opArgs(op)
@@ -485,8 +493,8 @@ func shortResult(now int64, op *funnel.Op, f []int64, res *funnel.Result, script
 const defaultLogPack = 256
 
 // defaultConcRead is the most leases a concurrency key may hold for
-// conc.lua to read it whole, with one ZRANGE, rather than with a command
-// for each number it needs.
+// conc.lua to read it whole (its marker and its leases), with one ZRANGE,
+// rather than with a command for each number it needs.
 const defaultConcRead = 16
 
 // conc decides ops, one acquire or release of a concurrency limit, in
@@ -503,10 +511,11 @@ func (s *Store) conc(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 		return true, err
 	}
 	// opArgs's kind, alg, q, ban (two limbs), count, period, id, default
-	// unit delay and latency: conc.lua takes q ('r' for a release) and the
-	// last five, but the unit delays when the latency is empty (-1: the key's
-	// unit delay is not read, and the default one is used only where the
-	// latency is not).
+	// unit delay and latency: conc.lua takes q ('r' for a release), the
+	// count, the period and the id, and the last two only when the latency
+	// is not empty. An empty latency (-1) means that the key's unit delay
+	// is not read; the default unit delay is then not used either (it is
+	// empty, or the op is a release, which never uses it).
 	q := a[2]
 	if op.Kind == funnel.OpRefund {
 		q = "r"

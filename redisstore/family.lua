@@ -41,7 +41,9 @@
 --          call (alone in it), the reservation's record (see settle.lua)
 -- ARGV     now's seconds ('' to read TIME; '-' to read it with a deadline,
 --          see now.lua) and nanoseconds (or the deadline); milliseconds
---          added to every expiry (tests only); the number of ops; then per
+--          added to every expiry (tests only) plus LOGPACK times 10^7 plus
+--          conc.lua's CONCREAD times 10^10 (see below); the number of ops;
+--          then per
 --          op: kind (t take, r refund, c charge, p peek of n units: a take
 --          never charged that starts no ban; v reserve: a take that records
 --          a reservation, followed by its TTL and record; c, p and v alone

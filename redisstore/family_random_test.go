@@ -150,10 +150,11 @@ func (f *familyRun) rs() *redisstore.Store {
 }
 
 // TestFamilyConcurrencyReads runs TestFamilyAgainstMemstore's sequences,
-// on concurrency limits only, with family.lua's one acquire or release reading a concurrency key a
-// command per number it needs (never whole), whole up to 2 leases (so that
-// keys cross from one read to the other), with the clock stepped back now
-// and then, and through one of two stores at random, one of each read.
+// on concurrency limits only, with conc.lua reading a concurrency key a
+// command per number it needs (whole only without leases), whole up to 2
+// leases (so that keys cross from one read to the other), with the clock
+// stepped back now and then, and through one of two stores at random, one
+// of each read.
 func TestFamilyConcurrencyReads(t *testing.T) {
 	t.Parallel()
 	for i, mode := range []struct {

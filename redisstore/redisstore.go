@@ -223,9 +223,9 @@ type Store struct {
 	// Options.SortedSetLogs): defaultLogPack, 0 with SortedSetLogs, or what
 	// a test sets.
 	logPack int64
-	// concRead is the most leases a concurrency key may hold for
-	// family.lua to read it whole, with one command (defaultConcRead, or
-	// what a test sets).
+	// concRead is the most leases a concurrency key may hold for conc.lua
+	// to read it whole, with one command (defaultConcRead, or what a test
+	// sets).
 	concRead int64
 
 	clock     redisClock         // the offset of Redis's clock, for deadlines

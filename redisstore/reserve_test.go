@@ -630,3 +630,27 @@ func TestLogGiveBackKeepsItsExpiry(t *testing.T) {
 		t.Errorf("the log's key expires in %v, want %v", pttl, want)
 	}
 }
+
+// TestConcurrencyRingKeyWithoutTag checks that a concurrency limit, which
+// has no ban, takes a Ring key with braces but no hash tag on every path
+// (conc.lua, and family.lua for leases that have all expired), as it
+// takes any other key.
+func TestConcurrencyRingKeyWithoutTag(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { ring.Close() })
+	var clock atomic.Int64
+	clock.Store(storetestDay0)
+	lim := funnel.New(redisstore.New(ring, redisstore.Options{Now: clock.Load, Prefix: "p:", Timeout: 10 * time.Second}))
+	ctx := context.Background()
+	l := funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: time.Second}
+	for _, id := range []string{"x", "y"} {
+		if _, r, err := lim.AcquireID(ctx, "a{b", l, id); err != nil || !r.Allowed {
+			t.Fatalf("acquire %s: %+v, %v", id, r, err)
+		}
+		clock.Add(int64(2 * time.Second)) // every lease expired
+	}
+	if held, err := lim.Release(ctx, funnel.Lease{Key: "a{b", ID: "y"}); err != nil || held {
+		t.Fatalf("release of an expired lease: %v, %v", held, err)
+	}
+}

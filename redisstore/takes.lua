@@ -4,7 +4,7 @@
 -- script of its own, whose arguments and reply are short (see window.lua
 -- for why that counts: family.lua takes nine to thirteen arguments and two
 -- keys a take, and answers six numbers; here it is four or five, one key,
--- and four numbers). Each take is decided as family.lua's one take is
+-- and one number, two for a sliding counter or a TAT far ahead). Each take is decided as family.lua's one take is
 -- inline, in order; when all are admitted, those of a quantity above 0 are
 -- written, else none. A key that does not hold a state of its take's kind
 -- as family.lua writes it, or a calendar window that does not hold Redis's
