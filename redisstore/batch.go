@@ -335,10 +335,14 @@ const _ = uint(127 - maxBatch)
 // request, "" if its limit and quantity are those of the request before and
 // its key comes once in the batch, else where its limbs are, where the first
 // request on its key is and whether it is the last one on it; then the limbs.
+// A batch of several requests under one limit and quantity, each on a key
+// of its own (the commonest under load), has none of them: its first
+// argument is "u" rather than "t", and its limbs follow at once.
 func throttleArgs(batch []*call, keys, args []string) ([]string, []string) {
 	// The first and last request (from 1) on each key.
 	type run struct{ first, last int }
 	runs := make(map[string]run, len(batch))
+	uniform := len(batch) > 1
 	for i, c := range batch {
 		keys[i] = c.key
 		r, ok := runs[c.key]
@@ -347,6 +351,13 @@ func throttleArgs(batch []*call, keys, args []string) ([]string, []string) {
 		}
 		r.last = i + 1
 		runs[c.key] = r
+		if c.cost != batch[0].cost || c.tol != batch[0].tol {
+			uniform = false
+		}
+	}
+	if uniform && len(runs) == len(batch) {
+		args[0] = "u"
+		return keys, appendLimbs(appendLimbs(args, batch[0].cost), batch[0].tol)
 	}
 	first := len(args)
 	args = slices.Grow(args, 5*len(batch))[:first+len(batch)]

@@ -21,7 +21,9 @@ import (
 
 // One script call decides a batch in order, each request seeing the ones
 // before it, exactly as gcra.Decide applied one after the other; a key of the
-// wrong type fails alone; answers with d past 2^50 ns come on two limbs. The
+// wrong type fails alone; answers with d past 2^50 ns come on two limbs.
+// Seeds above 20 send batches of one limit and quantity, each key once (the
+// script's "u" batches, without an argument per request). The
 // keys are left as the requests one after the other would leave them: each
 // holds its last TAT, expiring when it is reached, and a key whose last
 // request left its TAT at now (as absent) is deleted.
@@ -39,7 +41,12 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 		mustNewParams(t, 3, 1, 1500*time.Microsecond+7),
 	}
 	keys := []string{"a", "b", "a", "far", "bad", "list", "edge", "c", "stale", "atnow", "stale", "atnow"}
-	for seed := uint64(1); seed <= 20; seed++ {
+	// the keys of a uniform batch: each once, the preset ones among them
+	ukeys := []string{"a", "b", "c", "far", "bad", "list", "edge", "stale", "atnow"}
+	for i := len(ukeys); i < maxBatch; i++ {
+		ukeys = append(ukeys, "u"+strconv.Itoa(i))
+	}
+	for seed := uint64(1); seed <= 30; seed++ {
 		// The state of each key, as Redis would hold it after each request
 		// in turn: its TAT if it exists.
 		held := map[string]int64{
@@ -57,7 +64,23 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 		}
 		c.Set(ctx, "bad", "notanumber", time.Hour)
 		c.RPush(ctx, "list", "x")
+		for i := 9; i < maxBatch; i++ {
+			c.Del(ctx, "u"+strconv.Itoa(i))
+		}
 		r := rand.New(rand.NewPCG(seed, 2))
+		uniform := seed > 20
+		up := params[r.IntN(len(params))]
+		uq := r.Int64N(up.Limit+2) - 1 // a refund of 1 at times
+		r.Shuffle(len(ukeys), func(i, j int) { ukeys[i], ukeys[j] = ukeys[j], ukeys[i] })
+		if uniform {
+			// half of the other keys hold a TAT up to twice the tolerance
+			// ahead, so that decisions fall on both sides of it
+			for i := 9; i < maxBatch; i += 2 {
+				key := "u" + strconv.Itoa(i)
+				held[key] = now + 1 + r.Int64N(2*up.Tolerance+int64(time.Millisecond))
+				c.Set(ctx, key, strconv.FormatInt(held[key], 10), time.Hour)
+			}
+		}
 		var batch []*call
 		var want []reply
 		for i := 0; i < maxBatch; i++ {
@@ -69,6 +92,9 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			}
 			if r.IntN(4) == 0 || (seed%2 == 0 && (key == "stale" || key == "atnow")) {
 				q = 0 // on every other seed, these keys get peeks only
+			}
+			if uniform {
+				key, p, q = ukeys[i], up, uq
 			}
 			cost, err := gcra.Cost(p, q)
 			if err != nil {
@@ -263,6 +289,18 @@ func TestThrottleArgs(t *testing.T) {
 	}
 	if !slices.Equal(args, want) {
 		t.Errorf("args\n%q, want\n%q", args, want)
+	}
+	// One limit and quantity, each key once: no argument per request.
+	batch = []*call{c("a", 2e9+3), c("b", 2e9+3), c("c", 2e9+3)}
+	_, args = throttleArgs(batch, make([]string, len(batch)), []string{"t", "", "", "0"})
+	if want := []string{"u", "", "", "0", "2", "3", "5", "0"}; !slices.Equal(args, want) {
+		t.Errorf("args of a uniform batch\n%q, want\n%q", args, want)
+	}
+	// One limit, a key twice; two limits, each key once: per request.
+	for _, batch := range [][]*call{{c("a", 1), c("b", 1), c("a", 1)}, {c("a", 1), c("b", 2)}} {
+		if _, args := throttleArgs(batch, make([]string, len(batch)), []string{"t", "", "", "0"}); args[0] != "t" || len(args) != 4+len(batch)+4*2 && len(args) != 4+len(batch)+4 {
+			t.Errorf("args %q", args)
+		}
 	}
 }
 

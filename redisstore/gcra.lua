@@ -16,7 +16,10 @@
 -- KEYS     the keys, in the order their requests are decided (one key may
 --          come more than once: each request sees the ones before it)
 -- ARGV[1]  "t" (throttle; the only operation: keyops.lua reads and
---          deletes keys for TTL and Reset)
+--          deletes keys for TTL and Reset), or "u" for a batch whose
+--          requests share one cost and tolerance, each on a key of its
+--          own: it has no ARGV[4+i], and its cost's and tolerance's limbs
+--          are ARGV[5] to ARGV[8]
 -- ARGV[2]  "" to take the time from Redis's TIME, "-" to take it with a
 -- ARGV[3]  deadline in ARGV[3] (see now.lua); tests only: now's seconds and
 --          nanoseconds
@@ -128,12 +131,22 @@ end
 local TH, TL, B, C
 local out, no = {}, 0
 local ch, cl, vh, vl
+-- A batch whose requests share one limit and quantity, each on a key of
+-- its own, has no argument per request (ARGV[1] is "u"): its limbs are
+-- ARGV[5] to ARGV[8].
+local uniform = argv[1] == 'u'
+if uniform then
+  ch, cl, vh, vl = argv[5] + 0, argv[6] + 0, argv[7] + 0, argv[8] + 0
+end
 -- The last argument decoded, not "" (the middle requests on a key that
 -- comes more than once have the same).
 local pm, pf, plast = '', 0, false
 for i = 1, nk do
   local f, last = 0, false
-  local m = argv[4 + i]
+  local m = ''
+  if not uniform then
+    m = argv[4 + i]
+  end
   if m == pm then
     f, last = pf, plast
   elseif m ~= '' then
