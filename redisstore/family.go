@@ -48,11 +48,12 @@ func opCode(op funnel.Op) (kind, alg string) {
 // gcra.lua, batched with the decisions waiting at the same moment; the
 // commonest others through short scripts of their own (window.lua, batched
 // too, log.lua, conc.lua, takes.lua; see each); the rest, and what a short
-// script finds it does not hold, through family.lua. On a Redis Cluster every key of one call must be in one hash
-// slot (share a {hash tag}), or the error wraps funnel.ErrCrossSlot. When
-// Redis cannot be reached in time, takes and peeks answer the fail-open or
-// fail-closed fallback (Result.Fallback), and refunds and charges, which
-// are not decisions, fail with an error wrapping funnel.ErrUnavailable.
+// script finds it does not hold, through family.lua. On a Redis Cluster
+// every key of one call must be in one hash slot (share a {hash tag}), or
+// the error wraps funnel.ErrCrossSlot. When Redis cannot be reached in
+// time, takes and peeks answer the fail-open or fail-closed fallback
+// (Result.Fallback), and refunds and charges, which are not decisions, fail
+// with an error wrapping funnel.ErrUnavailable.
 func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) error {
 	if len(ops) == 0 {
 		return nil
