@@ -242,13 +242,22 @@ func (s *Store) sendOne(ctx context.Context, r req) (reply, error) {
 	return answers[0], nil
 }
 
-// windowArgs appends r's four arguments of window.lua to args.
+// windowArgs appends r's three arguments of window.lua to args: the
+// quantity, the count and the period, negative for a sliding window.
 func windowArgs(args []string, r req) []string {
-	return append(args, r.alg, limb(r.q), limb(r.count), limb(r.period))
+	p := r.period
+	if r.alg == "s" {
+		p = -p
+	}
+	return append(args, limb(r.q), limb(r.count), limb(p))
 }
 
 // decodeWindows decodes window.lua's answers for n requests.
 func decodeWindows(v []int64, n int) ([]reply, error) {
+	if n == 1 && len(v) == 3 {
+		// a lone fixed window's, without its previous count
+		v = append(v[:3:3], 0)
+	}
 	if len(v) != 2+2*n || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second)-1 || v[1] < 0 || v[1] >= 1e9 {
 		return nil, fmt.Errorf("%w: window script reply %v for %d keys", errInternal, v, n)
 	}
@@ -311,7 +320,7 @@ func (s *Store) batchCall(batch []*call) (*script, []string, []string, error) {
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		args = slices.Grow(args[1:], 4*len(batch))
+		args = slices.Grow(args[1:], 3*len(batch))
 		for i, c := range batch {
 			keys[i] = c.key
 			args = windowArgs(args, c.req)

@@ -15,15 +15,16 @@
 --          wrote)
 -- ARGV     now's seconds and nanoseconds ('' or '-' and a deadline, see
 --          now.lua), milliseconds added to every expiry (tests only), then
---          four per request: the algorithm (f or s), the quantity, the
---          count, the period in ms
+--          three per request: the quantity, the count, and the period in
+--          ms, negative for a sliding window counter (one argument fewer
+--          than the algorithm's own)
 --
 -- Reply: now's seconds and nanoseconds, then two numbers per request:
 -- n*4 + status (n the units the fixed window counted before the take, or
 -- the sliding window's current count; status 1 allowed and written, 0
 -- refused), or -1; and the sliding window's previous count (0 for a fixed
--- window). A window's start (and a fixed window's end) follow from now and
--- its period, as here.
+-- window, which a lone fixed window's reply leaves out). A window's start
+-- (and a fixed window's end) follow from now and its period, as here.
 
 local nh, nl
 local ti = 1
@@ -35,13 +36,16 @@ if nk > 1 then
   out = { nh, nl }
 end
 for i = 1, nk do
-  local key, a = KEYS[i], 4 * i
-  local code, prev = -1, 0
+  local key, a = KEYS[i], 3 * i + 1
+  local code, prev, fixed = -1, 0, true
   local raw = redis.pcall('GET', key)
   if type(raw) ~= 'table' then
-    local q, count, p = ARGV[a + 1] + 0, ARGV[a + 2] + 0, ARGV[a + 3] + 0
+    local q, count, p = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0
+    if p < 0 then
+      fixed, p = false, -p
+    end
     local s = nowms - nowms % p
-    if ARGV[a] == 'f' then
+    if fixed then
       local e = s + p
       local n, ok = 0, true
       --> fixedread.lua
@@ -75,6 +79,9 @@ for i = 1, nk do
   end
   if nk == 1 then
     -- (a table made whole costs less than one grown)
+    if fixed then
+      return { nh, nl, code }
+    end
     return { nh, nl, code, prev }
   end
   out[2 * i + 1] = code
