@@ -15,11 +15,11 @@
 --
 -- KEYS     the keys, in the order their requests are decided (one key may
 --          come more than once: each request sees the ones before it)
--- ARGV[1]  "t" (throttle; the only operation: keyops.lua reads and
---          deletes keys for TTL and Reset), or "u" for a batch whose
---          requests share one cost and tolerance, each on a key of its
---          own: it has no ARGV[4+i], and its cost's and tolerance's limbs
---          are ARGV[5] to ARGV[8]
+-- ARGV[1]  "t" (throttle: this script only decides; keyops.lua reads and
+--          deletes keys for TTL and Reset), or "u", a throttle of a batch
+--          whose requests share one cost and tolerance, each on a key of
+--          its own: it has no ARGV[4+i], and its cost's and tolerance's
+--          limbs are ARGV[5] to ARGV[8]
 -- ARGV[2]  "" to take the time from Redis's TIME, "-" to take it with a
 -- ARGV[3]  deadline in ARGV[3] (see now.lua); tests only: now's seconds and
 --          nanoseconds
