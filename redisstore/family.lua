@@ -265,10 +265,7 @@ if nops == 1 and ARGV[5] == 't' and ARGV[6] == 'o' and ARGV[8] == '0' and ARGV[9
           wait = redis.call('ZRANGE', key, old + n + q - count, old + n + q - count, 'WITHSCORES')[2] + 0
         end
       elseif q > 0 then
-        local at = nowms
-        if nl % 1000000 > 0 then
-          at = nowms + 1
-        end
+        local at = ceilms
         if last > at then
           at = last
         end
