@@ -139,26 +139,35 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	}
 	v, err := s.evalTimed(ctx, familyScript, keys, args)
 	if err != nil {
-		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) || errors.Is(err, errClock) {
-			return err
-		}
-		if err := callerDone(ctx); err != nil {
-			return err
-		}
-		if k := ops[0].Kind; k == funnel.OpRefund || k == funnel.OpCharge {
-			// Not decisions: what was given back or spent is not
-			// recorded, and the caller is told so.
-			s.reload()
-			return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
-		}
-		s.fallbacks.Add(int64(len(ops)))
-		s.failed(err)
-		for i, op := range ops {
-			res[i] = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: op.Limit.Capacity()}
-		}
-		return nil
+		return s.familyFailed(ctx, err, ops, res)
 	}
 	return decodeFamily(v, ops, res)
+}
+
+// familyFailed answers ops, whose script call (family.lua, conc.lua or
+// takes.lua) failed with err: the error itself when the script refused the
+// call or the caller gave up; else, Redis being unreachable, the fallback
+// for takes and peeks, and an error wrapping funnel.ErrUnavailable for a
+// refund or a charge (alone in its call).
+func (s *Store) familyFailed(ctx context.Context, err error, ops []funnel.Op, res []funnel.Result) error {
+	if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) || errors.Is(err, errClock) {
+		return err
+	}
+	if err := callerDone(ctx); err != nil {
+		return err
+	}
+	if k := ops[0].Kind; k == funnel.OpRefund || k == funnel.OpCharge {
+		// Not decisions: what was given back or spent is not
+		// recorded, and the caller is told so.
+		s.reload()
+		return fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
+	}
+	s.fallbacks.Add(int64(len(ops)))
+	s.failed(err)
+	for i, op := range ops {
+		res[i] = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: op.Limit.Capacity()}
+	}
+	return nil
 }
 
 // oneSlot returns an error wrapping funnel.ErrCrossSlot when the keys of
@@ -255,19 +264,7 @@ func (s *Store) takes(ctx context.Context, ops []funnel.Op, res []funnel.Result)
 	}
 	v, err := s.evalTimed(ctx, takesScript, keys, args)
 	if err != nil {
-		if errors.Is(err, funnel.ErrWrongType) || errors.Is(err, errInternal) {
-			return true, err
-		}
-		if err := callerDone(ctx); err != nil {
-			return true, err
-		}
-		// As Do answers for family.lua.
-		s.fallbacks.Add(int64(len(ops)))
-		s.failed(err)
-		for i, op := range ops {
-			res[i] = funnel.Result{Fallback: true, Allowed: s.failOpen, Limit: op.Limit.Capacity()}
-		}
-		return true, nil
+		return true, s.familyFailed(ctx, err, ops, res)
 	}
 	if len(v) == 3 && v[2] == -1 {
 		return false, nil
@@ -462,8 +459,8 @@ func (s *Store) window(ctx context.Context, op *funnel.Op, res *funnel.Result) (
 }
 
 // shortFallback answers op's fallback when a short script (window.lua,
-// log.lua, conc.lua's acquire) failed because Redis could not be reached,
-// and returns any other error.
+// log.lua) failed because Redis could not be reached, and returns any
+// other error.
 func (s *Store) shortFallback(ctx context.Context, err error, op *funnel.Op, res *funnel.Result) error {
 	if err := s.fallsBack(ctx, err); err != nil {
 		return err
@@ -527,15 +524,7 @@ func (s *Store) conc(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 	}
 	v, err := s.evalTimed(ctx, concScript, []string{s.prefix + op.Key}, args)
 	if err != nil {
-		if op.Kind == funnel.OpRefund && !errors.Is(err, funnel.ErrWrongType) && !errors.Is(err, errInternal) {
-			if err := callerDone(ctx); err != nil {
-				return true, err
-			}
-			// Not a decision (see Do).
-			s.reload()
-			return true, fmt.Errorf("redisstore: %w: %w", funnel.ErrUnavailable, err)
-		}
-		return true, s.shortFallback(ctx, err, op, &res[0])
+		return true, s.familyFailed(ctx, err, ops, res)
 	}
 	if len(v) == 3 && v[2] == -1 {
 		return false, nil
