@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -39,6 +40,8 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 		mustNewParams(t, 0, 1, time.Millisecond),
 		mustNewParams(t, 1, 1, 365*24*time.Hour),
 		mustNewParams(t, 3, 1, 1500*time.Microsecond+7),
+		// a tolerance of 250 years: "edge" reaches int64's end
+		mustNewParams(t, 250, 1, 365*24*time.Hour),
 	}
 	keys := []string{"a", "b", "a", "far", "bad", "list", "edge", "c", "stale", "atnow", "stale", "atnow"}
 	// the keys of a uniform batch: each once, the preset ones among them
@@ -55,6 +58,7 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			"stale": now - int64(time.Second), // expired by the injected clock only
 			"atnow": now,
 		}
+		written := map[string]bool{}
 		for key := range held {
 			c.Del(ctx, key)
 		}
@@ -77,7 +81,8 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			// ahead, so that decisions fall on both sides of it
 			for i := 9; i < maxBatch; i += 2 {
 				key := "u" + strconv.Itoa(i)
-				held[key] = now + 1 + r.Int64N(2*up.Tolerance+int64(time.Millisecond))
+				span := min(up.Tolerance, (math.MaxInt64-now)/2-int64(time.Millisecond))
+				held[key] = now + 1 + r.Int64N(2*span+int64(time.Millisecond))
 				c.Set(ctx, key, strconv.FormatInt(held[key], 10), time.Hour)
 			}
 		}
@@ -118,10 +123,12 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			case res.Allowed && newTAT > now:
 				a.status = 1
 				held[key] = newTAT
+				written[key] = true
 			case res.Allowed:
 				a.status = 1
 				if exists {
 					delete(held, key)
+					written[key] = true
 				}
 			}
 			want = append(want, a)
@@ -155,6 +162,16 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			want := (tat-now+999_999)/1e6 + nowSlack.Milliseconds()
 			if got := c.PTTL(ctx, key).Val().Milliseconds(); got > want || got < want-1000 {
 				t.Errorf("seed %d: %q has PTTL %d ms, want %d", seed, key, got, want)
+			}
+		}
+		// A key that no request wrote keeps the expiry it was set with (a
+		// TAT that would pass int64 writes nothing).
+		for _, key := range []string{"far", "edge"} {
+			if written[key] {
+				continue
+			}
+			if got := c.PTTL(ctx, key).Val(); got > time.Hour || got < time.Hour-time.Minute {
+				t.Errorf("seed %d: %q has PTTL %v, want the hour it was set with", seed, key, got)
 			}
 		}
 		if got, _ := c.LRange(ctx, "list", 0, -1).Result(); len(got) != 1 || got[0] != "x" {
