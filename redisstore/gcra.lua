@@ -57,13 +57,16 @@
 -- right after its request, keeps the TAT of a key that comes more than once
 -- in a table (at the index of its first request) and writes it once, after
 -- its last request: the state the requests one after the other would have
--- left. Keys decided alike (fresh keys under one limit) get the same value
--- and expiry, formatted once.
+-- left. A "u" batch, each key once, takes a loop of its own without that
+-- bookkeeping (34,100 Redis instructions a decision against 35,600, in
+-- batches of 16 out of 10,000 keys that hold TATs). Keys decided alike
+-- (fresh keys under one limit) get the same value and expiry, formatted
+-- once.
 --
--- Both paths read a TAT, decide and write the same way, and that text is
+-- The paths read a TAT, decide and write the same way, and that text is
 -- written once, in tat.lua, decide.lua and store.lua: Go writes each of them
 -- in at the lines "--> name.lua" when the package starts (include, in
--- scripts.go), so that Redis runs them inline. Local functions that both
+-- scripts.go), so that Redis runs them inline. Local functions that the
 -- paths call would cost Redis more per decision. Instructions that
 -- redis-server 7.0 runs in EVALSHA per decision (callgrind; 10,000 calls
 -- on one key each, or 200 batches of 64; every request allowed and written):
@@ -125,28 +128,55 @@ if na > 0 and redis.call('EXISTS', unpack(absent)) > 0 then
   end
 end
 
+local out, no = {}, 0
+local ch, cl, vh, vl
+
+-- A batch whose requests share one limit and quantity, each on a key of
+-- its own (ARGV[1] is "u"), has no argument per request, and its limbs
+-- are ARGV[5] to ARGV[8]. Each key is read, decided and written once: the
+-- loop below without its bookkeeping of keys that come more than once.
+if argv[1] == 'u' then
+  ch, cl, vh, vl = argv[5] + 0, argv[6] + 0, argv[7] + 0, argv[8] + 0
+  for i = 1, nk do
+    local th, tl, bad = 0, 0, false
+    local raw = raws[i]
+    if raw then
+      --> tat.lua
+    elseif wrong and wrong[i] then
+      bad = 3
+    end
+    if bad then
+      no = no + 1
+      out[no] = -9 - bad
+    else
+      --> decide.lua
+      if dh < 1125899 then
+        no = no + 1
+        out[no] = (dh * 1000000000 + dl) * 4 + status
+      else
+        out[no + 1], out[no + 2], out[no + 3] = -1 - status, dh, dl
+        no = no + 3
+      end
+      if status == 1 then
+        -- decide.lua left x = new TAT - now in xh, xl.
+        local key = keys[i]
+        --> store.lua
+      end
+    end
+  end
+  return out
+end
+
 -- The state of a key that comes more than once, at the index f of its first
 -- request: its TAT TH[f], TL[f], why it cannot be read B[f] (false if it
 -- can), and C[f] true once a request changed it.
 local TH, TL, B, C
-local out, no = {}, 0
-local ch, cl, vh, vl
--- A batch whose requests share one limit and quantity, each on a key of
--- its own, has no argument per request (ARGV[1] is "u"): its limbs are
--- ARGV[5] to ARGV[8].
-local uniform = argv[1] == 'u'
-if uniform then
-  ch, cl, vh, vl = argv[5] + 0, argv[6] + 0, argv[7] + 0, argv[8] + 0
-end
 -- The last argument decoded, not "" (the middle requests on a key that
 -- comes more than once have the same).
 local pm, pf, plast = '', 0, false
 for i = 1, nk do
   local f, last = 0, false
-  local m = ''
-  if not uniform then
-    m = argv[4 + i]
-  end
+  local m = argv[4 + i]
   if m == pm then
     f, last = pf, plast
   elseif m ~= '' then
