@@ -665,8 +665,14 @@ func TestConcurrencyExpiryCoversEveryLease(t *testing.T) {
 			first funnel.Limit
 		}{{"long then short", long}, {"short then long", short}} {
 			key := strings.ReplaceAll(st.name+" "+c.name, " ", "-")
-			if _, r, err := lim.Acquire(ctx, key, c.first); err != nil || !r.Allowed {
+			_, r, err := lim.Acquire(ctx, key, c.first)
+			if err != nil || !r.Allowed {
 				t.Fatalf("%s, %s: first acquire: %+v, %v", st.name, c.name, r, err)
+			}
+			// the result, from the script's own now (Redis's, in µs, or the
+			// injected one)
+			if want := c.first.Period; r.ResetAfter < want-time.Millisecond || r.ResetAfter > want {
+				t.Errorf("%s, %s: the first acquire resets after %v, want %v", st.name, c.name, r.ResetAfter, want)
 			}
 			if want, d := c.first.Period+st.slack, pttl(key); d < want-time.Second || d > want {
 				t.Errorf("%s, %s: the key of one lease expires in %v, want %v", st.name, c.name, d, want)
@@ -675,8 +681,12 @@ func TestConcurrencyExpiryCoversEveryLease(t *testing.T) {
 			if c.first == long {
 				second = short
 			}
-			if _, r, err := lim.Acquire(ctx, key, second); err != nil || !r.Allowed {
+			_, r, err = lim.Acquire(ctx, key, second)
+			if err != nil || !r.Allowed {
 				t.Fatalf("%s, %s: second acquire: %+v, %v", st.name, c.name, r, err)
+			}
+			if want := 10 * time.Second; r.ResetAfter < want-time.Second || r.ResetAfter > want {
+				t.Errorf("%s, %s: the second acquire resets after %v, want the latest lease's %v", st.name, c.name, r.ResetAfter, want)
 			}
 			if want, d := 10*time.Second+st.slack, pttl(key); d < want-time.Second || d > want {
 				t.Errorf("%s, %s: the key expires in %v, want the latest lease's %v", st.name, c.name, d, want)
