@@ -15,33 +15,48 @@
 --          10^10 (as family.lua's ARGV[3]); the quantity of an acquire, or
 --          'r' for a release; the count (with the burst), the period in
 --          ms, the lease id; then, only when the latency is not -1 (-1:
---          the key's unit delay is not needed, and is not read), the
---          default unit delay in ns ('' for 0) and the latency of a
---          release in ns (0 for none, and for an acquire)
+--          the key's unit delay is not needed, and is not read; an
+--          acquire's is otherwise 0), for an acquire the score of the
+--          marker of a key given the default unit delay u in ns, -1-u (''
+--          when u is 0), and for a release its latency in ns
 --
--- Reply: now's seconds and nanoseconds, then what family.lua answers for
--- the op in fewer numbers: n*4 + status + 2*held (the leases held, whether
+-- Reply: now in microseconds, then what family.lua answers for the op in
+-- fewer numbers: n*4 + status + 2*held (the leases held, whether
 -- admitted, for a release whether it held its lease, and whether it did
 -- for an acquire), the latest expiry of the leases held, the same but
 -- this one's, and, only when not 0 and -1, the key's unit delay and the
--- expiry to wait for; or now's and -1.
+-- expiry to wait for; or now and -1.
 
 local nh, nl
 local ti = 1
 --> now.lua
 local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
+-- now in microseconds, which the reply gives as one number (TIME's
+-- precision; Go knows an injected clock's nanoseconds)
+local us = nh * 1000000 + (nl - nl % 1000) / 1000
 local slack0 = ARGV[3] + 0
 local slack = slack0 % 10000000
 local key = KEYS[1]
 local CONCREAD = (slack0 - slack0 % 10000000000) / 10000000000
 -- the marker and up to CONCREAD leases, and one more to tell whether
--- there are more
-local m = redis.pcall('ZRANGE', key, '0', string.format('%d', CONCREAD + 1), 'WITHSCORES')
+-- there are more (CONCREAD is 16 but in tests: its stop is then not
+-- formatted)
+local stop = '17'
+if CONCREAD ~= 16 then
+  stop = string.format('%d', CONCREAD + 1)
+end
+local m = redis.pcall('ZRANGE', key, '0', stop, 'WITHSCORES')
 if not m.err and (not m[1] or m[1] == '\0conc') then
   local take, id = ARGV[4] ~= 'r', ARGV[7]
-  local def, lat = 0, -1
-  if ARGV[9] then
-    def, lat = tonumber(ARGV[8]) or 0, ARGV[9] + 0
+  -- def: the default unit delay's marker ('' for none), as Go wrote it
+  local def, lat = '', -1
+  local x = ARGV[8]
+  if x then
+    if take then
+      def, lat = x, 0
+    else
+      lat = x + 0
+    end
   end
   -- the entries read (the marker first), and whether they are all
   local nm = #m / 2
@@ -79,7 +94,7 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
     local n, held, wait, others, unit = 0, 0, -1, -1, 0
     if exists and whole then
       n = nm - 1 - old
-      if lat >= 0 then
+      if take and lat >= 0 then
         unit = -1 - m[2]
       end
       others = last
@@ -93,7 +108,7 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
     elseif exists then
       old = redis.call('ZCOUNT', key, '0', string.format('%d', nowms))
       n = redis.call('ZCARD', key) - 1 - old
-      if lat >= 0 then
+      if take and lat >= 0 then
         unit = -1 - redis.call('ZSCORE', key, '\0conc')
       end
       own = redis.call('ZSCORE', key, id)
@@ -135,10 +150,10 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
         local at = nowms + period
         local ats = string.format('%d', at)
         -- a key takes the default unit delay when it has none
-        if unit == 0 and (def > 0 or not exists) then
+        if unit == 0 and (def ~= '' or not exists) then
           local mark = '-1'
-          if def > 0 then
-            mark = string.format('%d', -1 - def)
+          if def ~= '' then
+            mark = def
           end
           redis.call('ZADD', key, mark, '\0conc', ats, id)
         else
@@ -171,6 +186,12 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
         if held == 1 then
           redis.call('ZREM', key, id)
           if lat > 0 then
+            -- a release reads the key's unit delay only here
+            if whole then
+              unit = -1 - m[2]
+            else
+              unit = -1 - redis.call('ZSCORE', key, '\0conc')
+            end
             local sum = unit + lat
             unit = (sum - sum % 2) / 2
             if unit < 1 then
@@ -184,15 +205,16 @@ if not m.err and (not m[1] or m[1] == '\0conc') then
       end
     end
     -- the key's unit delay and the expiry to wait for only when not 0
-    -- and -1
-    local r = { nh, nl, n * 4 + status + 2 * held, last, others }
-    if unit ~= 0 or wait ~= -1 then
-      r[6] = unit
+    -- and -1, and only for an acquire (a release's result does not
+    -- depend on them)
+    local r = { us, n * 4 + status + 2 * held, last, others }
+    if take and (unit ~= 0 or wait ~= -1) then
+      r[5] = unit
       if wait ~= -1 then
-        r[7] = wait
+        r[6] = wait
       end
     end
     return r
   end
 end
-return { nh, nl, -1 }
+return { us, -1 }

@@ -510,37 +510,56 @@ func (s *Store) conc(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 	}
 	// opArgs's kind, alg, q, ban (two limbs), count, period, id, default
 	// unit delay and latency: conc.lua takes q ('r' for a release), the
-	// count, the period and the id, and the last two only when the latency
-	// is not empty. An empty latency (-1) means that the key's unit delay
-	// is not read; the default unit delay is then not used either (it is
-	// empty, or the op is a release, which never uses it).
+	// count, the period and the id, and, only when the latency is not
+	// empty, one more: for an acquire (whose latency is then 0) the marker
+	// of a key given the default unit delay u (its score, -1-u, written
+	// here rather than by the script), for a release its latency. An empty
+	// latency (-1) means that the key's unit delay is not read; the default
+	// unit delay is then not used either (it is empty, or the op is a
+	// release, which never uses it).
 	q := a[2]
 	if op.Kind == funnel.OpRefund {
 		q = "r"
 	}
 	args = append(args, q, a[5], a[6], a[7])
-	if a[9] != "" {
-		args = append(args, a[8], a[9])
+	switch {
+	case a[9] == "":
+	case op.Kind == funnel.OpRefund:
+		args = append(args, a[9])
+	default:
+		mark := ""
+		if u := op.Limit.UnitDelay; u > 0 {
+			mark = strconv.FormatInt(-1-int64(u), 10)
+		}
+		args = append(args, mark)
 	}
 	v, err := s.evalTimed(ctx, concScript, []string{s.prefix + op.Key}, args)
 	if err != nil {
 		return true, s.familyFailed(ctx, err, ops, res)
 	}
-	if len(v) == 3 && v[2] == -1 {
+	if len(v) == 2 && v[1] == -1 {
 		return false, nil
 	}
-	if len(v) < 5 || len(v) > 7 || v[2] < 0 {
+	if len(v) < 4 || len(v) > 6 || v[1] < 0 || v[0] < 0 || v[0] > math.MaxInt64/1000 {
 		return true, fmt.Errorf("%w: concurrency script reply %v", errInternal, v)
 	}
+	// now: Redis's TIME, in µs, or the clock this store injected, whose
+	// nanoseconds the reply leaves out.
+	now := v[0] * 1000
+	if s.now != nil {
+		sec, _ := strconv.ParseInt(args[0], 10, 64)
+		nsec, _ := strconv.ParseInt(args[1], 10, 64)
+		now = sec*1e9 + nsec
+	}
 	// family.lua's reply (see familyResult's concurrency case).
-	code, unit, wait := v[2], int64(0), int64(-1)
+	code, unit, wait := v[1], int64(0), int64(-1)
+	if len(v) > 4 {
+		unit = v[4]
+	}
 	if len(v) > 5 {
-		unit = v[5]
+		wait = v[5]
 	}
-	if len(v) > 6 {
-		wait = v[6]
-	}
-	f := [8]int64{v[0], v[1], code & 1, v[3], v[4], code >> 2, code>>1&1 + 2*unit, wait}
+	f := [8]int64{now / 1e9, now % 1e9, code & 1, v[2], v[3], code >> 2, code>>1&1 + 2*unit, wait}
 	return true, decodeFamily(f[:], ops, res)
 }
 
