@@ -10,8 +10,8 @@
 -- as it is: family.lua decides it, by the same rules.
 --
 -- KEYS[1]  the key
--- ARGV     now's seconds and nanoseconds ('' or '-' and a deadline, see
---          now.lua); the slack plus LOGPACK times 10^7 plus CONCREAD times
+-- ARGV     now's seconds and nanoseconds ('', or '-' or '~' and a guard,
+--          and a deadline: see now.lua); the slack plus LOGPACK times 10^7 plus CONCREAD times
 --          10^10 (as family.lua's ARGV[3]); the quantity of an acquire, or
 --          'r' for a release; the count (with the burst), the period in
 --          ms, the lease id; then, only when the latency is not -1 (-1:
@@ -20,12 +20,13 @@
 --          marker of a key given the default unit delay u in ns, -1-u (''
 --          when u is 0), and for a release its latency in ns
 --
--- Reply: now in microseconds, then what family.lua answers for the op in
--- fewer numbers: n*4 + status + 2*held (the leases held, whether
--- admitted, for a release whether it held its lease, and whether it did
--- for an acquire), the latest expiry of the leases held, the same but
--- this one's, and, only when not 0 and -1, the key's unit delay and the
--- expiry to wait for; or now and -1.
+-- Reply: now in microseconds (exact until 2255: Go takes an injected
+-- clock's now from its own arguments), then what family.lua answers for
+-- the op in fewer numbers: n*4 + status + 2*held (the leases held,
+-- whether admitted, for a release whether it held its lease, and whether
+-- it did for an acquire), the latest expiry of the leases held, the same
+-- but this one's, and, for an acquire only and only when not 0 and -1,
+-- the key's unit delay and the expiry to wait for; or now and -1.
 
 local nh, nl
 local ti = 1
