@@ -219,7 +219,7 @@ func (s *Store) sendOne(ctx context.Context, r req) (reply, error) {
 		if err != nil {
 			return reply{}, err
 		}
-		out, err := s.decodeWindows(v, 1, args[1:])
+		out, err := decodeWindows(v, 1)
 		if err != nil {
 			return reply{}, err
 		}
@@ -252,20 +252,19 @@ func windowArgs(args []string, r req) []string {
 	return append(args, limb(r.q), limb(r.count), limb(p))
 }
 
-// decodeWindows decodes window.lua's answers for n requests, sent with
-// args (see replyNow).
-func (s *Store) decodeWindows(v []int64, n int, args []string) ([]reply, error) {
-	if n == 1 && len(v) == 2 {
+// decodeWindows decodes window.lua's answers for n requests.
+func decodeWindows(v []int64, n int) ([]reply, error) {
+	if n == 1 && len(v) == 3 {
 		// a lone fixed window's, without its previous count
-		v = append(v[:2:2], 0)
+		v = append(v[:3:3], 0)
 	}
-	now, ok := s.replyNow(v[0], args)
-	if !ok || len(v) != 1+2*n || now > math.MaxInt64-int64(time.Second) {
+	if len(v) != 2+2*n || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second)-1 || v[1] < 0 || v[1] >= 1e9 {
 		return nil, fmt.Errorf("%w: window script reply %v for %d keys", errInternal, v, n)
 	}
+	now := v[0]*1e9 + v[1]
 	out := make([]reply, n)
 	for i := range out {
-		code, prev := v[1+2*i], v[2+2*i]
+		code, prev := v[2+2*i], v[3+2*i]
 		if code < -1 || prev < 0 {
 			return nil, fmt.Errorf("%w: window script reply %v for %d keys", errInternal, v, n)
 		}
@@ -292,13 +291,12 @@ func (s *Store) send(batch []*call) {
 		v, err = s.evalBy(ctx, sc, keys, args)
 		cancel()
 		if err == nil {
-			var out []reply
+			decode := decodeAnswers
 			if sc == windowScript {
-				out, err = s.decodeWindows(v, len(batch), args)
-			} else {
-				out, err = decodeAnswers(v, len(batch))
+				decode = decodeWindows
 			}
-			if err == nil {
+			var out []reply
+			if out, err = decode(v, len(batch)); err == nil {
 				for i, c := range batch {
 					c.reply = out[i]
 					c.deliver()

@@ -266,23 +266,22 @@ func (s *Store) takes(ctx context.Context, ops []funnel.Op, res []funnel.Result)
 	if err != nil {
 		return true, s.familyFailed(ctx, err, ops, res)
 	}
-	if len(v) == 2 && v[1] == -1 {
+	if len(v) == 3 && v[2] == -1 {
 		return false, nil
 	}
-	now, ok := s.replyNow(v[0], args)
-	if !ok || now > math.MaxInt64-int64(time.Second) {
+	if len(v) < 2 || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second) || v[1] < 0 || v[1] >= 1e9 {
 		return true, fmt.Errorf("%w: takes script reply %v", errInternal, v)
 	}
-	// family.lua's reply: now's seconds and nanoseconds, then six numbers
-	// per op (status, a ban's two, none here, and three of the state
-	// found).
+	now = v[0]*1e9 + v[1]
+	// family.lua's reply: six numbers per op (status, a ban's two, none
+	// here, and three of the state found).
 	var buf [2 + 6*8]int64
 	f := buf[:0]
 	if len(ops) > 8 {
 		f = make([]int64, 0, 2+6*len(ops))
 	}
-	f = append(f, now/1e9, now%1e9)
-	w := v[1:]
+	f = append(f, v[0], v[1])
+	w := v[2:]
 	next := func() (int64, bool) {
 		if len(w) == 0 {
 			return 0, false
@@ -541,9 +540,16 @@ func (s *Store) conc(ctx context.Context, ops []funnel.Op, res []funnel.Result) 
 	if len(v) == 2 && v[1] == -1 {
 		return false, nil
 	}
-	now, ok := s.replyNow(v[0], args)
-	if !ok || len(v) < 4 || len(v) > 6 || v[1] < 0 {
+	if len(v) < 4 || len(v) > 6 || v[1] < 0 || v[0] < 0 || v[0] > math.MaxInt64/1000 {
 		return true, fmt.Errorf("%w: concurrency script reply %v", errInternal, v)
+	}
+	// now: Redis's TIME, in µs, or the clock this store injected, whose
+	// nanoseconds the reply leaves out.
+	now := v[0] * 1000
+	if s.now != nil {
+		sec, _ := strconv.ParseInt(args[0], 10, 64)
+		nsec, _ := strconv.ParseInt(args[1], 10, 64)
+		now = sec*1e9 + nsec
 	}
 	// family.lua's reply (see familyResult's concurrency case).
 	code, unit, wait := v[1], int64(0), int64(-1)
@@ -572,15 +578,15 @@ func (s *Store) logTake(ctx context.Context, op *funnel.Op, res *funnel.Result) 
 	if err != nil {
 		return true, s.shortFallback(ctx, err, op, res)
 	}
-	if len(v) == 2 && v[1] == -1 {
+	if len(v) == 3 && v[2] == -1 {
 		return false, nil
 	}
-	now, ok := s.replyNow(v[0], args)
-	if !ok || now > math.MaxInt64-int64(time.Second) || len(v) != 4 || v[1] < 0 || v[1]&3 > 1 {
+	if len(v) != 5 || v[0] < 0 || v[0] > math.MaxInt64/int64(time.Second)-1 || v[1] < 0 || v[1] >= 1e9 || v[2] < 0 || v[2]&3 > 1 {
 		return true, fmt.Errorf("%w: log script reply %v", errInternal, v)
 	}
+	now := v[0]*1e9 + v[1]
 	// The state the script found, in family.lua's terms (see familyResult).
-	f := [6]int64{v[1] & 3, 0, 0, v[1] >> 2, v[2], v[3]}
+	f := [6]int64{v[2] & 3, 0, 0, v[2] >> 2, v[3], v[4]}
 	return true, shortResult(now, op, f[:], res, "log", v)
 }
 

@@ -8,21 +8,18 @@
 -- is left as it is: family.lua decides it (and packs a sorted-set log).
 --
 -- KEYS[1]  the key
--- ARGV     now's seconds and nanoseconds ('', or '-' or '~' and a guard,
---          and a deadline: see now.lua), milliseconds added to every expiry
---          (tests only), the quantity, the count, the period in ms
+-- ARGV     now's seconds and nanoseconds ('' or '-' and a deadline, see
+--          now.lua), milliseconds added to every expiry (tests only), the
+--          quantity, the count, the period in ms
 --
--- Reply: now in microseconds (see conc.lua), then n*4 + status (n the units
--- the log counted before the take; status 1 admitted and written, 0
--- refused), the millisecond of the entry to wait for (-1: none) and the
--- newest entry's (-1: none), as family.lua answers for a log; or now and
--- -1.
+-- Reply: now's seconds and nanoseconds, then n*4 + status (n the units the
+-- log counted before the take; status 1 admitted and written, 0 refused),
+-- the millisecond of the entry to wait for (-1: none) and the newest
+-- entry's (-1: none), as family.lua answers for a log; or -1.
 
 local nh, nl
 local ti = 1
 --> now.lua
--- now in microseconds, the reply's first number (see conc.lua)
-local us = nh * 1000000 + (nl - nl % 1000) / 1000
 local slack = ARGV[3] + 0
 local key = KEYS[1]
 local raw = redis.pcall('GET', key)
@@ -84,6 +81,6 @@ if not raw or per then
   end
 end
 if not ok then
-  return { us, -1 }
+  return { nh, nl, -1 }
 end
-return { us, n * 4 + status, wait, newest }
+return { nh, nl, n * 4 + status, wait, newest }

@@ -462,23 +462,6 @@ func (s *Store) args(op string, n int) ([]string, error) {
 	return append(args, s.slack), nil
 }
 
-// replyNow returns the time a script ran at that answered it as us, in
-// microseconds (its first number; see conc.lua): Redis's TIME, which has no
-// finer digits, or, when the store injects its clock, the time in ns that
-// args, the call's arguments after its op, carried as seconds and
-// nanoseconds. It reports false for a us out of range.
-func (s *Store) replyNow(us int64, args []string) (int64, bool) {
-	if us < 0 || us > math.MaxInt64/1000 {
-		return 0, false
-	}
-	if s.now == nil {
-		return us * 1000, true
-	}
-	sec, err1 := strconv.ParseInt(args[0], 10, 64)
-	nsec, err2 := strconv.ParseInt(args[1], 10, 64)
-	return sec*1e9 + nsec, err1 == nil && err2 == nil
-}
-
 // evalTimed runs sc bounded by the store's timeout as well as by ctx; the
 // call carries its deadline to Redis (see stampDeadline).
 func (s *Store) evalTimed(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {

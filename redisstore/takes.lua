@@ -11,15 +11,15 @@
 -- now, answers -1 before anything is written: family.lua decides the call.
 --
 -- KEYS     the keys, one per take (distinct: funnel.CheckOps)
--- ARGV     now's seconds and nanoseconds ('', or '-' or '~' and a guard,
---          and a deadline: see now.lua), milliseconds added to every expiry
---          (tests only), then per take: the algorithm, the quantity and
+-- ARGV     now's seconds and nanoseconds ('' or '-' and a deadline, see
+--          now.lua), milliseconds added to every expiry (tests only), then
+--          per take: the algorithm, the quantity and
 --            g l:  the cost and the tolerance in ns (below 2^53)
 --            f s:  the count, the period in ms
 --            d:    (a calendar's fixed window) the count, the window's
 --                  start and end in ms, as this machine's clock places it
 --
--- Reply: now in microseconds (see conc.lua), then per take its status (1
+-- Reply: now's seconds and nanoseconds, then per take its status (1
 -- admitted, 0 refused, 2 a TAT beyond int64) and the state it found, as
 -- family.lua answers it, in as few numbers as Go needs (the rest follows
 -- from now and the limit):
@@ -28,17 +28,15 @@
 --   f d:  n*4 + status, n the units the window held
 --   s:    cur*4 + status, then prev (the current and previous windows'
 --         units)
--- or now and -1.
+-- or now's and -1.
 
 local nh, nl
 local ti = 1
 --> now.lua
--- now in microseconds, the reply's first number (see conc.lua)
-local us = nh * 1000000 + (nl - nl % 1000) / 1000
 local slack = ARGV[3] + 0
 local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
 local nk = #KEYS
-local out, no = { us }, 1
+local out, no = { nh, nl }, 2
 local all = true
 -- per take, what its write needs: its algorithm, its quantity, whether
 -- its key was found, and four numbers, at 7i-6 to 7i
@@ -48,7 +46,7 @@ for i = 1, nk do
   local key, alg, q = KEYS[i], ARGV[a], ARGV[a + 1] + 0
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
-    return { us, -1 }
+    return { nh, nl, -1 }
   end
   local st, w = 0, 7 * i - 7
   W[w + 1], W[w + 2], W[w + 3] = alg, q, raw
@@ -58,7 +56,7 @@ for i = 1, nk do
       --> tat.lua
     end
     if bad then
-      return { us, -1 }
+      return { nh, nl, -1 }
     end
     local c, v = ARGV[a + 2] + 0, ARGV[a + 3] + 0
     local ch, vh = (c - c % 1000000000) / 1000000000, (v - v % 1000000000) / 1000000000
@@ -78,7 +76,7 @@ for i = 1, nk do
     local s = nowms - nowms % p
     --> slidingread.lua
     if not ok then
-      return { us, -1 }
+      return { nh, nl, -1 }
     end
     local el = nowms - s
     -- ceil(prev·(p−el)/p): below 2^53, as Go bounds (count+1)·p
@@ -99,14 +97,14 @@ for i = 1, nk do
     else
       s, e = ARGV[a + 3] + 0, ARGV[a + 4] + 0
       if nowms < s or nowms >= e then
-        return { us, -1 }
+        return { nh, nl, -1 }
       end
       a = a + 5
     end
     local n, ok = 0, true
     --> fixedread.lua
     if not ok then
-      return { us, -1 }
+      return { nh, nl, -1 }
     end
     if n + q <= count then
       st = 1

@@ -13,13 +13,13 @@
 -- KEYS     the keys, in the order their requests are decided (a key may
 --          come more than once: each request reads what the ones before it
 --          wrote)
--- ARGV     now's seconds and nanoseconds ('', or '-' or '~' and a guard,
---          and a deadline: see now.lua), milliseconds added to every expiry
---          (tests only), then three per request: the quantity, the count,
---          and the period in ms, negative for a sliding window counter (one
---          argument fewer than the algorithm's own)
+-- ARGV     now's seconds and nanoseconds ('' or '-' and a deadline, see
+--          now.lua), milliseconds added to every expiry (tests only), then
+--          three per request: the quantity, the count, and the period in
+--          ms, negative for a sliding window counter (one argument fewer
+--          than the algorithm's own)
 --
--- Reply: now in microseconds (see conc.lua), then two numbers per request:
+-- Reply: now's seconds and nanoseconds, then two numbers per request:
 -- n*4 + status (n the units the fixed window counted before the take, or
 -- the sliding window's current count; status 1 allowed and written, 0
 -- refused), or -1; and the sliding window's previous count (0 for a fixed
@@ -29,13 +29,11 @@
 local nh, nl
 local ti = 1
 --> now.lua
--- now in microseconds, the reply's first number (see conc.lua)
-local us = nh * 1000000 + (nl - nl % 1000) / 1000
 local slack = ARGV[3] + 0
 local nowms = nh * 1000 + (nl - nl % 1000000) / 1000000
 local nk, out = #KEYS, nil
 if nk > 1 then
-  out = { us }
+  out = { nh, nl }
 end
 for i = 1, nk do
   local key, a = KEYS[i], 3 * i + 1
@@ -82,11 +80,11 @@ for i = 1, nk do
   if nk == 1 then
     -- (a table made whole costs less than one grown)
     if fixed then
-      return { us, code }
+      return { nh, nl, code }
     end
-    return { us, code, prev }
+    return { nh, nl, code, prev }
   end
-  out[2 * i] = code
-  out[2 * i + 1] = prev
+  out[2 * i + 1] = code
+  out[2 * i + 2] = prev
 end
 return out
