@@ -150,13 +150,7 @@ if argv[1] == 'u' then
       out[no] = -9 - bad
     else
       --> decide.lua
-      if dh < 1125899 then
-        no = no + 1
-        out[no] = (dh * 1000000000 + dl) * 4 + status
-      else
-        out[no + 1], out[no + 2], out[no + 3] = -1 - status, dh, dl
-        no = no + 3
-      end
+      --> answer.lua
       if status == 1 then
         -- decide.lua left x = new TAT - now in xh, xl.
         local key = keys[i]
@@ -218,13 +212,7 @@ for i = 1, nk do
     if f > 0 and status == 1 then
       TH[f], TL[f], C[f] = th, tl, true
     end
-    if dh < 1125899 then
-      no = no + 1
-      out[no] = (dh * 1000000000 + dl) * 4 + status
-    else
-      out[no + 1], out[no + 2], out[no + 3] = -1 - status, dh, dl
-      no = no + 3
-    end
+    --> answer.lua
 
     -- A key is written once, after its last request, if one changed it.
     if (f == 0 and status == 1) or (last and C[f]) then
