@@ -80,6 +80,7 @@
 
 local E9 = 1000000000
 local nh, nl
+--> fns.lua
 local ti = 1
 --> now.lua
 local nowsub = nl % 1000000

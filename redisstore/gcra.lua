@@ -82,6 +82,7 @@
 -- 15% more: each local function is a closure made at every call.
 
 local nh, nl
+--> fns.lua
 local ti = 2
 --> now.lua
 local nk = #KEYS

@@ -18,6 +18,7 @@
 -- is left as it is.
 
 local nh, nl
+--> fns.lua
 local ti = 2
 --> now.lua
 local key = KEYS[1]

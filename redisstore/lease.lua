@@ -35,6 +35,7 @@
 -- as it is.
 
 local nh, nl
+--> fns.lua
 local ti = 2
 --> now.lua
 local key = KEYS[1]

@@ -8,7 +8,7 @@ import (
 
 // scriptFiles holds the Lua scripts and the parts that they include.
 //
-//go:embed answer.lua gcra.lua keyops.lua family.lua window.lua log.lua conc.lua takes.lua fixedread.lua slidingread.lua settle.lua giveback.lua record.lua lease.lua get.lua now.lua tat.lua decide.lua store.lua gcracmd.lua gcralease.lua cmdkey.lua cmdwrite.lua fit.lua nodes.lua share.lua
+//go:embed answer.lua fns.lua gcra.lua keyops.lua family.lua window.lua log.lua conc.lua takes.lua fixedread.lua slidingread.lua settle.lua giveback.lua record.lua lease.lua get.lua now.lua tat.lua decide.lua store.lua gcracmd.lua gcralease.lua cmdkey.lua cmdwrite.lua fit.lua nodes.lua share.lua
 var scriptFiles embed.FS
 
 // includeMark starts a line that include replaces with a part.

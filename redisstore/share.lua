@@ -49,6 +49,7 @@
 -- WRONGTYPE error, and nothing is changed.
 
 local nh, nl
+--> fns.lua
 local ti = 2
 --> now.lua
 local key = KEYS[1]

@@ -12,7 +12,7 @@
 -- Lua against PSETEX's 10,456, callgrind).
 if xh == 0 and xl == 0 then
   if raw then
-    redis.call('DEL', key)
+    call('DEL', key)
   end
 else
   local sub = xl % 1000000
@@ -23,13 +23,13 @@ else
   if th ~= wh or tl ~= wl then
     wh, wl = th, tl
     if th > 0 then
-      wv = string.format('%d%09d', th, tl)
+      wv = format('%d%09d', th, tl)
     else
-      wv = string.format('%d', tl)
+      wv = format('%d', tl)
     end
   end
   if ms ~= wms then
-    wms, wpx = ms, string.format('%d', ms)
+    wms, wpx = ms, format('%d', ms)
   end
-  redis.call('PSETEX', key, wpx, wv)
+  call('PSETEX', key, wpx, wv)
 end

@@ -31,6 +31,7 @@
 -- or now's and -1.
 
 local nh, nl
+--> fns.lua
 local ti = 1
 --> now.lua
 local slack = ARGV[3] + 0

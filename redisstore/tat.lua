@@ -8,7 +8,7 @@
 -- Every TAT from 2001 to 2286 has 19 digits: one match splits it. Other
 -- lengths, a '+' or leading zeros (Rust's u64 parser, which redis-cell uses,
 -- takes both) take the second match.
-local h, l = string.match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
+local h, l = match(raw, '^([1-9]%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
 if h then
   th, tl = h + 0, l + 0
 else
