@@ -66,8 +66,9 @@
 -- The paths read a TAT, decide, answer and write the same way, and that
 -- text is written once, in tat.lua, decide.lua, answer.lua (the batches')
 -- and store.lua: Go writes each in at the lines "--> name.lua" when the
--- package starts (include, in scripts.go), so that Redis runs them inline. Local functions that the
--- paths call would cost Redis more per decision. Instructions that
+-- package starts (include, in scripts.go), so that Redis runs them
+-- inline. Local functions that the paths call would cost Redis more per
+-- decision. Instructions that
 -- redis-server 7.0 runs in EVALSHA per decision (callgrind; 10,000 calls
 -- on one key each, or 200 batches of 64; every request allowed and written):
 --
