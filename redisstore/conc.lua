@@ -11,14 +11,14 @@
 --
 -- KEYS[1]  the key
 -- ARGV     now's seconds and nanoseconds ('', or '-' or '~' and a guard,
---          and a deadline: see now.lua); the slack plus LOGPACK times 10^7 plus CONCREAD times
---          10^10 (as family.lua's ARGV[3]); the quantity of an acquire, or
---          'r' for a release; the count (with the burst), the period in
---          ms, the lease id; then, only when the latency is not -1 (-1:
---          the key's unit delay is not needed, and is not read; an
---          acquire's is otherwise 0), for an acquire the score of the
---          marker of a key given the default unit delay u in ns, -1-u (''
---          when u is 0), and for a release its latency in ns
+--          and a deadline: see now.lua); the slack plus LOGPACK times 10^7
+--          plus CONCREAD times 10^10 (as family.lua's ARGV[3]); the
+--          quantity of an acquire, or 'r' for a release; the count (with
+--          the burst), the period in ms, the lease id; then, only when the
+--          latency is not -1 (-1: the key's unit delay is not needed, and
+--          is not read; an acquire's is otherwise 0), for an acquire the
+--          score of the marker of a key given the default unit delay u in
+--          ns, -1-u ('' when u is 0), and for a release its latency in ns
 --
 -- Reply: now in microseconds (exact until 2255: Go takes an injected
 -- clock's now from its own arguments), then what family.lua answers for
