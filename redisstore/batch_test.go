@@ -53,8 +53,10 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 		// The state of each key, as Redis would hold it after each request
 		// in turn: its TAT if it exists.
 		held := map[string]int64{
-			"far":   now + int64(200*24*time.Hour), // d > 2^50 ns
-			"edge":  9223372036854775807 - int64(time.Second),
+			"far":  now + int64(200*24*time.Hour), // d > 2^50 ns
+			"edge": 9223372036854775807 - int64(time.Second),
+			// comes once in every batch that is not uniform
+			"edge1": 9223372036854775807 - int64(time.Second),
 			"stale": now - int64(time.Second), // expired by the injected clock only
 			"atnow": now,
 		}
@@ -100,6 +102,9 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 			}
 			if uniform {
 				key, p, q = ukeys[i], up, uq
+			} else if i == 0 {
+				// past int64's end: status 2, nothing written
+				key, p, q = "edge1", params[4], 1
 			}
 			cost, err := gcra.Cost(p, q)
 			if err != nil {
@@ -142,7 +147,7 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 				t.Fatalf("seed %d, request %d on %q: got status %d d %d err %v; want %+v", seed, i, c.key, c.status, c.d, c.err, w)
 			}
 		}
-		for _, key := range []string{"a", "b", "c", "far", "edge", "stale", "atnow"} {
+		for _, key := range []string{"a", "b", "c", "far", "edge", "edge1", "stale", "atnow"} {
 			tat, exists := held[key]
 			got, err := c.Get(ctx, key).Result()
 			switch {
@@ -166,7 +171,7 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 		}
 		// A key that no request wrote keeps the expiry it was set with (a
 		// TAT that would pass int64 writes nothing).
-		for _, key := range []string{"far", "edge"} {
+		for _, key := range []string{"far", "edge", "edge1"} {
 			if written[key] {
 				continue
 			}
