@@ -5,7 +5,7 @@
 -- or, after a clock stepped back, later), or sets ok (declared true) false
 -- when raw is not a fixed window's state.
 if raw then
-  local fs, fe, fn = string.match(raw, '^F(%d+):(%d+):(%d+)$')
+  local fs, fe, fn = match(raw, '^F(%d+):(%d+):(%d+)$')
   if not fs then
     ok = false
   elseif fe + 0 > nowms and fs + 0 >= s then

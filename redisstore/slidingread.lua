@@ -5,7 +5,7 @@
 -- that starts at s; declared 0), or sets ok (declared true) false when
 -- raw is not a sliding window's state.
 if raw then
-  local ss, sp, sprev, scur = string.match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
+  local ss, sp, sprev, scur = match(raw, '^S(%d+):(%d+):(%d+):(%d+)$')
   if not ss then
     ok = false
   else

@@ -27,6 +27,9 @@
 -- (and a fixed window's end) follow from now and its period, as here.
 
 local nh, nl
+--> fns.lua
+-- (GET, through pcall: a key of another kind is not an error here)
+local rpcall = redis.pcall
 local ti = 1
 --> now.lua
 local slack = ARGV[3] + 0
@@ -38,7 +41,7 @@ end
 for i = 1, nk do
   local key, a = KEYS[i], 3 * i + 1
   local code, prev, fixed = -1, 0, true
-  local raw = redis.pcall('GET', key)
+  local raw = rpcall('GET', key)
   if type(raw) ~= 'table' then
     local q, count, p = ARGV[a] + 0, ARGV[a + 1] + 0, ARGV[a + 2] + 0
     if p < 0 then
@@ -54,7 +57,7 @@ for i = 1, nk do
         if n + q <= count then
           code = code + 1
           if q > 0 then
-            redis.call('PSETEX', key, string.format('%d', e - nowms + slack), string.format('F%d:%d:%d', s, e, n + q))
+            call('PSETEX', key, format('%d', e - nowms + slack), format('F%d:%d:%d', s, e, n + q))
           end
         end
       end
@@ -69,7 +72,7 @@ for i = 1, nk do
         if cur + (w - w % p) / p + q <= count then
           code = code + 1
           if q > 0 then
-            redis.call('PSETEX', key, string.format('%d', s + 2 * p - nowms + slack), string.format('S%d:%d:%d:%d', s, p, prev, cur + q))
+            call('PSETEX', key, format('%d', s + 2 * p - nowms + slack), format('S%d:%d:%d:%d', s, p, prev, cur + q))
           end
         end
       else
