@@ -30,7 +30,15 @@ import (
 // request left its TAT at now (as absent) is deleted.
 func TestBatchIsSequentialDecide(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testBatchIsSequentialDecide(t, path.Start(t))
+		})
+	}
+}
+
+func testBatchIsSequentialDecide(t *testing.T, srv *redistest.Server) {
 	c := srv.Client()
 	ctx := context.Background()
 	const now int64 = 1_795_350_508_971_038_011
@@ -189,7 +197,15 @@ func TestBatchIsSequentialDecide(t *testing.T) {
 // once (many keys, each hammered by several goroutines at fixed instants).
 func TestBatchingUnderLoad(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testBatchingUnderLoad(t, path.Start(t))
+		})
+	}
+}
+
+func testBatchingUnderLoad(t *testing.T, srv *redistest.Server) {
 	clock := atomic.Int64{}
 	clock.Store(1_795_350_508_971_038_011)
 	s := New(srv.Client(), Options{Now: clock.Load, Timeout: 10 * time.Second})

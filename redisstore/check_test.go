@@ -89,3 +89,11 @@ func TestBatchDeadlineIsTheOldestDecisions(t *testing.T) {
 		}
 	}
 }
+
+// command answers as a Redis that has not loaded Funnel's module.
+func (deadlineRunner) command(context.Context, string, []string, []string) ([]int64, error) {
+	return nil, errNoModule
+}
+
+// errNoModule is the error of a Redis without Funnel's module.
+var errNoModule = errors.New("ERR unknown command 'FUNNEL.GCRA', with args beginning with: '1'")

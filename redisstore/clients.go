@@ -30,6 +30,9 @@ type script struct {
 	// where a call carries its deadline (see stampDeadline); -1 when the
 	// script takes none.
 	ti int
+	// module is the command of Funnel's Redis module that does what the
+	// script does, from the same arguments (see module.go), or "".
+	module string
 }
 
 // newScript returns a script that takes no deadline.
@@ -46,7 +49,8 @@ func newTimedScript(src string, ti int) *script {
 }
 
 // gcraLua is the funnel's script (see gcraScript); ARGV[2] is its time.
-var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource), ti: 1}
+// The module's FUNNEL.GCRA does the same where Redis has loaded it.
+var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource), ti: 1, module: moduleCommand}
 
 // runner runs the store's scripts through one Redis client library.
 type runner interface {
@@ -56,6 +60,10 @@ type runner interface {
 	// each (the limit that a settle answers: see record.lua). A WRONGTYPE
 	// error reply is returned wrapping ErrWrongType.
 	eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error)
+	// command sends the module command name with its version, the number
+	// of keys, the keys and args (see module.go), and returns its reply as
+	// eval does.
+	command(ctx context.Context, name string, keys, args []string) ([]int64, error)
 	// failed is called after a failure that may mean the cluster's
 	// topology changed.
 	failed()
@@ -75,6 +83,12 @@ func (g goRedisRunner) eval(ctx context.Context, sc *script, keys, args []string
 	if err != nil {
 		return nil, scriptError(err)
 	}
+	return replyInts(v)
+}
+
+// replyInts returns a script's or the module's reply, as go-redis reads
+// it, as runner.eval returns it.
+func replyInts(v any) ([]int64, error) {
 	switch v := v.(type) {
 	case int64:
 		return []int64{v}, nil
@@ -146,7 +160,12 @@ func (g goRedisRunner) grouping() grouping {
 type rueidisRunner struct{ c rueidis.Client }
 
 func (r rueidisRunner) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
-	res := sc.rueidis.Exec(ctx, r.c, keys, args)
+	return resultInts(sc.rueidis.Exec(ctx, r.c, keys, args))
+}
+
+// resultInts returns a script's or the module's reply, as rueidis reads
+// it, as runner.eval returns it.
+func resultInts(res rueidis.RedisResult) ([]int64, error) {
 	if err := res.Error(); err != nil {
 		return nil, scriptError(err)
 	}

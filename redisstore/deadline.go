@@ -165,14 +165,28 @@ func (s *Store) margin(deadline time.Time) time.Duration {
 }
 
 // evalBy runs sc until deadline (no bound when zero), which the call
-// carries to Redis (see stampDeadline).
+// carries to Redis (see stampDeadline): through Funnel's module where sc
+// has a command of it and Redis has loaded it (see module.go), else through
+// the script.
 func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
 	start, ok := ctx.Deadline()
 	if ok {
 		start = start.Add(-s.margin(start))
 		s.stampDeadline(sc, args, start)
 	}
-	v, err := s.runner.eval(ctx, sc, keys, args)
+	var v []int64
+	var err error
+	if s.useModule(sc) {
+		v, err = s.runner.command(ctx, sc.module, keys, args)
+		if moduleMissing(err) {
+			s.moduleAbsent(err)
+			v, err = s.runner.eval(ctx, sc, keys, args)
+		} else if err == nil && !s.module.present.Load() {
+			s.module.present.Store(true)
+		}
+	} else {
+		v, err = s.runner.eval(ctx, sc, keys, args)
+	}
 	if errors.Is(err, errClockStep) {
 		s.remeasureClock()
 	}

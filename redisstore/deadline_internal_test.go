@@ -114,3 +114,8 @@ func TestDeadlineSkew(t *testing.T) {
 		}
 	}
 }
+
+// command answers as a Redis that has not loaded Funnel's module.
+func (*clockRunner) command(context.Context, string, []string, []string) ([]int64, error) {
+	return nil, errNoModule
+}

@@ -167,7 +167,15 @@ func sat(a, b int64) int64 {
 // ones over the whole int64 range.
 func TestExactAgainstDecide(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testExactAgainstDecide(t, path.Start(t))
+		})
+	}
+}
+
+func testExactAgainstDecide(t *testing.T, srv *redistest.Server) {
 	c := srv.Client()
 	ctx := context.Background()
 	var now atomic.Int64
@@ -235,7 +243,15 @@ func TestExactAgainstDecide(t *testing.T) {
 // checks every result against gcra.Decide run on the side.
 func TestArrivalsOneNanosecondApart(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testArrivalsOneNanosecondApart(t, path.Start(t))
+		})
+	}
+}
+
+func testArrivalsOneNanosecondApart(t *testing.T, srv *redistest.Server) {
 	ctx := context.Background()
 	var now atomic.Int64
 	st := redisstore.New(srv.Client(), redisstore.Options{Now: now.Load, Timeout: 20 * time.Second})

@@ -33,7 +33,15 @@ func redisTime(t testing.TB, c redis.Cmdable) int64 {
 // the Unix epoch, expiring when that instant is reached.
 func TestWritesRedisCellFormat(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testWritesRedisCellFormat(t, path.Start(t))
+		})
+	}
+}
+
+func testWritesRedisCellFormat(t *testing.T, srv *redistest.Server) {
 	c := srv.Client()
 	ctx := context.Background()
 	st := redisstore.New(c, redisstore.Options{Prefix: "cell:", Timeout: 10 * time.Second})
@@ -76,7 +84,15 @@ func TestWritesRedisCellFormat(t *testing.T) {
 // A key written by redis-cell (SET k <ns> PX <ms>) is honoured.
 func TestReadsRedisCellKeys(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testReadsRedisCellKeys(t, path.Start(t))
+		})
+	}
+}
+
+func testReadsRedisCellKeys(t *testing.T, srv *redistest.Server) {
 	c := srv.Client()
 	ctx := context.Background()
 	p := mkParams(t, 9, 1, time.Second) // T = 1 s, tolerance 10 s
@@ -126,7 +142,15 @@ func TestReadsRedisCellKeys(t *testing.T) {
 // operation, and is left exactly as it was.
 func TestWrongType(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testWrongType(t, path.Start(t))
+		})
+	}
+}
+
+func testWrongType(t *testing.T, srv *redistest.Server) {
 	c := srv.Client()
 	ctx := context.Background()
 	var now atomic.Int64
@@ -188,7 +212,15 @@ func TestWrongType(t *testing.T) {
 // an overflow that writes nothing.
 func TestMaxTAT(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			t.Parallel()
+			testMaxTAT(t, path.Start(t))
+		})
+	}
+}
+
+func testMaxTAT(t *testing.T, srv *redistest.Server) {
 	c := srv.Client()
 	ctx := context.Background()
 	clock := storetest.NewClock(storetest.Epoch)

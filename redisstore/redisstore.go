@@ -197,6 +197,11 @@ type Options struct {
 	// this version while older ones still decide the same keys (an upgrade
 	// or a rollback under way), and clear it once they are gone.
 	SortedSetLogs bool
+	// ScriptOnly decides the funnel's requests through the Lua script
+	// even when Redis has loaded Funnel's module (see module/funnel.c),
+	// which a store otherwise uses, for less of Redis's CPU per decision.
+	// The two decide alike and leave the same keys.
+	ScriptOnly bool
 	// Now, for tests only, replaces Redis's TIME as the clock of every
 	// decision (nanoseconds since the Unix epoch, not negative). Redis still
 	// expires keys by its own clock, so with Now set every expiry is
@@ -232,6 +237,7 @@ type Store struct {
 	guard     int64              // Options.ClockGuard in µs; 0: none
 	batches   batcher            // funnels' decisions (gcra.lua)
 	wbatches  batcher            // windows' takes (window.lua)
+	module    moduleState        // Funnel's Redis module (module.go)
 	batched   atomic.Int64       // decisions made in batches of more than one
 	logs      *lograte.Sometimes // failures, at most one record per logInterval
 	fallbacks atomic.Int64
@@ -265,6 +271,7 @@ func newStore(r runner, opts Options) *Store {
 	if opts.SortedSetLogs {
 		s.logPack = 0
 	}
+	s.module.off = opts.ScriptOnly
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}

@@ -34,6 +34,13 @@ type Cluster struct {
 // under CI (see Missing).
 func StartCluster(tb testing.TB, masters, replicasPerMaster int) *Cluster {
 	tb.Helper()
+	return StartClusterWith(tb, masters, replicasPerMaster)
+}
+
+// StartClusterWith is StartCluster with extra arguments for every node's
+// redis-server (e.g. "--loadmodule", path).
+func StartClusterWith(tb testing.TB, masters, replicasPerMaster int, extra ...string) *Cluster {
+	tb.Helper()
 	bin := lookPath(tb)
 	cli := Binary(tb, "redis-cli")
 	if masters < 3 {
@@ -51,12 +58,12 @@ func StartCluster(tb testing.TB, masters, replicasPerMaster int) *Cluster {
 				lastErr = fmt.Errorf("no free ports: %v %v", err1, err2)
 				continue
 			}
-			cand := newServer(tb, bin, port, []string{
+			cand := newServer(tb, bin, port, append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", "nodes.conf",
 				"--cluster-node-timeout", strconv.FormatInt(NodeTimeout.Milliseconds(), 10),
 				"--cluster-port", strconv.Itoa(bus),
-			})
+			}, extra...))
 			if lastErr = cand.Start(); lastErr == nil {
 				s = cand
 			}

@@ -97,6 +97,7 @@ var installHint = map[string]string{
 	"redis-server": "redis-server",
 	"redis-cli":    "redis-tools",
 	"curl":         "curl",
+	"cc":           "gcc",
 }
 
 // Binary returns the path of the program name on PATH. When it is missing,

@@ -1,0 +1,515 @@
+/*
+ * Funnel's Redis module: the funnel's decision (GCRA) in C, for a Redis that
+ * may load modules. Funnel's Redis store uses it when Redis has loaded it,
+ * and its Lua script (redisstore/gcra.lua) otherwise; the two take the same
+ * arguments, give the same replies and leave the same keys, so a store can
+ * move between them (and to or from redis-cell) without resetting a limit.
+ *
+ *   FUNNEL.GCRA version numkeys key [key ...] arg [arg ...]
+ *
+ * version is the version of the arguments' and replies' contract that the
+ * caller speaks: this module speaks "1" and answers any other with an error
+ * that starts with "ERR funnel: version", which changes nothing (a store
+ * then goes back to its script). The keys and args are gcra.lua's KEYS and
+ * ARGV: its header says what each means and what the reply is. In short,
+ * each key holds redis-cell's format (the theoretical arrival time, TAT, as
+ * a decimal count of nanoseconds since the Unix epoch, expiring when the
+ * TAT is reached); args[1] is "t" or "u" (a batch under one limit, each key
+ * once); args[2] and args[3] take the time from Redis's clock ("" and
+ * anything, "-" and a deadline in µs, "~µs" and a deadline: see now.lua) or
+ * give it (seconds and nanoseconds, for tests); args[4] is milliseconds
+ * added to every expiry; then come the requests' arguments and the limits'
+ * limbs (seconds rounded down, then nanoseconds) of cost and tolerance.
+ *
+ * Where gcra.lua computes on two limbs of doubles, this computes on 128-bit
+ * integers: the results are the same for every argument that gcra.lua
+ * accepts. Arguments that it would fail on in the middle of a call (a
+ * missing limb, a request that names a later one) are refused here before
+ * any key is read, with an error that starts with "ERR funnel:".
+ *
+ * A write is replicated (and written to the AOF) as SET key value PXAT ms,
+ * the same absolute expiry as on this node, or as DEL; it fires the
+ * keyspace events that SET with an expiry, or DEL, fires. A value is kept
+ * as a plain string that the next decision rewrites in place.
+ *
+ * Build: cc -O2 -fPIC -shared -o funnel.so funnel.c
+ * Load:  redis-server --loadmodule /path/to/funnel.so (Redis 7.0 or newer)
+ *
+ * The module API is reached as the API defines it: the first pointer of the
+ * context that Redis passes to RedisModule_OnLoad is a function that looks
+ * up every other function by name.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/time.h>
+
+/* The contract version that this module speaks (see above). */
+#define FUNNEL_VERSION "1"
+
+/* --- The part of Redis's module API that this module uses. --- */
+
+#define RM_OK 0
+#define RM_ERR 1
+#define RM_APIVER_1 1
+#define RM_READ (1 << 0)
+#define RM_WRITE (1 << 1)
+#define RM_KEYTYPE_EMPTY 0
+#define RM_KEYTYPE_STRING 1
+#define RM_POSTPONED_LEN -1
+#define RM_NOTIFY_GENERIC (1 << 2)
+#define RM_NOTIFY_STRING (1 << 3)
+
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleKey RedisModuleKey;
+typedef struct RedisModuleString RedisModuleString;
+typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+static int (*GetApi)(const char *name, void *fn);
+static void (*SetModuleAttribs)(RedisModuleCtx *ctx, const char *name, int ver, int apiver);
+static int (*IsModuleNameBusy)(const char *name);
+static int (*CreateCommand)(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn,
+                            const char *flags, int firstkey, int lastkey, int keystep);
+static int (*IsKeysPositionRequest)(RedisModuleCtx *ctx);
+static void (*KeyAtPos)(RedisModuleCtx *ctx, int pos);
+static int (*WrongArity)(RedisModuleCtx *ctx);
+static int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long ll);
+static int (*ReplyWithError)(RedisModuleCtx *ctx, const char *err);
+static int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
+static void (*ReplySetArrayLength)(RedisModuleCtx *ctx, long len);
+static const char *(*StringPtrLen)(const RedisModuleString *str, size_t *len);
+static RedisModuleKey *(*OpenKey)(RedisModuleCtx *ctx, RedisModuleString *name, int mode);
+static void (*CloseKey)(RedisModuleKey *key);
+static int (*KeyType)(RedisModuleKey *key);
+static char *(*StringDMA)(RedisModuleKey *key, size_t *len, int mode);
+static int (*StringTruncate)(RedisModuleKey *key, size_t newlen);
+static int (*DeleteKey)(RedisModuleKey *key);
+static int (*SetAbsExpire)(RedisModuleKey *key, long long ms);
+static long long (*Milliseconds)(void);
+static int (*Replicate)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
+static int (*NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key);
+static void (*Log)(RedisModuleCtx *ctx, const char *level, const char *fmt, ...);
+
+/* api looks up the module API's functions; it fails if Redis lacks one. */
+static int api(RedisModuleCtx *ctx) {
+    GetApi = (int (*)(const char *, void *))(uintptr_t)((void **)ctx)[0];
+#define GET(name)                                                  \
+    do {                                                           \
+        if (GetApi("RedisModule_" #name, (void *)&name) != RM_OK) \
+            return RM_ERR;                                         \
+    } while (0)
+    GET(SetModuleAttribs);
+    GET(CreateCommand);
+    GET(IsKeysPositionRequest);
+    GET(KeyAtPos);
+    GET(WrongArity);
+    GET(ReplyWithLongLong);
+    GET(ReplyWithError);
+    GET(ReplyWithArray);
+    GET(ReplySetArrayLength);
+    GET(StringPtrLen);
+    GET(OpenKey);
+    GET(CloseKey);
+    GET(KeyType);
+    GET(StringDMA);
+    GET(StringTruncate);
+    GET(DeleteKey);
+    GET(SetAbsExpire);
+    GET(Milliseconds);
+    GET(Replicate);
+    GET(NotifyKeyspaceEvent);
+    GET(Log);
+#undef GET
+    /* Redis before 6.0 has no such function. */
+    if (GetApi("RedisModule_IsModuleNameBusy", (void *)&IsModuleNameBusy) != RM_OK)
+        IsModuleNameBusy = NULL;
+    return RM_OK;
+}
+
+/* --- The decision: gcra.lua's, on 128-bit integers. --- */
+
+typedef __int128 i128;
+
+#define NS 1000000000LL
+/* 2^63-1: the latest TAT that a key can hold. */
+#define TAT_MAX ((i128)INT64_MAX)
+/* An answer d*4+status is one integer while d's seconds are below this
+ * (d < 2^50 ns or so), else three: -1-status, then d's seconds and
+ * nanoseconds. */
+#define ONE_INT_SECONDS 1125899LL
+
+/* The most requests a call decides: a request's argument names the first
+ * request on its key in 7 bits. */
+#define MAX_KEYS 127
+
+/* parse_ll parses s (n bytes) as a decimal integer, an optional '-' then
+ * 1 to 19 digits, within int64. */
+static int parse_ll(const char *s, size_t n, long long *out) {
+    int neg = 0;
+    if (n > 0 && s[0] == '-') {
+        neg = 1;
+        s++;
+        n--;
+    }
+    if (n == 0 || n > 19) return 0;
+    unsigned long long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = (unsigned char)s[i] - '0';
+        if (c > 9) return 0;
+        v = v * 10 + c;
+    }
+    if (v > (unsigned long long)INT64_MAX + (unsigned long long)neg) return 0;
+    *out = neg ? (long long)(0 - v) : (long long)v;
+    return 1;
+}
+
+static int arg_ll(RedisModuleString *s, long long *out) {
+    size_t n;
+    const char *p = StringPtrLen(s, &n);
+    return parse_ll(p, n, out);
+}
+
+/* Why a value is not a TAT (tat.lua's bad, and the batch answer -9-bad). */
+enum { BAD_NONE = 0, BAD_NUMBER = 1, BAD_RANGE = 2, BAD_TYPE = 3 };
+
+/* parse_tat reads a value in redis-cell's format as tat.lua does: an
+ * optional '+', any leading zeros, then at most 19 digits (at least one
+ * digit in all) within int64; Rust's u64 parser, which redis-cell uses,
+ * takes the '+' and the zeros. */
+static int parse_tat(const char *s, size_t n, i128 *out) {
+    size_t i = 0;
+    if (n > 0 && s[0] == '+') i = 1;
+    size_t digits = i;
+    while (i < n && s[i] == '0') i++;
+    int zeros = i > digits;
+    size_t start = i;
+    unsigned long long v = 0;
+    for (; i < n; i++) {
+        unsigned c = (unsigned char)s[i] - '0';
+        if (c > 9) return BAD_NUMBER;
+        if (i - start < 19) v = v * 10 + c;
+    }
+    size_t sig = n - start;
+    if (sig == 0 && !zeros) return BAD_NUMBER;
+    if (sig > 19 || v > (unsigned long long)INT64_MAX) return BAD_RANGE;
+    *out = (i128)v;
+    return BAD_NONE;
+}
+
+/* A limit: the cost of a request and the tolerance, in ns. */
+typedef struct {
+    i128 cost, tol;
+} limbs;
+
+/* read_limbs reads the four arguments from args[a]: cost's seconds and
+ * nanoseconds, then the tolerance's (nanoseconds from 0 to 1e9-1). */
+static int read_limbs(RedisModuleString **args, long long nargs, long long a, limbs *l) {
+    long long ch, cl, vh, vl;
+    if (a < 1 || a + 3 > nargs) return 0;
+    if (!arg_ll(args[a], &ch) || !arg_ll(args[a + 1], &cl) || !arg_ll(args[a + 2], &vh) ||
+        !arg_ll(args[a + 3], &vl))
+        return 0;
+    if (cl < 0 || cl >= NS || vl < 0 || vl >= NS) return 0;
+    l->cost = (i128)ch * NS + cl;
+    l->tol = (i128)vh * NS + vl;
+    return 1;
+}
+
+/* decide is decide.lua: from now, the TAT tat (0 for an absent key) and
+ * the limit, it returns the status (1 allowed, 0 refused, 2 allowed but the
+ * new TAT would pass 2^63-1), sets *d to max(TAT - now, 0) and, when
+ * allowed, *tat to the new TAT. */
+static int decide(i128 now, i128 *tat, const limbs *l, i128 *d) {
+    *d = *tat > now ? *tat - now : 0;
+    if (l->cost > l->tol) return 0;
+    i128 x = *d + l->cost;
+    if (x > l->tol) return 0;
+    if (x < 0) x = 0; /* a refund past an empty bucket leaves a full one */
+    if (now + x > TAT_MAX) return 2;
+    *tat = now + x;
+    return 1;
+}
+
+/* answer appends the answer for a request (answer.lua) and returns how
+ * many integers it took. */
+static long answer(RedisModuleCtx *ctx, int status, i128 d) {
+    long long dh = (long long)(d / NS);
+    if (dh < ONE_INT_SECONDS) {
+        ReplyWithLongLong(ctx, (long long)d * 4 + status);
+        return 1;
+    }
+    ReplyWithLongLong(ctx, -1 - status);
+    ReplyWithLongLong(ctx, dh);
+    ReplyWithLongLong(ctx, (long long)(d % NS));
+    return 3;
+}
+
+/* read_key reads the TAT of the key named name into *tat (0 if absent)
+ * and sets *exists; it returns why the key holds no TAT, or BAD_NONE. A
+ * value in Redis's integer encoding (as SET leaves redis-cell's and the
+ * script's) is turned into a plain string by reading it; its value does
+ * not change. */
+static int read_key(RedisModuleCtx *ctx, RedisModuleString *name, i128 *tat, int *exists) {
+    *tat = 0;
+    *exists = 0;
+    RedisModuleKey *k = OpenKey(ctx, name, RM_READ);
+    int type = KeyType(k);
+    int bad = BAD_NONE;
+    if (type == RM_KEYTYPE_STRING) {
+        *exists = 1;
+        size_t n;
+        const char *p = StringDMA(k, &n, RM_READ);
+        bad = p ? parse_tat(p, n, tat) : BAD_TYPE;
+        if (bad != BAD_NONE) *tat = 0;
+    } else if (type != RM_KEYTYPE_EMPTY) {
+        *exists = 1;
+        bad = BAD_TYPE;
+    }
+    CloseKey(k);
+    return bad;
+}
+
+/* The state of one call's writes. */
+typedef struct {
+    RedisModuleCtx *ctx;
+    long long base; /* Redis's clock in ms when the call started */
+    long long slack;
+} writer;
+
+/* store is store.lua: it writes the TAT tat, x = tat - now (>= 0) ahead of
+ * now, to the key named name, which exists if exists. A TAT at now is an
+ * absent key: the key is deleted. Otherwise it expires when its TAT is
+ * reached, in whole milliseconds rounded up, plus slack. */
+static void store(writer *w, RedisModuleString *name, int exists, i128 tat, i128 x) {
+    if (x == 0) {
+        if (exists) {
+            RedisModuleKey *k = OpenKey(w->ctx, name, RM_WRITE);
+            DeleteKey(k);
+            CloseKey(k);
+            Replicate(w->ctx, "DEL", "s", name);
+            NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_GENERIC, "del", name);
+        }
+        return;
+    }
+    long long ms = (long long)(x / 1000000) + (x % 1000000 > 0) + w->slack;
+    long long at = w->base + ms;
+    char buf[24];
+    unsigned long long v = (unsigned long long)tat;
+    size_t n = 0;
+    char rev[24];
+    do {
+        rev[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++) buf[i] = rev[n - 1 - i];
+
+    RedisModuleKey *k = OpenKey(w->ctx, name, RM_WRITE);
+    size_t len = 0;
+    char *p = NULL;
+    if (KeyType(k) == RM_KEYTYPE_STRING) p = StringDMA(k, &len, RM_WRITE);
+    if (!p || len != n) {
+        StringTruncate(k, n);
+        p = StringDMA(k, &len, RM_WRITE);
+    }
+    memcpy(p, buf, n);
+    SetAbsExpire(k, at);
+    CloseKey(k);
+    Replicate(w->ctx, "SET", "sbcl", name, buf, n, "PXAT", at);
+    NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_STRING, "set", name);
+    NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_GENERIC, "expire", name);
+}
+
+static int error(RedisModuleCtx *ctx, const char *msg) { return ReplyWithError(ctx, msg); }
+
+/* A request of a "t" batch, decoded from its argument a*256 + l*128 + f. */
+typedef struct {
+    int f;    /* the first request on its key (from 1), 0 if it comes once */
+    int last; /* the last request on a key that comes more than once */
+    int lim;  /* the index of its limit in lims */
+} request;
+
+/* FUNNEL.GCRA version numkeys key... arg... */
+static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long nk;
+    if (IsKeysPositionRequest(ctx)) {
+        if (argc >= 3 && arg_ll(argv[2], &nk) && nk >= 1 && nk <= argc - 3)
+            for (int i = 0; i < nk; i++) KeyAtPos(ctx, 3 + i);
+        return RM_OK;
+    }
+    if (argc < 3) return WrongArity(ctx);
+    size_t vn;
+    const char *ver = StringPtrLen(argv[1], &vn);
+    if (vn != sizeof FUNNEL_VERSION - 1 || memcmp(ver, FUNNEL_VERSION, vn) != 0)
+        return error(ctx, "ERR funnel: version of FUNNEL.GCRA's arguments unknown to this module, which "
+                          "speaks version " FUNNEL_VERSION "; load the module of the caller's release");
+    if (!arg_ll(argv[2], &nk) || nk < 1 || nk > MAX_KEYS)
+        return error(ctx, "ERR funnel: the number of keys must be an integer from 1 to 127");
+    if (nk > argc - 3) return error(ctx, "ERR funnel: fewer keys than the number of keys says");
+    RedisModuleString **keys = argv + 3;
+    /* args[1..nargs] are gcra.lua's ARGV. */
+    RedisModuleString **args = argv + 2 + nk;
+    long long nargs = argc - 3 - nk;
+    if (nargs < 4) return WrongArity(ctx);
+
+    size_t on;
+    const char *op = StringPtrLen(args[1], &on);
+    int uniform = on == 1 && op[0] == 'u';
+    if (!uniform && !(on == 1 && op[0] == 't'))
+        return error(ctx, "ERR funnel: the first argument must be t or u");
+    long long slack;
+    if (!arg_ll(args[4], &slack) || slack < 0)
+        return error(ctx, "ERR funnel: the expiries' slack must be a non-negative integer");
+
+    /* The requests and their limits, all read before the time is. */
+    limbs lims[MAX_KEYS];
+    request reqs[MAX_KEYS];
+    int nlim = 0;
+    if (uniform) {
+        if (!read_limbs(args, nargs, 5, &lims[0]))
+            return error(ctx, "ERR funnel: a u call's limit is args 5 to 8, integers");
+        nlim = 1;
+        for (int i = 0; i < nk; i++) reqs[i] = (request){0, 0, 0};
+    } else if (nk == 1) {
+        long long m;
+        if (nargs < 5 || !arg_ll(args[5], &m) || m <= 0 || m % 256 != 0 ||
+            !read_limbs(args, nargs, m / 256, &lims[0]))
+            return error(ctx, "ERR funnel: a request's argument must name its limit's four integers");
+        nlim = 1;
+        reqs[0] = (request){0, 0, 0};
+    } else {
+        if (nargs < 4 + nk) return WrongArity(ctx);
+        long long prev = -1; /* the index of the last limit read */
+        for (int i = 1; i <= nk; i++) {
+            size_t mn;
+            const char *ms = StringPtrLen(args[4 + i], &mn);
+            int f = 0, last = 0;
+            if (mn > 0) {
+                long long m;
+                if (!parse_ll(ms, mn, &m) || m < 0)
+                    return error(ctx, "ERR funnel: a request's argument must be empty or a non-negative integer");
+                f = (int)(m % 128);
+                m /= 128;
+                last = (int)(m % 2);
+                long long a = m / 2;
+                if (a > 0 && a != prev) {
+                    if (a <= 4 + nk || !read_limbs(args, nargs, a, &lims[nlim]))
+                        return error(ctx, "ERR funnel: a request's argument must name its limit's four integers");
+                    prev = a;
+                    nlim++;
+                }
+            }
+            if (nlim == 0) return error(ctx, "ERR funnel: the first request must name its limit");
+            if (f > i || (f > 0 && f < i && reqs[f - 1].f != f) || (last && (f == 0 || f == i)))
+                return error(ctx, "ERR funnel: a request's argument names its key's first request wrongly");
+            reqs[i - 1] = (request){f, last, nlim - 1};
+        }
+    }
+
+    /* Now: Redis's clock, or the caller's. */
+    i128 now;
+    size_t tn;
+    const char *tv = StringPtrLen(args[2], &tn);
+    if (tn == 0 || (tn == 1 && tv[0] == '-') || tv[0] == '~') {
+        struct timeval t;
+        gettimeofday(&t, NULL);
+        long long at = (long long)t.tv_sec * 1000000 + t.tv_usec;
+        now = (i128)at * 1000;
+        if (tn > 0) {
+            long long deadline, earliest;
+            if (!arg_ll(args[3], &deadline))
+                return error(ctx, "ERR funnel: the deadline must be an integer");
+            if (at > deadline)
+                return error(ctx, "DEADLINE funnel: the command started after its deadline; nothing was changed");
+            if (tv[0] == '~') {
+                if (!parse_ll(tv + 1, tn - 1, &earliest))
+                    return error(ctx, "ERR funnel: the earliest time must be an integer");
+                if (at < earliest)
+                    return error(ctx, "CLOCKSTEP funnel: Redis's time is before the earliest this call expects; "
+                                      "nothing was changed");
+            }
+        }
+    } else {
+        long long h, l;
+        if (!parse_ll(tv, tn, &h) || !arg_ll(args[3], &l) || h < 0 || l < 0 || l >= NS)
+            return error(ctx, "ERR funnel: now must be seconds and nanoseconds, integers");
+        now = (i128)h * NS + l;
+    }
+
+    writer w = {ctx, Milliseconds(), slack};
+
+    if (nk == 1) {
+        i128 tat, d;
+        int exists;
+        int bad = read_key(ctx, keys[0], &tat, &exists);
+        if (bad == BAD_TYPE) return error(ctx, "WRONGTYPE the value is not a string");
+        if (bad == BAD_NUMBER) return error(ctx, "WRONGTYPE the value is not a decimal number");
+        if (bad == BAD_RANGE) return error(ctx, "WRONGTYPE the value is beyond int64 nanoseconds");
+        int status = decide(now, &tat, &lims[0], &d);
+        if (status == 1) store(&w, keys[0], exists, tat, tat - now);
+        if (d / NS < ONE_INT_SECONDS) return ReplyWithLongLong(ctx, (long long)d * 4 + status);
+        ReplyWithArray(ctx, 3);
+        ReplyWithLongLong(ctx, -1 - status);
+        ReplyWithLongLong(ctx, (long long)(d / NS));
+        return ReplyWithLongLong(ctx, (long long)(d % NS));
+    }
+
+    /* A batch: each request in turn. A key that comes more than once keeps
+     * its state at the index of its first request, and is written once,
+     * after its last request, if one changed it. */
+    i128 tats[MAX_KEYS];
+    int bads[MAX_KEYS], exist[MAX_KEYS], changed[MAX_KEYS];
+    long out = 0;
+    ReplyWithArray(ctx, RM_POSTPONED_LEN);
+    for (int i = 1; i <= nk; i++) {
+        request *r = &reqs[i - 1];
+        int f = r->f;
+        i128 tat, d;
+        int bad, exists;
+        if (f == 0 || f == i) {
+            bad = read_key(ctx, keys[i - 1], &tat, &exists);
+            if (f == i) {
+                tats[f - 1] = tat;
+                bads[f - 1] = bad;
+                exist[f - 1] = exists;
+                changed[f - 1] = 0;
+            }
+        } else {
+            tat = tats[f - 1];
+            bad = bads[f - 1];
+            exists = exist[f - 1];
+        }
+        if (bad != BAD_NONE) {
+            ReplyWithLongLong(ctx, -9 - bad);
+            out++;
+            continue;
+        }
+        int status = decide(now, &tat, &lims[r->lim], &d);
+        if (f > 0 && status == 1) {
+            tats[f - 1] = tat;
+            changed[f - 1] = 1;
+        }
+        out += answer(ctx, status, d);
+        if (f == 0 && status == 1)
+            store(&w, keys[i - 1], exists, tat, tat - now);
+        else if (r->last && changed[f - 1])
+            store(&w, keys[i - 1], exists, tats[f - 1], tats[f - 1] - now);
+    }
+    ReplySetArrayLength(ctx, out);
+    return RM_OK;
+}
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    if (api(ctx) != RM_OK) return RM_ERR;
+    if (IsModuleNameBusy && IsModuleNameBusy("funnel")) return RM_ERR;
+    SetModuleAttribs(ctx, "funnel", 1, RM_APIVER_1);
+    /* The keys are args 3 on (numkeys says how many): the command gives
+     * them through the keys API, and the first key is at 3 for clients that
+     * route by COMMAND's legacy key range. */
+    if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "write deny-oom getkeys-api", 3, 3, 1) != RM_OK)
+        return RM_ERR;
+    Log(ctx, "notice", "funnel: FUNNEL.GCRA, version " FUNNEL_VERSION " of its arguments");
+    return RM_OK;
+}

@@ -1,0 +1,138 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Funnel's Redis module.
+//
+// A Redis that may load modules can load Funnel's (module/funnel.c in this
+// repository; `make module` builds it): its FUNNEL.GCRA decides the
+// funnel's requests as gcra.lua does, from the same arguments, with the
+// same replies, on the same keys, for a fraction of what the script costs
+// Redis (the README's benchmarks say how much). A store uses it where the
+// script would go, for every funnel decision, batched or alone, when the
+// Redis it talks to has loaded it, and the script otherwise:
+//
+//   - the first funnel call tries FUNNEL.GCRA. An answer, an error of its
+//     own included, means the module is there, and later calls use it.
+//   - An "unknown command" error, or the error of a module that speaks
+//     another version of the arguments, changes nothing in Redis: the call
+//     is made again through the script, and the store uses the script for
+//     moduleRetry before it tries the module again (a module loaded later,
+//     or a failover to a Redis that has it, is taken up within that time).
+//
+// On a Redis Cluster whose nodes do not all have it, the calls that reach
+// a node without it send the store back to the script, for every node,
+// until it tries again. Options.ScriptOnly keeps the store on the script.
+
+// moduleCommand is the module's command, and moduleVersion the version of
+// its arguments that this package speaks (see module/funnel.c).
+const (
+	moduleCommand = "FUNNEL.GCRA"
+	moduleVersion = "1"
+)
+
+// moduleRetry is how long a store that found no module in Redis uses the
+// script before it tries the module again.
+const moduleRetry = time.Minute
+
+// moduleState is what a store knows of the module.
+type moduleState struct {
+	// off: Options.ScriptOnly.
+	off bool
+	// absentUntil is this host's time (Unix ns) until which calls go
+	// through the script: a call found no module (or another version).
+	// 0: try the module.
+	absentUntil atomic.Int64
+	// present is set once FUNNEL.GCRA answered.
+	present atomic.Bool
+	// warned is set once the store warned that Redis has another version.
+	warned atomic.Bool
+}
+
+// useModule reports whether a call of sc should try the module.
+func (s *Store) useModule(sc *script) bool {
+	if sc.module == "" || s.module.off {
+		return false
+	}
+	until := s.module.absentUntil.Load()
+	return until == 0 || time.Now().UnixNano() >= until
+}
+
+// moduleMissing reports whether err is Redis's answer to a module command
+// that it does not have, or the module's to a version it does not speak:
+// either changed nothing.
+func moduleMissing(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return errors.Is(err, errNoCommand) || strings.HasPrefix(msg, "ERR unknown command") || isModuleVersion(msg)
+}
+
+// errNoCommand is the error of a go-redis client given to New that sends
+// scripts only (a redis.Scripter without Process): it cannot send the
+// module's command.
+var errNoCommand = errors.New("redisstore: the client sends no command but scripts")
+
+// isModuleVersion reports whether msg is the error of a module that speaks
+// another version of FUNNEL.GCRA's arguments.
+func isModuleVersion(msg string) bool { return strings.HasPrefix(msg, "ERR funnel: version") }
+
+// moduleAbsent records that a call found no module that it could use
+// (err says why), so that calls go through the script for moduleRetry.
+func (s *Store) moduleAbsent(err error) {
+	s.module.absentUntil.Store(time.Now().Add(moduleRetry).UnixNano())
+	if s.module.present.Swap(false) || (isModuleVersion(err.Error()) && !s.module.warned.Swap(true)) {
+		s.log.Warn("redisstore: Funnel's Redis module is not usable: decisions go through the script", "err", err, "retry", moduleRetry)
+	}
+}
+
+// moduleArgs returns FUNNEL.GCRA's arguments after its name: the version,
+// the number of keys, the keys, then the script's arguments.
+func moduleArgs(keys, args []string) []string {
+	out := make([]string, 0, 2+len(keys)+len(args))
+	out = append(out, moduleVersion, strconv.Itoa(len(keys)))
+	out = append(out, keys...)
+	return append(out, args...)
+}
+
+// processor is a go-redis client that sends any command (every client
+// type of go-redis is).
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+func (g goRedisRunner) command(ctx context.Context, name string, keys, args []string) ([]int64, error) {
+	p, ok := g.c.(processor)
+	if !ok {
+		return nil, errNoCommand
+	}
+	all := moduleArgs(keys, args)
+	argv := make([]any, 1+len(all))
+	argv[0] = name
+	for i, a := range all {
+		argv[1+i] = a
+	}
+	cmd := redis.NewCmd(ctx, argv...)
+	// The first key is the fourth word: a cluster or ring client routes
+	// the command by it.
+	cmd.SetFirstKeyPos(3)
+	if err := p.Process(ctx, cmd); err != nil {
+		return nil, scriptError(err)
+	}
+	return replyInts(cmd.Val())
+}
+
+func (r rueidisRunner) command(ctx context.Context, name string, keys, args []string) ([]int64, error) {
+	cmd := r.c.B().Arbitrary(name, moduleVersion, strconv.Itoa(len(keys))).Keys(keys...).Args(args...).Build()
+	return resultInts(r.c.Do(ctx, cmd))
+}
