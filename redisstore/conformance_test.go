@@ -103,3 +103,37 @@ func TestConformanceClusterRueidis(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	storetest.Run(t, conformanceRueidis(newRueidis(t, cl.Addrs()...)))
 }
+
+// The suite again with Funnel's module loaded (see module.go): the store
+// decides funnels through FUNNEL.GCRA, on a single Redis and on a Redis
+// Cluster, through either client library.
+func TestConformanceModule(t *testing.T) {
+	t.Parallel()
+	path := redisstore.FunnelPaths[1]
+	srv := path.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	storetest.Run(t, conformance(c))
+}
+
+func TestConformanceModuleRueidis(t *testing.T) {
+	t.Parallel()
+	srv := redisstore.FunnelPaths[1].Start(t)
+	storetest.Run(t, conformanceRueidis(newRueidis(t, srv.Addr)))
+}
+
+func TestConformanceModuleCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartClusterWith(t, 3, 0, "--loadmodule", redistest.Module(t))
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { redisstore.FunnelPaths[1].Check(t, c) })
+	storetest.Run(t, conformance(c))
+}
+
+func TestConformanceModuleClusterRueidis(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartClusterWith(t, 3, 0, "--loadmodule", redistest.Module(t))
+	t.Cleanup(func() { redisstore.FunnelPaths[1].Check(t, cl.Client()) })
+	storetest.Run(t, conformanceRueidis(newRueidis(t, cl.Addrs()...)))
+}

@@ -1,0 +1,308 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funnelrl/funnel/internal/redistest"
+)
+
+// The values the differential tests put in keys: TATs around now and
+// int64's end, and values that are not TATs in every way tat.lua reads.
+func moduleTestValues(now int64) []string {
+	return []string{
+		strconv.FormatInt(now, 10),
+		strconv.FormatInt(now-1, 10),
+		strconv.FormatInt(now+1, 10),
+		strconv.FormatInt(now+int64(time.Second), 10),
+		strconv.FormatInt(now+int64(200*24*time.Hour), 10), // d > 2^50 ns
+		// d's seconds at the edge of the answer in one integer
+		strconv.FormatInt(now+1125899e9-1, 10),
+		strconv.FormatInt(now+1125899e9, 10),
+		strconv.FormatInt(now-int64(time.Hour), 10),
+		"9223372036854775807", "9223372036854774807", "9223372036854775808",
+		"0", "00", "+0", "+", "", "1", "+1795350508971038011", "0001795350508971038011",
+		"00000000000000000000000000000000000000001", "12345678901234567890", "99999999999999999999",
+		"-1", "-0", " 1", "1 ", "1e18", "0x10", "1.5", "abc", "\xff", "1795350508971038011\x00",
+	}
+}
+
+// moduleCall runs one call both ways on c: gcra.lua by EVALSHA on the keys
+// with prefix "s:", FUNNEL.GCRA on the same keys with prefix "m:". It
+// returns both replies (or errors).
+func moduleCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
+	sk, mk := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		sk[i], mk[i] = "s:"+k, "m:"+k
+	}
+	argv := make([]any, len(args))
+	for i, a := range args {
+		argv[i] = a
+	}
+	script, serr = gcraScript.Run(ctx, c, sk, argv...).Result()
+	cmd := []any{moduleCommand, moduleVersion, len(mk)}
+	for _, k := range mk {
+		cmd = append(cmd, k)
+	}
+	module, merr = c.Do(ctx, append(cmd, argv...)...).Result()
+	return
+}
+
+// sameError reports whether a script's error and the module's are the
+// same: both nil, or both the same error up to the script's own words
+// (the prefix and the kind of value a WRONGTYPE names).
+func sameError(serr, merr error) bool {
+	if (serr == nil) != (merr == nil) {
+		return false
+	}
+	if serr == nil {
+		return true
+	}
+	s, m := serr.Error(), merr.Error()
+	if i := strings.Index(s, " script: "); i >= 0 {
+		s = s[:i]
+	}
+	return strings.Fields(s)[0] == strings.Fields(m)[0] && (!strings.HasPrefix(s, "WRONGTYPE") || s == m)
+}
+
+// FUNNEL.GCRA and gcra.lua give the same replies and leave the same keys
+// (values and expiries), for random batches of every form the store sends
+// ("u", "t" with keys that come more than once, one key) over keys that
+// hold TATs near the edges or values that are not TATs, at injected times.
+func TestModuleIsTheScript(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
+	c := srv.Client()
+	ctx := context.Background()
+	const base int64 = 1_795_350_508_971_038_011
+	limits := []struct{ cost, tol int64 }{
+		{int64(time.Second), 3 * int64(time.Second)},
+		{1, 1},
+		{int64(time.Millisecond) + 7, 5 * int64(time.Millisecond)},
+		{int64(365 * 24 * time.Hour), 250 * int64(365*24*time.Hour)},
+		{0, int64(time.Second)},
+		{-int64(time.Second) - 3, 2 * int64(time.Second)}, // a refund
+		{5 * int64(time.Second), int64(time.Second)},      // more than the tolerance
+		{math.MaxInt64, math.MaxInt64},
+		{math.MinInt64 + 1, 0},
+	}
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	compared := 0
+	for seed := uint64(1); seed <= 400; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		now := base + r.Int64N(int64(time.Hour))
+		if seed%50 == 0 {
+			now = math.MaxInt64 - r.Int64N(int64(time.Hour))
+		}
+		values := moduleTestValues(now)
+		// The keys' state, the same on both sides.
+		for _, k := range names {
+			c.Del(ctx, "s:"+k, "m:"+k)
+			switch n := r.IntN(len(values) + 3); {
+			case n < len(values):
+				ttl := time.Duration(r.IntN(2)) * time.Hour // some without expiry
+				c.Set(ctx, "s:"+k, values[n], ttl)
+				c.Set(ctx, "m:"+k, values[n], ttl)
+			case n == len(values):
+				c.RPush(ctx, "s:"+k, "x")
+				c.RPush(ctx, "m:"+k, "x")
+			}
+		}
+		// A batch of requests, as the store builds it.
+		n := 1 + r.IntN(12)
+		if seed%5 == 0 {
+			n = 1
+		}
+		batch := make([]*call, n)
+		uniform := r.IntN(3) == 0
+		l0 := limits[r.IntN(len(limits))]
+		perm := r.Perm(len(names))
+		for i := range batch {
+			l := limits[r.IntN(len(limits))]
+			key := names[r.IntN(len(names))]
+			if uniform {
+				l, key = l0, names[perm[i%len(names)]]
+			}
+			batch[i] = &call{req: req{key: key, cost: l.cost, tol: l.tol}}
+		}
+		// Expiries are at least a minute away: none passes while the test
+		// compares them.
+		args := []string{"t", limb(now / 1e9), limb(now % 1e9), limb(60000 + r.Int64N(3))}
+		keys := make([]string, n)
+		if n == 1 {
+			args = appendLimbs(appendLimbs(append(args, "1536"), batch[0].cost), batch[0].tol)
+			keys[0] = batch[0].key
+		} else {
+			keys, args = throttleArgs(batch, keys, args)
+		}
+		sv, mv, serr, merr := moduleCall(ctx, c, keys, args)
+		if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
+			t.Fatalf("seed %d: keys %q args %q:\nscript %v %v\nmodule %v %v", seed, keys, args, sv, serr, mv, merr)
+		}
+		for _, k := range names {
+			s, m := c.Dump(ctx, "s:"+k).Val(), c.Dump(ctx, "m:"+k).Val()
+			sv, _ := c.Get(ctx, "s:"+k).Result()
+			mv, _ := c.Get(ctx, "m:"+k).Result()
+			if (s == "") != (m == "") || sv != mv {
+				t.Fatalf("seed %d: keys %q args %q: %q holds %q by the script, %q by the module", seed, keys, args, k, sv, mv)
+			}
+			sp, mp := c.PTTL(ctx, "s:"+k).Val(), c.PTTL(ctx, "m:"+k).Val()
+			if (sp < 0) != (mp < 0) || (sp-mp).Abs() > 50*time.Millisecond {
+				t.Fatalf("seed %d: keys %q args %q: %q has PTTL %v by the script, %v by the module", seed, keys, args, k, sp, mp)
+			}
+		}
+		compared++
+	}
+	t.Logf("%d calls compared", compared)
+}
+
+// Errors: the module refuses what it cannot decide before it reads or
+// writes a key, with an error of its own; the time's deadline and earliest
+// time are the script's.
+func TestModuleRefusesBadCalls(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
+	c := srv.Client()
+	ctx := context.Background()
+	c.Set(ctx, "k", "1795350508971038011", time.Hour)
+	dump := c.Dump(ctx, "k").Val()
+	at := time.Now().UnixMicro()
+	for _, tc := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{}, "ERR wrong number of arguments"},
+		{[]any{"1"}, "ERR wrong number of arguments"},
+		{[]any{"2", 1, "k", "t", "", "", 0, 1536, 1, 0, 2, 0}, "ERR funnel: version"},
+		{[]any{"", 1, "k", "t", "", "", 0, 1536, 1, 0, 2, 0}, "ERR funnel: version"},
+		{[]any{"1", 0, "t", "", "", 0}, "ERR funnel: the number of keys"},
+		{[]any{"1", 128, "k"}, "ERR funnel: the number of keys"},
+		{[]any{"1", "x", "k"}, "ERR funnel: the number of keys"},
+		{[]any{"1", 3, "k", "t"}, "ERR funnel: fewer keys"},
+		{[]any{"1", 1, "k", "t", "", ""}, "ERR wrong number of arguments"},
+		{[]any{"1", 1, "k", "x", "", "", 0, 1536, 1, 0, 2, 0}, "ERR funnel: the first argument"},
+		{[]any{"1", 1, "k", "t", "", "", -1, 1536, 1, 0, 2, 0}, "ERR funnel: the expiries' slack"},
+		{[]any{"1", 1, "k", "t", "", "", "x", 1536, 1, 0, 2, 0}, "ERR funnel: the expiries' slack"},
+		{[]any{"1", 1, "k", "t", "", "", 0, 1537, 1, 0, 2, 0}, "ERR funnel: a request's argument"},
+		{[]any{"1", 1, "k", "t", "", "", 0, 1536, 1, 0, 2}, "ERR funnel: a request's argument"},
+		{[]any{"1", 1, "k", "t", "", "", 0, 1536, 1, 1e9, 2, 0}, "ERR funnel: a request's argument"},
+		{[]any{"1", 1, "k", "t", "", "", 0, 1536, "1.5", 0, 2, 0}, "ERR funnel: a request's argument"},
+		{[]any{"1", 1, "k", "t", "", "", 0, 1536, "99999999999999999999", 0, 2, 0}, "ERR funnel: a request's argument"},
+		{[]any{"1", 2, "k", "k", "u", "", "", 0, 1, 0}, "ERR funnel: a u call's limit"},
+		{[]any{"1", 2, "k", "j", "t", "", "", 0, "", "", 1, 0, 2, 0}, "ERR funnel: the first request"},
+		{[]any{"1", 2, "k", "j", "t", "", "", 0, 7*256 + 2, "", 1, 0, 2, 0}, "ERR funnel: a request's argument names"},
+		{[]any{"1", 2, "k", "j", "t", "", "", 0, 7*256 + 128, "", 1, 0, 2, 0}, "ERR funnel: a request's argument names"},
+		{[]any{"1", 2, "k", "j", "t", "", "", 0, 5 * 256, "", 1, 0, 2, 0}, "ERR funnel: a request's argument must name"},
+		{[]any{"1", 1, "k", "t", "x", "", 0, 1536, 1, 0, 2, 0}, "ERR funnel: now must be"},
+		{[]any{"1", 1, "k", "t", "1", "1000000000", 0, 1536, 1, 0, 2, 0}, "ERR funnel: now must be"},
+		{[]any{"1", 1, "k", "t", "-", "x", 0, 1536, 1, 0, 2, 0}, "ERR funnel: the deadline"},
+		{[]any{"1", 1, "k", "t", "-", at - 1, 0, 1536, 1, 0, 2, 0}, "DEADLINE funnel:"},
+		{[]any{"1", 1, "k", "t", "~x", at + 6e7, 0, 1536, 1, 0, 2, 0}, "ERR funnel: the earliest"},
+		{[]any{"1", 1, "k", "t", fmt.Sprintf("~%d", at+6e7), at + 12e7, 0, 1536, 1, 0, 2, 0}, "CLOCKSTEP funnel:"},
+	} {
+		err := c.Do(ctx, append([]any{moduleCommand}, tc.args...)...).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
+		}
+		if d := c.Dump(ctx, "k").Val(); d != dump {
+			t.Fatalf("%v changed the key", tc.args)
+		}
+	}
+	// Within the deadline and after the earliest time, the call decides.
+	err := c.Do(ctx, moduleCommand, "1", 1, "k", "t", fmt.Sprintf("~%d", at-6e7), at+6e7, 0, 1536, 1, 0, 2, 0).Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// COMMAND GETKEYS names every key, so that a cluster routes and checks
+	// them all.
+	keys, err := c.CommandGetKeys(ctx, moduleCommand, "1", 3, "a", "b{x}", "c", "u", "", "", 0, 1, 0, 2, 0).Result()
+	if err != nil || !reflect.DeepEqual(keys, []string{"a", "b{x}", "c"}) {
+		t.Fatalf("COMMAND GETKEYS: %q, %v", keys, err)
+	}
+}
+
+// A store that finds no module uses the script; one that finds a module
+// of another version too, and says so once; both try again after a while.
+func TestModuleMissing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		warn bool
+	}{
+		{"unknown", errors.New("ERR unknown command 'FUNNEL.GCRA', with args beginning with: '1' '1'"), false},
+		{"version", errors.New("ERR funnel: version of FUNNEL.GCRA's arguments unknown to this module"), true},
+		{"client", errNoCommand, false},
+	} {
+		if !moduleMissing(tc.err) {
+			t.Errorf("%s: not missing", tc.name)
+		}
+	}
+	for _, err := range []error{nil, errors.New("WRONGTYPE the value is not a string"), errLate, context.DeadlineExceeded} {
+		if moduleMissing(err) {
+			t.Errorf("%v: missing", err)
+		}
+	}
+	s := newStore(goRedisRunner{}, Options{})
+	if !s.useModule(gcraLua) || s.useModule(windowScript) {
+		t.Fatal("a new store does not try the module for gcra.lua only")
+	}
+	s.moduleAbsent(errNoModule)
+	if s.useModule(gcraLua) {
+		t.Fatal("a store that found no module tries it again at once")
+	}
+	s.module.absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	if !s.useModule(gcraLua) {
+		t.Fatal("a store does not try the module again after moduleRetry")
+	}
+	if s := newStore(goRedisRunner{}, Options{ScriptOnly: true}); s.useModule(gcraLua) {
+		t.Fatal("ScriptOnly: the store tries the module")
+	}
+}
+
+// FuzzModuleReadsAsTheScript puts any value in a key and decides it, alone
+// and in a batch beside itself, both ways: the module must read the value
+// (a TAT or why not) and decide as gcra.lua does, and leave the same key.
+func FuzzModuleReadsAsTheScript(f *testing.F) {
+	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
+	c := srv.Client()
+	const now int64 = 1_795_350_508_971_038_011
+	for i, v := range moduleTestValues(now) {
+		f.Add(v, int64(i)*int64(time.Second)-3, int64(i%5)*int64(time.Second))
+	}
+	f.Fuzz(func(t *testing.T, value string, cost, tol int64) {
+		ctx := context.Background()
+		for _, n := range []int{1, 2} {
+			c.Del(ctx, "s:k", "m:k")
+			c.Set(ctx, "s:k", value, time.Hour)
+			c.Set(ctx, "m:k", value, time.Hour)
+			args := []string{"t", limb(now / 1e9), limb(now % 1e9), "60000"}
+			keys := []string{"k"}
+			if n == 1 {
+				args = appendLimbs(appendLimbs(append(args, "1536"), cost), tol)
+			} else {
+				batch := []*call{{req: req{key: "k", cost: cost, tol: tol}}, {req: req{key: "k", cost: cost, tol: tol}}}
+				keys, args = throttleArgs(batch, make([]string, 2), args)
+			}
+			sv, mv, serr, merr := moduleCall(ctx, c, keys, args)
+			if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
+				t.Fatalf("%q, %d requests: script %v %v, module %v %v", value, n, sv, serr, mv, merr)
+			}
+			s, serr := c.Get(ctx, "s:k").Result()
+			m, merr := c.Get(ctx, "m:k").Result()
+			if s != m || (serr == nil) != (merr == nil) {
+				t.Fatalf("%q, %d requests: the key holds %q by the script, %q by the module", value, n, s, m)
+			}
+		}
+	})
+}
