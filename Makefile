@@ -20,6 +20,15 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# module builds Funnel's Redis module, module/funnel.so, for Redis's
+# --loadmodule (see the README's "Funnel's Redis module"). CC picks the C
+# compiler.
+CC ?= cc
+.PHONY: module
+module: module/funnel.so
+module/funnel.so: module/funnel.c
+	$(CC) -O2 -Wall -Wextra -fPIC -shared -o $@ $<
+
 # deps installs what the tests need and the machine lacks.
 deps:
 	@bash scripts/deps.sh

@@ -34,7 +34,7 @@ func newGoRedis(addr string) *redis.Client {
 var redisLimiters = []redisLimiter{
 	{"funnel-redis", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
 		c := newGoRedis(addr)
-		lim := funnel.New(redisstore.New(c, redisstore.Options{Prefix: "funnel:"}))
+		lim := funnel.New(redisstore.New(c, redisstore.Options{Prefix: "funnel:", ScriptOnly: true}))
 		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
 		if err != nil {
 			b.Fatal(err)
@@ -52,7 +52,7 @@ var redisLimiters = []redisLimiter{
 		if err != nil {
 			b.Fatal(err)
 		}
-		lim := funnel.New(redisstore.NewRueidis(c, redisstore.Options{Prefix: "funnel:"}))
+		lim := funnel.New(redisstore.NewRueidis(c, redisstore.Options{Prefix: "funnel:", ScriptOnly: true}))
 		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
 		if err != nil {
 			b.Fatal(err)
@@ -64,6 +64,23 @@ var redisLimiters = []redisLimiter{
 			}
 			return r.Allowed, err
 		}, c.Close
+	}},
+	// The same store as funnel-redis, through Funnel's module, which the
+	// benchmark's Redis has loaded.
+	{"funnel-redis-module", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
+		c := newGoRedis(addr)
+		lim := funnel.New(redisstore.New(c, redisstore.Options{Prefix: "funnel:"}))
+		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, key string) (bool, error) {
+			r, err := lim.AllowChecked(ctx, key, &lc, 1)
+			if r.Fallback {
+				return false, errFallback
+			}
+			return r.Allowed, err
+		}, func() { c.Close() }
 	}},
 	{"redis_rate", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
 		c := newGoRedis(addr)
@@ -97,11 +114,14 @@ const errFallback = benchError("redisstore answered with the fallback")
 // each on one hot key and on 100,000 keys in random order. Besides ns/op and
 // allocs/op it reports decisions/s, redis-µs/op (the CPU Redis spent in the
 // limiter's script per decision, from INFO commandstats: usec of evalsha and
-// eval over the number of decisions) and redis-cpu-µs/op (the whole CPU of
-// the redis-server process per decision, network I/O included, from INFO
-// cpu).
+// eval, or of Funnel's module's FUNNEL.GCRA, over the number of decisions)
+// and redis-cpu-µs/op (the whole CPU of the redis-server process per
+// decision, network I/O included, from INFO cpu). The server has loaded
+// Funnel's module (built from module/funnel.c with cc): funnel-redis-module
+// decides through it, and the other funnel rows through the script
+// (redisstore.Options.ScriptOnly).
 func BenchmarkRedis(b *testing.B) {
-	srv := redistest.StartServer(b)
+	srv := redistest.StartServer(b, "--loadmodule", redistest.Module(b))
 	for _, mode := range []struct {
 		name     string
 		parallel int
@@ -179,14 +199,15 @@ func benchRedis(b *testing.B, srv *redistest.Server, l redisLimiter, scenario st
 	b.ReportMetric((cpuAfter-cpuBefore)*1e6/float64(b.N), "redis-cpu-µs/op")
 }
 
-// scriptStats returns the number of script calls (EVALSHA and EVAL) and the
-// microseconds Redis spent in them since the last CONFIG RESETSTAT.
+// scriptStats returns the number of script calls (EVALSHA and EVAL, and
+// Funnel's module's FUNNEL.GCRA) and the microseconds Redis spent in them
+// since the last CONFIG RESETSTAT.
 func scriptStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64) {
 	stats, err := srv.Info("commandstats")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval", "cmdstat_funnel.gcra"} {
 		// calls=123,usec=456,usec_per_call=3.70,rejected_calls=0,failed_calls=0
 		for _, kv := range strings.Split(stats[cmd], ",") {
 			k, v, _ := strings.Cut(kv, "=")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Funnel's tests need when the machine lacks it: Go on PATH,
 # staticcheck (with go install),
-# and redis-server / redis-cli / curl / chromium (Debian's packages), as root or through
+# and redis-server / redis-cli / curl / chromium / a C compiler (Debian's packages), as root or through
 # sudo. Under CI (CI=true) a test that misses one of them fails.
 set -euo pipefail
 
@@ -22,6 +22,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# The tests build Funnel's Redis module (module/funnel.c) with cc.
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 # The console's browser test drives Debian's chromium.
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then

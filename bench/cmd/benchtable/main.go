@@ -138,6 +138,7 @@ var known = []struct{ name, label string }{
 	{"xrate-map", "x/time/rate map+mutex (naive)"},
 	{"funnel-redis", "Funnel redisstore (go-redis)"},
 	{"funnel-redis-rueidis", "Funnel redisstore (rueidis)"},
+	{"funnel-redis-module", "Funnel redisstore, Funnel's module (go-redis)"},
 	{"redis_rate", "go-redis/redis_rate"},
 }
 
