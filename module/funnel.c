@@ -27,13 +27,18 @@
  * missing limb, a request that names a later one) are refused here before
  * any key is read, with an error that starts with "ERR funnel:".
  *
- * A write is replicated (and written to the AOF) as SET key value PXAT ms,
- * the same absolute expiry as on this node, or as DEL; it fires the
- * keyspace events that SET with an expiry, or DEL, fires. A value is kept
- * as a plain string that the next decision rewrites in place.
+ * A key is written with Redis's own SET key value PXAT ms (the script's
+ * PSETEX, which Redis replicates as that), so that it is kept as the script
+ * and redis-cell leave it: a number in Redis's integer encoding, with the
+ * same keyspace events, replication and AOF. Deleted (a TAT at now), it is
+ * replicated as DEL. Loaded with the arguments "encoding raw", the module
+ * writes a value in place instead, as a plain string, for less of Redis's
+ * CPU and 32 bytes more a key (see the README's benchmarks); it replicates
+ * and notifies the same.
  *
  * Build: cc -O2 -fPIC -shared -o funnel.so funnel.c
- * Load:  redis-server --loadmodule /path/to/funnel.so (Redis 7.0 or newer)
+ * Load:  redis-server --loadmodule /path/to/funnel.so [encoding int|raw]
+ *        (Redis 7.0 or newer)
  *
  * The module API is reached as the API defines it: the first pointer of the
  * context that Redis passes to RedisModule_OnLoad is a function that looks
@@ -90,6 +95,13 @@ static long long (*Milliseconds)(void);
 static int (*Replicate)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
 static int (*NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key);
 static void (*Log)(RedisModuleCtx *ctx, const char *level, const char *fmt, ...);
+typedef struct RedisModuleCallReply RedisModuleCallReply;
+static RedisModuleCallReply *(*Call)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
+static void (*FreeCallReply)(RedisModuleCallReply *reply);
+static int (*CallReplyType)(RedisModuleCallReply *reply);
+static const char *(*CallReplyStringPtr)(RedisModuleCallReply *reply, size_t *len);
+
+#define RM_REPLY_ERROR 1
 
 /* api looks up the module API's functions; it fails if Redis lacks one. */
 static int api(RedisModuleCtx *ctx) {
@@ -120,6 +132,10 @@ static int api(RedisModuleCtx *ctx) {
     GET(Replicate);
     GET(NotifyKeyspaceEvent);
     GET(Log);
+    GET(Call);
+    GET(FreeCallReply);
+    GET(CallReplyType);
+    GET(CallReplyStringPtr);
 #undef GET
     /* Redis before 6.0 has no such function. */
     if (GetApi("RedisModule_IsModuleNameBusy", (void *)&IsModuleNameBusy) != RM_OK)
@@ -247,9 +263,9 @@ static long answer(RedisModuleCtx *ctx, int status, i128 d) {
 
 /* read_key reads the TAT of the key named name into *tat (0 if absent)
  * and sets *exists; it returns why the key holds no TAT, or BAD_NONE. A
- * value in Redis's integer encoding (as SET leaves redis-cell's and the
- * script's) is turned into a plain string by reading it; its value does
- * not change. */
+ * value in Redis's integer encoding (as SET leaves it) is turned into a
+ * plain string by reading it (the module API reads no other), its value
+ * unchanged; a write by SET makes it an integer again. */
 static int read_key(RedisModuleCtx *ctx, RedisModuleString *name, i128 *tat, int *exists) {
     *tat = 0;
     *exists = 0;
@@ -270,6 +286,10 @@ static int read_key(RedisModuleCtx *ctx, RedisModuleString *name, i128 *tat, int
     return bad;
 }
 
+/* raw_values: keys are written in place, as plain strings ("encoding
+ * raw"), rather than by SET. */
+static int raw_values;
+
 /* The state of one call's writes. */
 typedef struct {
     RedisModuleCtx *ctx;
@@ -280,7 +300,8 @@ typedef struct {
 /* store is store.lua: it writes the TAT tat, x = tat - now (>= 0) ahead of
  * now, to the key named name, which exists if exists. A TAT at now is an
  * absent key: the key is deleted. Otherwise it expires when its TAT is
- * reached, in whole milliseconds rounded up, plus slack. */
+ * reached, in whole milliseconds rounded up, plus slack: by SET, or with
+ * "encoding raw" in place, with SET's replication and keyspace events. */
 static void store(writer *w, RedisModuleString *name, int exists, i128 tat, i128 x) {
     if (x == 0) {
         if (exists) {
@@ -304,6 +325,19 @@ static void store(writer *w, RedisModuleString *name, int exists, i128 tat, i128
     } while (v);
     for (size_t i = 0; i < n; i++) buf[i] = rev[n - 1 - i];
 
+    if (!raw_values) {
+        /* Replicated as it is ("!"), with its own keyspace events. */
+        RedisModuleCallReply *r = Call(w->ctx, "SET", "!sbcl", name, buf, n, "PXAT", at);
+        if (r) {
+            if (CallReplyType(r) == RM_REPLY_ERROR) {
+                size_t len;
+                const char *e = CallReplyStringPtr(r, &len);
+                Log(w->ctx, "warning", "funnel: SET failed: %.*s", (int)len, e);
+            }
+            FreeCallReply(r);
+        }
+        return;
+    }
     RedisModuleKey *k = OpenKey(w->ctx, name, RM_WRITE);
     size_t len = 0;
     char *p = NULL;
@@ -499,17 +533,35 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     return RM_OK;
 }
 
+/* arg_is reports whether s is word, in any case. */
+static int arg_is(RedisModuleString *s, const char *word) {
+    size_t n;
+    const char *p = StringPtrLen(s, &n);
+    if (n != strlen(word)) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != word[i]) return 0;
+    }
+    return 1;
+}
+
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    (void)argv;
-    (void)argc;
     if (api(ctx) != RM_OK) return RM_ERR;
     if (IsModuleNameBusy && IsModuleNameBusy("funnel")) return RM_ERR;
     SetModuleAttribs(ctx, "funnel", 1, RM_APIVER_1);
+    if (argc == 2 && arg_is(argv[0], "encoding") && (arg_is(argv[1], "int") || arg_is(argv[1], "raw"))) {
+        raw_values = arg_is(argv[1], "raw");
+    } else if (argc != 0) {
+        Log(ctx, "warning", "funnel: the module takes no arguments, or: encoding int|raw");
+        return RM_ERR;
+    }
     /* The keys are args 3 on (numkeys says how many): the command gives
      * them through the keys API, and the first key is at 3 for clients that
      * route by COMMAND's legacy key range. */
     if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "write deny-oom getkeys-api", 3, 3, 1) != RM_OK)
         return RM_ERR;
-    Log(ctx, "notice", "funnel: FUNNEL.GCRA, version " FUNNEL_VERSION " of its arguments");
+    Log(ctx, "notice", "funnel: FUNNEL.GCRA, version " FUNNEL_VERSION " of its arguments; values written %s",
+        raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");
     return RM_OK;
 }

@@ -181,8 +181,8 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 		if moduleMissing(err) {
 			s.moduleAbsent(err)
 			v, err = s.runner.eval(ctx, sc, keys, args)
-		} else if err == nil && !s.module.present.Load() {
-			s.module.present.Store(true)
+		} else if err == nil && !s.module.present.Load() && !s.module.present.Swap(true) {
+			s.log.Info("redisstore: Redis has loaded Funnel's module: funnel decisions go through " + moduleCommand)
 		}
 	} else {
 		v, err = s.runner.eval(ctx, sc, keys, args)

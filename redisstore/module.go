@@ -74,8 +74,8 @@ func moduleMissing(err error) bool {
 	if err == nil {
 		return false
 	}
-	msg := err.Error()
-	return errors.Is(err, errNoCommand) || strings.HasPrefix(msg, "ERR unknown command") || isModuleVersion(msg)
+	msg := strings.TrimPrefix(err.Error(), "ERR ") // rueidis drops it
+	return errors.Is(err, errNoCommand) || strings.HasPrefix(msg, "unknown command") || isModuleVersion(msg)
 }
 
 // errNoCommand is the error of a go-redis client given to New that sends
@@ -85,7 +85,9 @@ var errNoCommand = errors.New("redisstore: the client sends no command but scrip
 
 // isModuleVersion reports whether msg is the error of a module that speaks
 // another version of FUNNEL.GCRA's arguments.
-func isModuleVersion(msg string) bool { return strings.HasPrefix(msg, "ERR funnel: version") }
+func isModuleVersion(msg string) bool {
+	return strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), "funnel: version")
+}
 
 // moduleAbsent records that a call found no module that it could use
 // (err says why), so that calls go through the script for moduleRetry.

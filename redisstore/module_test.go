@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -81,7 +83,16 @@ func sameError(serr, merr error) bool {
 // hold TATs near the edges or values that are not TATs, at injected times.
 func TestModuleIsTheScript(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
+	for _, encoding := range []string{"int", "raw"} {
+		t.Run(encoding, func(t *testing.T) {
+			t.Parallel()
+			testModuleIsTheScript(t, encoding)
+		})
+	}
+}
+
+func testModuleIsTheScript(t *testing.T, encoding string) {
+	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t), "encoding", encoding)
 	c := srv.Client()
 	ctx := context.Background()
 	const base int64 = 1_795_350_508_971_038_011
@@ -218,6 +229,11 @@ func TestModuleRefusesBadCalls(t *testing.T) {
 			t.Fatalf("%v changed the key", tc.args)
 		}
 	}
+	// A module loaded with other arguments does not load.
+	out, code := redistest.RunTool(t, "redis-server", "", 10*time.Second, nil, "--port", "0", "--unixsocket", filepath.Join(t.TempDir(), "redis.sock"), "--save", "", "--loadmodule", redistest.Module(t), "encoding", "utf8")
+	if code == 0 || !strings.Contains(out, "funnel: the module takes no arguments, or: encoding int|raw") {
+		t.Errorf("redis-server with the module and encoding utf8: exit %d\n%s", code, out)
+	}
 	// Within the deadline and after the earliest time, the call decides.
 	err := c.Do(ctx, moduleCommand, "1", 1, "k", "t", fmt.Sprintf("~%d", at-6e7), at+6e7, 0, 1536, 1, 0, 2, 0).Err()
 	if err != nil {
@@ -238,14 +254,24 @@ func TestModuleMissing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		warn bool
+		warn bool // a store that meets it says so, once
 	}{
 		{"unknown", errors.New("ERR unknown command 'FUNNEL.GCRA', with args beginning with: '1' '1'"), false},
 		{"version", errors.New("ERR funnel: version of FUNNEL.GCRA's arguments unknown to this module"), true},
 		{"client", errNoCommand, false},
+		// rueidis's errors, without "ERR "
+		{"rueidis unknown", errors.New("unknown command 'FUNNEL.GCRA', with args beginning with: '1'"), false},
+		{"rueidis version", errors.New("funnel: version of FUNNEL.GCRA's arguments unknown to this module"), true},
 	} {
 		if !moduleMissing(tc.err) {
 			t.Errorf("%s: not missing", tc.name)
+		}
+		var logs strings.Builder
+		s := newStore(goRedisRunner{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		s.moduleAbsent(tc.err)
+		s.moduleAbsent(tc.err)
+		if n := strings.Count(logs.String(), "module is not usable"); n != map[bool]int{false: 0, true: 1}[tc.warn] {
+			t.Errorf("%s: %d warnings:\n%s", tc.name, n, logs.String())
 		}
 	}
 	for _, err := range []error{nil, errors.New("WRONGTYPE the value is not a string"), errLate, context.DeadlineExceeded} {
@@ -305,4 +331,112 @@ func FuzzModuleReadsAsTheScript(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The module's writes reach a replica (which needs no module) and the AOF
+// as the same values with the same absolute expiries, and fire the same
+// keyspace events as the script's, in either encoding.
+func TestModuleReplicatesAsTheScript(t *testing.T) {
+	t.Parallel()
+	for _, encoding := range []string{"int", "raw"} {
+		t.Run(encoding, func(t *testing.T) {
+			t.Parallel()
+			testModuleReplicatesAsTheScript(t, encoding)
+		})
+	}
+}
+
+func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
+	master := redistest.StartServer(t, "--loadmodule", redistest.Module(t), "encoding", encoding,
+		"--appendonly", "yes", "--notify-keyspace-events", "KEA")
+	replica := redistest.StartReplica(t, master)
+	c := master.Client()
+	ctx := context.Background()
+	sub := c.PSubscribe(ctx, "__keyevent@0__:*")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := mustNewParams(t, 2, 1, time.Hour)
+	events := map[string][]string{}
+	for _, path := range FunnelPaths {
+		prefix := path.Name[:1] + ":"
+		s := New(c, Options{Prefix: prefix, Timeout: 10 * time.Second, ScriptOnly: !path.Module})
+		for _, q := range []int64{1, 1, 1, 5, -1, -9} { // allowed, refused, refunds to an empty bucket
+			for _, key := range []string{"a", "b"} {
+				if _, err := s.throttle(ctx, key, p, q, -1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// a batch of keys that come once and more than once
+		batch := []*call{}
+		for _, key := range []string{"a", "c", "a", "d", "c"} {
+			batch = append(batch, &call{req: req{key: prefix + key, cost: p.Interval, tol: p.Tolerance}, queued: time.Now(), done: make(chan struct{})})
+		}
+		s.send(batch)
+		for _, cl := range batch {
+			if <-cl.done; cl.err != nil {
+				t.Fatal(cl.err)
+			}
+		}
+		// The events so far, as event and key without the prefix.
+		c.Set(ctx, "end", path.Name, 0)
+		for {
+			msg, err := sub.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg.Payload == "end" {
+				break
+			}
+			events[path.Name] = append(events[path.Name], strings.TrimPrefix(msg.Channel, "__keyevent@0__:")+" "+strings.TrimPrefix(msg.Payload, prefix))
+		}
+	}
+	if !reflect.DeepEqual(events["script"], events["module"]) || len(events["module"]) < 10 {
+		t.Fatalf("keyspace events:\nscript %q\nmodule %q", events["script"], events["module"])
+	}
+	if n, err := c.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d, %v", n, err)
+	}
+	type state struct {
+		value string
+		at    int64
+	}
+	read := func(c *redis.Client, key string) state {
+		v, _ := c.Get(ctx, key).Result()
+		return state{v, c.PExpireTime(ctx, key).Val().Milliseconds()}
+	}
+	want := map[string]state{}
+	for _, key := range []string{"a", "b", "c", "d"} {
+		m := read(c, "m:"+key)
+		if s := read(c, "s:"+key); (s.value == "") != (m.value == "") || m.value != "" && len(s.value) != len(m.value) {
+			t.Fatalf("%q: script %+v, module %+v", key, s, m)
+		}
+		if r := read(replica.Client(), "m:"+key); r != m {
+			t.Fatalf("%q: master %+v, replica %+v", key, m, r)
+		}
+		want[key] = m
+	}
+	if want["b"].value != "" || want["a"].value == "" {
+		t.Fatalf("the decisions did not leave a empty and a written: %+v", want)
+	}
+	// A value is kept as the script keeps it, in Redis's integer encoding,
+	// unless the module was loaded with "encoding raw".
+	for _, key := range []string{"a", "c", "d"} {
+		se, me := c.ObjectEncoding(ctx, "s:"+key).Val(), c.ObjectEncoding(ctx, "m:"+key).Val()
+		if se != "int" || me != encoding {
+			t.Errorf("%q: encoding %s by the script, %s by the module loaded with encoding %s", key, se, me, encoding)
+		}
+	}
+	// The AOF, read at a restart, holds the same.
+	master.Stop()
+	if err := master.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for key, w := range want {
+		if got := read(master.Client(), "m:"+key); got != w {
+			t.Fatalf("%q after a restart from the AOF: %+v, want %+v", key, got, w)
+		}
+	}
 }

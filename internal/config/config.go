@@ -75,6 +75,10 @@ type Config struct {
 	// (redisstore.Options.SortedSetLogs), while processes of such a version
 	// decide the same keys.
 	RedisSortedSetLogs bool
+	// RedisScriptOnly decides funnels through the Redis store's Lua script
+	// even when Redis has loaded Funnel's module
+	// (redisstore.Options.ScriptOnly).
+	RedisScriptOnly bool
 	// FailOpen makes every edge, and the Redis store, admit requests while
 	// the store cannot decide (funnel.FailOpen); by default they are
 	// refused (funnel.FailClosed). See Fail.

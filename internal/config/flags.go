@@ -52,6 +52,7 @@ func Flags(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.SnapshotMaxElapsed, "snapshot-max-elapsed", c.SnapshotMaxElapsed, "the most time a restore counts as passed since the snapshot when it cannot prove it on this boot's monotonic clock (0: no bound)")
 	fs.BoolVar(&c.SnapshotIgnoreCorrupt, "snapshot-ignore-corrupt", c.SnapshotIgnoreCorrupt, "start empty when the snapshot is bad, after moving it aside to FILE.corrupt-<time> (default: refuse to start)")
 	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "bound on each Redis store operation (0: 100ms)")
+	fs.BoolVar(&c.RedisScriptOnly, "redis-script-only", c.RedisScriptOnly, "decide funnels through the Lua script even when Redis has loaded Funnel's module")
 	fs.BoolVar(&c.RedisSortedSetLogs, "redis-sorted-set-logs", c.RedisSortedSetLogs, "keep every sliding log in a Redis sorted set, as versions before packed logs did, while processes of such a version decide the same keys")
 	fs.DurationVar(&c.RedisClockGuard, "redis-clock-guard", c.RedisClockGuard, "refuse to follow a step of Redis's clock, or this host's, larger than this: decisions fall back until the clocks agree again or a restart (0: off)")
 	fs.BoolVar(&c.FailOpen, "fail-open", c.FailOpen, "admit requests while the store cannot decide (default: refuse them)")

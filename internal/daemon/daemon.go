@@ -122,6 +122,7 @@ func (d *Daemon) openStore() error {
 			Timeout:       d.cfg.StoreTimeout,
 			ClockGuard:    d.cfg.RedisClockGuard,
 			SortedSetLogs: d.cfg.RedisSortedSetLogs,
+			ScriptOnly:    d.cfg.RedisScriptOnly,
 			Fail:          d.cfg.Fail(),
 			Logger:        d.log,
 		})

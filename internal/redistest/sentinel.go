@@ -35,9 +35,13 @@ type Sentinel struct {
 }
 
 // StartReplica starts a redis-server, as StartServer does, that replicates
-// master, and waits until its link to master is up.
+// master, and waits until its link to master is up. It sets master's
+// repl-diskless-sync-delay to 0.
 func StartReplica(tb testing.TB, master *Server, extra ...string) *Server {
 	tb.Helper()
+	// The master syncs a new replica at once, rather than wait 5 s (Redis
+	// 7's repl-diskless-sync-delay) for others to sync with it.
+	master.Do("CONFIG", "SET", "repl-diskless-sync-delay", "0")
 	r := StartServer(tb, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}, extra...)...)
 	deadline := time.Now().Add(StartTimeout)
 	for {
