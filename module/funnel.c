@@ -95,6 +95,7 @@ static long long (*Milliseconds)(void);
 static int (*Replicate)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
 static int (*NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key);
 static void (*Log)(RedisModuleCtx *ctx, const char *level, const char *fmt, ...);
+static RedisModuleString *(*CreateString)(RedisModuleCtx *ctx, const char *ptr, size_t len);
 typedef struct RedisModuleCallReply RedisModuleCallReply;
 static RedisModuleCallReply *(*Call)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
 static void (*FreeCallReply)(RedisModuleCallReply *reply);
@@ -132,6 +133,7 @@ static int api(RedisModuleCtx *ctx) {
     GET(Replicate);
     GET(NotifyKeyspaceEvent);
     GET(Log);
+    GET(CreateString);
     GET(Call);
     GET(FreeCallReply);
     GET(CallReplyType);
@@ -250,14 +252,15 @@ static int decide(i128 now, i128 *tat, const limbs *l, i128 *d) {
 /* answer appends the answer for a request (answer.lua) and returns how
  * many integers it took. */
 static long answer(RedisModuleCtx *ctx, int status, i128 d) {
-    long long dh = (long long)(d / NS);
+    /* 0 <= d <= 2^63-1: a TAT minus a time that is not negative. */
+    long long d64 = (long long)d, dh = d64 / NS;
     if (dh < ONE_INT_SECONDS) {
-        ReplyWithLongLong(ctx, (long long)d * 4 + status);
+        ReplyWithLongLong(ctx, d64 * 4 + status);
         return 1;
     }
     ReplyWithLongLong(ctx, -1 - status);
     ReplyWithLongLong(ctx, dh);
-    ReplyWithLongLong(ctx, (long long)(d % NS));
+    ReplyWithLongLong(ctx, d64 % NS);
     return 3;
 }
 
@@ -290,6 +293,22 @@ static int read_key(RedisModuleCtx *ctx, RedisModuleString *name, i128 *tat, int
  * raw"), rather than by SET. */
 static int raw_values;
 
+/* pxat is the word PXAT, made once. */
+static RedisModuleString *pxat;
+
+/* decimal writes v in decimal to buf (at least 20 bytes) and returns its
+ * length. */
+static size_t decimal(char *buf, unsigned long long v) {
+    char rev[20];
+    size_t n = 0;
+    do {
+        rev[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++) buf[i] = rev[n - 1 - i];
+    return n;
+}
+
 /* The state of one call's writes. */
 typedef struct {
     RedisModuleCtx *ctx;
@@ -313,21 +332,17 @@ static void store(writer *w, RedisModuleString *name, int exists, i128 tat, i128
         }
         return;
     }
-    long long ms = (long long)(x / 1000000) + (x % 1000000 > 0) + w->slack;
+    /* 0 < x <= 2^63-1: a TAT ahead of a time that is not negative. */
+    long long x64 = (long long)x;
+    long long ms = x64 / 1000000 + (x64 % 1000000 > 0) + w->slack;
     long long at = w->base + ms;
-    char buf[24];
-    unsigned long long v = (unsigned long long)tat;
-    size_t n = 0;
-    char rev[24];
-    do {
-        rev[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++) buf[i] = rev[n - 1 - i];
+    char buf[24], atbuf[24];
+    size_t n = decimal(buf, (unsigned long long)tat);
 
     if (!raw_values) {
         /* Replicated as it is ("!"), with its own keyspace events. */
-        RedisModuleCallReply *r = Call(w->ctx, "SET", "!sbcl", name, buf, n, "PXAT", at);
+        RedisModuleCallReply *r =
+            Call(w->ctx, "SET", "!sbsb", name, buf, n, pxat, atbuf, decimal(atbuf, (unsigned long long)at));
         if (r) {
             if (CallReplyType(r) == RM_REPLY_ERROR) {
                 size_t len;
@@ -349,7 +364,7 @@ static void store(writer *w, RedisModuleString *name, int exists, i128 tat, i128
     memcpy(p, buf, n);
     SetAbsExpire(k, at);
     CloseKey(k);
-    Replicate(w->ctx, "SET", "sbcl", name, buf, n, "PXAT", at);
+    Replicate(w->ctx, "SET", "sbsb", name, buf, n, pxat, atbuf, decimal(atbuf, (unsigned long long)at));
     NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_STRING, "set", name);
     NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_GENERIC, "expire", name);
 }
@@ -556,6 +571,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         Log(ctx, "warning", "funnel: the module takes no arguments, or: encoding int|raw");
         return RM_ERR;
     }
+    pxat = CreateString(NULL, "PXAT", 4);
     /* The keys are args 3 on (numkeys says how many): the command gives
      * them through the keys API, and the first key is at 3 for clients that
      * route by COMMAND's legacy key range. */
