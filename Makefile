@@ -62,6 +62,17 @@ bench-server: deps
 	$(GO) build -o "$$tmp/funnel" ./cmd/funnel && \
 	cd bench && $(GO) run ./cmd/benchserver -funnel "$$tmp/funnel" $(if $(PERF),-perf $(abspath $(PERF)))
 
+# bench-redis-cpu measures Redis's CPU per CL.THROTTLE decision behind
+# `funnel serve --store redis://` (redis-benchmark -c 50 -P 16, 100,000
+# keys), through the script and through Funnel's module (both encodings),
+# 4 alternating rounds, and prints the medians. CELL=path/libredis_cell.so
+# adds redis-cell's own CL.THROTTLE, and the ratios to it. About 2 minutes.
+.PHONY: bench-redis-cpu
+bench-redis-cpu: deps module
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(GO) build -o "$$tmp/funnel" ./cmd/funnel && \
+	cd bench && $(GO) run ./cmd/benchserver -redis-cpu -funnel "$$tmp/funnel" -module $(abspath module/funnel.so) $(if $(CELL),-cell $(abspath $(CELL)))
+
 # bench-snapshot measures CL.THROTTLE under redis-benchmark -P 16 on
 # `funnel serve` restored from a snapshot of 1,000,000 keys, with no snapshot
 # under way and with snapshots written back to back, and prints p50, p99 and

@@ -26,6 +26,10 @@
 // measured with no snapshot under way and with snapshots written back to
 // back; it prints p50, p99 and the ratio of the p99s.
 //
+// With -redis-cpu it measures Redis's CPU per decision behind funnel serve
+// --store redis://, through the script and through Funnel's module (-module),
+// against redis-cell's own CL.THROTTLE (-cell): see rediscpu.go.
+//
 // Both servers are stopped when the runs end, when the command is
 // interrupted, and (on Linux) when it dies.
 package main
@@ -58,6 +62,9 @@ type options struct {
 	perf                                string
 	check                               bool
 	snapshot                            bool
+	redisCPU                            bool
+	module, cell                        string
+	rounds, cpuN                        int
 }
 
 func main() {
@@ -72,6 +79,11 @@ func main() {
 	flag.StringVar(&o.perf, "perf", "", "write a perf profile of funnel under -P 1 to `file` and print its top")
 	flag.BoolVar(&o.check, "check", false, "exit 1 when a target is missed")
 	flag.BoolVar(&o.snapshot, "snapshot", false, "measure CL.THROTTLE -P 16 on 1,000,000 keys with and without snapshots being written, instead")
+	flag.BoolVar(&o.redisCPU, "redis-cpu", false, "measure Redis's CPU per decision behind funnel serve --store redis:// instead (see rediscpu.go)")
+	flag.StringVar(&o.module, "module", "", "with -redis-cpu: the path of Funnel's Redis module (make module), for its rows")
+	flag.StringVar(&o.cell, "cell", "", "with -redis-cpu: the path of redis-cell's libredis_cell.so, for its row")
+	flag.IntVar(&o.rounds, "rounds", 4, "with -redis-cpu: rounds of every variant, alternating")
+	flag.IntVar(&o.cpuN, "cpu-n", 400000, "with -redis-cpu: decisions of each run")
 	flag.Parse()
 	if o.funnel == "" {
 		fmt.Fprintln(os.Stderr, "benchserver: -funnel is required")
@@ -80,9 +92,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var code int
-	if o.snapshot {
+	switch {
+	case o.snapshot:
 		code = runSnapshot(ctx, o)
-	} else {
+	case o.redisCPU:
+		code = runRedisCPU(ctx, o)
+	default:
 		code = run(ctx, o)
 	}
 	stop()
