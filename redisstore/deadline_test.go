@@ -17,11 +17,19 @@ import (
 // made: its script, which waited in Redis's socket buffer, runs when Redis
 // resumes, after its deadline, and changes nothing. Funnels (one at a time
 // and batched), another algorithm of the family and a reset are each sent
-// while Redis is frozen; once it resumes, every key is as it was.
-func TestNotDecidedWhenLate(t *testing.T) { runOutage(t, testNotDecidedWhenLate) }
+// while Redis is frozen; once it resumes, every key is as it was. Funnels
+// are decided by the script, and by Funnel's module where Redis has loaded
+// it.
+func TestNotDecidedWhenLate(t *testing.T) {
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			runOutage(t, func(t *testing.T, oc outageClient) { testNotDecidedWhenLate(t, oc, path) })
+		})
+	}
+}
 
-func testNotDecidedWhenLate(t *testing.T, oc outageClient) {
-	srv := redistest.StartServer(t)
+func testNotDecidedWhenLate(t *testing.T, oc outageClient, path redisstore.FunnelPath) {
+	srv := path.Start(t)
 	ctx := context.Background()
 	slow := mkParams(t, 9, 1, time.Hour) // limit 10, no refill within the test
 	day, err := funnel.Limit{Algorithm: funnel.FixedWindow, Count: 10, Period: 24 * time.Hour}.Check()
