@@ -32,58 +32,41 @@ func newGoRedis(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 }
 
+// funnelAllow returns the allow function of a Funnel limiter on store.
+func funnelAllow(b *testing.B, store *redisstore.Store) func(context.Context, string) (bool, error) {
+	lim := funnel.New(store)
+	lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, key string) (bool, error) {
+		r, err := lim.AllowChecked(ctx, key, &lc, 1)
+		if r.Fallback {
+			return false, errFallback
+		}
+		return r.Allowed, err
+	}
+}
+
 var redisLimiters = []redisLimiter{
 	{"funnel-redis", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
 		c := newGoRedis(addr)
-		lim := funnel.New(redisstore.New(c, redisstore.Options{Prefix: "funnel:", ScriptOnly: true}))
-		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context, key string) (bool, error) {
-			r, err := lim.AllowChecked(ctx, key, &lc, 1)
-			if r.Fallback {
-				return false, errFallback
-			}
-			return r.Allowed, err
-		}, func() { c.Close() }
+		return funnelAllow(b, redisstore.New(c, redisstore.Options{Prefix: "funnel:", ScriptOnly: true})), func() { c.Close() }
 	}},
 	{"funnel-redis-rueidis", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 		if err != nil {
 			b.Fatal(err)
 		}
-		lim := funnel.New(redisstore.NewRueidis(c, redisstore.Options{Prefix: "funnel:", ScriptOnly: true}))
-		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context, key string) (bool, error) {
-			r, err := lim.AllowChecked(ctx, key, &lc, 1)
-			if r.Fallback {
-				return false, errFallback
-			}
-			return r.Allowed, err
-		}, c.Close
+		return funnelAllow(b, redisstore.NewRueidis(c, redisstore.Options{Prefix: "funnel:", ScriptOnly: true})), c.Close
 	}},
 	// The same store as funnel-redis, through Funnel's module, which the
-	// benchmark's Redis has loaded.
+	// benchmark's Redis has loaded (without the log line that says the
+	// module is used, which would cut the benchmark's output).
 	{"funnel-redis-module", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
 		c := newGoRedis(addr)
-		// (without the log line that says the module is used, which
-		// would cut the benchmark's output)
-		lim := funnel.New(redisstore.New(c, redisstore.Options{Prefix: "funnel:", Logger: slog.New(slog.DiscardHandler)}))
-		lc, err := funnel.Per(throughputSpec.count, throughputSpec.period).Check()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context, key string) (bool, error) {
-			r, err := lim.AllowChecked(ctx, key, &lc, 1)
-			if r.Fallback {
-				return false, errFallback
-			}
-			return r.Allowed, err
-		}, func() { c.Close() }
+		opts := redisstore.Options{Prefix: "funnel:", Logger: slog.New(slog.DiscardHandler)}
+		return funnelAllow(b, redisstore.New(c, opts)), func() { c.Close() }
 	}},
 	{"redis_rate", func(b *testing.B, addr string) (func(context.Context, string) (bool, error), func()) {
 		c := newGoRedis(addr)
