@@ -27,14 +27,28 @@
  * missing limb, a request that names a later one) are refused here before
  * any key is read, with an error that starts with "ERR funnel:".
  *
- * A key is written with Redis's own SET key value PXAT ms (the script's
- * PSETEX, which Redis replicates as that), so that it is kept as the script
- * and redis-cell leave it: a number in Redis's integer encoding, with the
- * same keyspace events, replication and AOF. Deleted (a TAT at now), it is
- * replicated as DEL. Loaded with the arguments "encoding raw", the module
- * writes a value in place instead, as a plain string, for less of Redis's
- * CPU and 32 bytes more a key (see the README's benchmarks); it replicates
- * and notifies the same.
+ * A call decides its requests, then writes its keys, as the script does
+ * through redis.call: Redis's own SET key value PXAT ms (the script's
+ * PSETEX, which Redis replicates as that) or DEL, under the checks Redis
+ * makes of a script's writes (maxmemory, a read-only replica, a failed
+ * save, too few replicas, the caller's ACL), with the same keyspace events,
+ * replication and AOF. A write that Redis refuses answers its error for the
+ * whole call, as the script's would. A value is thus kept as the script and
+ * redis-cell leave it, a number in Redis's integer encoding, but for one
+ * thing: the module API reads a string only as plain bytes, so reading a
+ * key turns its value into a plain string (32 bytes more, the same value)
+ * until its next write, a refused request's key included.
+ *
+ * Loaded with the arguments "encoding raw", the module writes a value in
+ * place instead, as a plain string, for less of Redis's CPU and 32 bytes
+ * more a key (see the README's benchmarks), replicated and notified the
+ * same; a call's first SET still goes through Redis, for its checks.
+ *
+ * The caller promises what Funnel's store does: in a "u" call each key
+ * comes once, and in a "t" call a key that comes more than once says so in
+ * its requests' arguments. This module decides a call that breaks it one
+ * request after the other; the script, which reads every key first, does
+ * not.
  *
  * Build: cc -O2 -fPIC -shared -o funnel.so funnel.c
  * Load:  redis-server --loadmodule /path/to/funnel.so [encoding int|raw]
@@ -62,7 +76,6 @@
 #define RM_WRITE (1 << 1)
 #define RM_KEYTYPE_EMPTY 0
 #define RM_KEYTYPE_STRING 1
-#define RM_POSTPONED_LEN -1
 #define RM_NOTIFY_GENERIC (1 << 2)
 #define RM_NOTIFY_STRING (1 << 3)
 
@@ -82,14 +95,12 @@ static int (*WrongArity)(RedisModuleCtx *ctx);
 static int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long ll);
 static int (*ReplyWithError)(RedisModuleCtx *ctx, const char *err);
 static int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
-static void (*ReplySetArrayLength)(RedisModuleCtx *ctx, long len);
 static const char *(*StringPtrLen)(const RedisModuleString *str, size_t *len);
 static RedisModuleKey *(*OpenKey)(RedisModuleCtx *ctx, RedisModuleString *name, int mode);
 static void (*CloseKey)(RedisModuleKey *key);
 static int (*KeyType)(RedisModuleKey *key);
 static char *(*StringDMA)(RedisModuleKey *key, size_t *len, int mode);
 static int (*StringTruncate)(RedisModuleKey *key, size_t newlen);
-static int (*DeleteKey)(RedisModuleKey *key);
 static int (*SetAbsExpire)(RedisModuleKey *key, long long ms);
 static long long (*Milliseconds)(void);
 static int (*Replicate)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
@@ -120,14 +131,12 @@ static int api(RedisModuleCtx *ctx) {
     GET(ReplyWithLongLong);
     GET(ReplyWithError);
     GET(ReplyWithArray);
-    GET(ReplySetArrayLength);
     GET(StringPtrLen);
     GET(OpenKey);
     GET(CloseKey);
     GET(KeyType);
     GET(StringDMA);
     GET(StringTruncate);
-    GET(DeleteKey);
     GET(SetAbsExpire);
     GET(Milliseconds);
     GET(Replicate);
@@ -156,6 +165,10 @@ typedef __int128 i128;
  * (d < 2^50 ns or so), else three: -1-status, then d's seconds and
  * nanoseconds. */
 #define ONE_INT_SECONDS 1125899LL
+
+/* The most milliseconds added to every expiry (some 31 years), so that no
+ * expiry passes int64. */
+#define MAX_SLACK 1000000000000LL
 
 /* The most requests a call decides: a request's argument names the first
  * request on its key in 7 bits. */
@@ -249,18 +262,19 @@ static int decide(i128 now, i128 *tat, const limbs *l, i128 *d) {
     return 1;
 }
 
-/* answer appends the answer for a request (answer.lua) and returns how
- * many integers it took. */
-static long answer(RedisModuleCtx *ctx, int status, i128 d) {
+/* answer appends to out the answer for a request (answer.lua): d*4+status
+ * while d's seconds are below ONE_INT_SECONDS, else -1-status, then d's
+ * seconds and nanoseconds. It returns how many integers it took. */
+static int answer(long long *out, int status, i128 d) {
     /* 0 <= d <= 2^63-1: a TAT minus a time that is not negative. */
     long long d64 = (long long)d, dh = d64 / NS;
     if (dh < ONE_INT_SECONDS) {
-        ReplyWithLongLong(ctx, d64 * 4 + status);
+        out[0] = d64 * 4 + status;
         return 1;
     }
-    ReplyWithLongLong(ctx, -1 - status);
-    ReplyWithLongLong(ctx, dh);
-    ReplyWithLongLong(ctx, d64 % NS);
+    out[0] = -1 - status;
+    out[1] = dh;
+    out[2] = d64 % NS;
     return 3;
 }
 
@@ -314,44 +328,56 @@ typedef struct {
     RedisModuleCtx *ctx;
     long long base; /* Redis's clock in ms when the call started */
     long long slack;
+    int checked;    /* a SET of this call passed Redis's checks */
+    char err[256];  /* why Redis refused a write */
 } writer;
+
+/* call_write runs a write command through Redis, as a script's redis.call
+ * does: replicated as it is ("!"), under the checks that Redis makes of a
+ * script's writes ("S": a read-only replica, too few good replicas, a
+ * failed save; "M": over maxmemory, for SET; "C": the caller's ACL), with
+ * the command's own keyspace events. It returns 0 once written, or -1 with
+ * Redis's error in w->err. */
+static int call_write(writer *w, const char *cmd, const char *fmt, RedisModuleString *name, const char *buf,
+                      size_t n, const char *at, size_t atn) {
+    RedisModuleCallReply *r = buf ? Call(w->ctx, cmd, fmt, name, buf, n, pxat, at, atn) : Call(w->ctx, cmd, fmt, name);
+    if (r && CallReplyType(r) != RM_REPLY_ERROR) {
+        FreeCallReply(r);
+        return 0;
+    }
+    size_t len = 0;
+    const char *e = r ? CallReplyStringPtr(r, &len) : NULL;
+    if (!e) {
+        e = "ERR funnel: Redis refused a write";
+        len = strlen(e);
+    }
+    if (len > sizeof w->err - 1) len = sizeof w->err - 1;
+    memcpy(w->err, e, len);
+    w->err[len] = 0;
+    if (r) FreeCallReply(r);
+    return -1;
+}
 
 /* store is store.lua: it writes the TAT tat, x = tat - now (>= 0) ahead of
  * now, to the key named name, which exists if exists. A TAT at now is an
  * absent key: the key is deleted. Otherwise it expires when its TAT is
  * reached, in whole milliseconds rounded up, plus slack: by SET, or with
- * "encoding raw" in place, with SET's replication and keyspace events. */
-static void store(writer *w, RedisModuleString *name, int exists, i128 tat, i128 x) {
-    if (x == 0) {
-        if (exists) {
-            RedisModuleKey *k = OpenKey(w->ctx, name, RM_WRITE);
-            DeleteKey(k);
-            CloseKey(k);
-            Replicate(w->ctx, "DEL", "s", name);
-            NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_GENERIC, "del", name);
-        }
-        return;
-    }
+ * "encoding raw" in place (but for a call's first SET, which passes
+ * Redis's checks for the others), with SET's replication and keyspace
+ * events. It returns -1 when Redis refuses the write (w->err says why), as
+ * it would refuse a script's, else 0. */
+static int store(writer *w, RedisModuleString *name, int exists, i128 tat, i128 x) {
+    if (x == 0) return exists ? call_write(w, "DEL", "!SCEs", name, NULL, 0, NULL, 0) : 0;
     /* 0 < x <= 2^63-1: a TAT ahead of a time that is not negative. */
     long long x64 = (long long)x;
     long long ms = x64 / 1000000 + (x64 % 1000000 > 0) + w->slack;
     long long at = w->base + ms;
     char buf[24], atbuf[24];
-    size_t n = decimal(buf, (unsigned long long)tat);
-
-    if (!raw_values) {
-        /* Replicated as it is ("!"), with its own keyspace events. */
-        RedisModuleCallReply *r =
-            Call(w->ctx, "SET", "!sbsb", name, buf, n, pxat, atbuf, decimal(atbuf, (unsigned long long)at));
-        if (r) {
-            if (CallReplyType(r) == RM_REPLY_ERROR) {
-                size_t len;
-                const char *e = CallReplyStringPtr(r, &len);
-                Log(w->ctx, "warning", "funnel: SET failed: %.*s", (int)len, e);
-            }
-            FreeCallReply(r);
-        }
-        return;
+    size_t n = decimal(buf, (unsigned long long)tat), atn = decimal(atbuf, (unsigned long long)at);
+    if (!raw_values || !w->checked) {
+        if (call_write(w, "SET", "!SMCEsbsb", name, buf, n, atbuf, atn) != 0) return -1;
+        w->checked = 1;
+        return 0;
     }
     RedisModuleKey *k = OpenKey(w->ctx, name, RM_WRITE);
     size_t len = 0;
@@ -364,9 +390,10 @@ static void store(writer *w, RedisModuleString *name, int exists, i128 tat, i128
     memcpy(p, buf, n);
     SetAbsExpire(k, at);
     CloseKey(k);
-    Replicate(w->ctx, "SET", "sbsb", name, buf, n, pxat, atbuf, decimal(atbuf, (unsigned long long)at));
+    Replicate(w->ctx, "SET", "sbsb", name, buf, n, pxat, atbuf, atn);
     NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_STRING, "set", name);
     NotifyKeyspaceEvent(w->ctx, RM_NOTIFY_GENERIC, "expire", name);
+    return 0;
 }
 
 static int error(RedisModuleCtx *ctx, const char *msg) { return ReplyWithError(ctx, msg); }
@@ -407,8 +434,8 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     if (!uniform && !(on == 1 && op[0] == 't'))
         return error(ctx, "ERR funnel: the first argument must be t or u");
     long long slack;
-    if (!arg_ll(args[4], &slack) || slack < 0)
-        return error(ctx, "ERR funnel: the expiries' slack must be a non-negative integer");
+    if (!arg_ll(args[4], &slack) || slack < 0 || slack > MAX_SLACK)
+        return error(ctx, "ERR funnel: the expiries' slack must be an integer from 0 to 1000000000000 (ms)");
 
     /* The requests and their limits, all read before the time is. */
     limbs lims[MAX_KEYS];
@@ -485,8 +512,13 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         now = (i128)h * NS + l;
     }
 
-    writer w = {ctx, Milliseconds(), slack};
+    writer w = {.ctx = ctx, .base = Milliseconds(), .slack = slack};
 
+    /* The requests are decided first, then the keys written, then the
+     * answers given: a write that Redis refuses (as it would refuse the
+     * script's first) answers its error, as the script would. */
+    long long ans[3 * MAX_KEYS];
+    int na = 0;
     if (nk == 1) {
         i128 tat, d;
         int exists;
@@ -495,12 +527,11 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         if (bad == BAD_NUMBER) return error(ctx, "WRONGTYPE the value is not a decimal number");
         if (bad == BAD_RANGE) return error(ctx, "WRONGTYPE the value is beyond int64 nanoseconds");
         int status = decide(now, &tat, &lims[0], &d);
-        if (status == 1) store(&w, keys[0], exists, tat, tat - now);
-        if (d / NS < ONE_INT_SECONDS) return ReplyWithLongLong(ctx, (long long)d * 4 + status);
+        if (status == 1 && store(&w, keys[0], exists, tat, tat - now) != 0) return error(ctx, w.err);
+        if (answer(ans, status, d) == 1) return ReplyWithLongLong(ctx, ans[0]);
         ReplyWithArray(ctx, 3);
-        ReplyWithLongLong(ctx, -1 - status);
-        ReplyWithLongLong(ctx, (long long)(d / NS));
-        return ReplyWithLongLong(ctx, (long long)(d % NS));
+        for (int j = 0; j < 3; j++) ReplyWithLongLong(ctx, ans[j]);
+        return RM_OK;
     }
 
     /* A batch: each request in turn. A key that comes more than once keeps
@@ -508,8 +539,11 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
      * after its last request, if one changed it. */
     i128 tats[MAX_KEYS];
     int bads[MAX_KEYS], exist[MAX_KEYS], changed[MAX_KEYS];
-    long out = 0;
-    ReplyWithArray(ctx, RM_POSTPONED_LEN);
+    struct {
+        int i, exists;
+        i128 tat;
+    } writes[MAX_KEYS];
+    int nw = 0;
     for (int i = 1; i <= nk; i++) {
         request *r = &reqs[i - 1];
         int f = r->f;
@@ -529,8 +563,7 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
             exists = exist[f - 1];
         }
         if (bad != BAD_NONE) {
-            ReplyWithLongLong(ctx, -9 - bad);
-            out++;
+            ans[na++] = -9 - bad;
             continue;
         }
         int status = decide(now, &tat, &lims[r->lim], &d);
@@ -538,13 +571,19 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
             tats[f - 1] = tat;
             changed[f - 1] = 1;
         }
-        out += answer(ctx, status, d);
-        if (f == 0 && status == 1)
-            store(&w, keys[i - 1], exists, tat, tat - now);
-        else if (r->last && changed[f - 1])
-            store(&w, keys[i - 1], exists, tats[f - 1], tats[f - 1] - now);
+        na += answer(ans + na, status, d);
+        if ((f == 0 && status == 1) || (r->last && changed[f - 1])) {
+            writes[nw].i = i - 1;
+            writes[nw].exists = exists;
+            writes[nw].tat = f == 0 ? tat : tats[f - 1];
+            nw++;
+        }
     }
-    ReplySetArrayLength(ctx, out);
+    for (int j = 0; j < nw; j++)
+        if (store(&w, keys[writes[j].i], writes[j].exists, writes[j].tat, writes[j].tat - now) != 0)
+            return error(ctx, w.err);
+    ReplyWithArray(ctx, na);
+    for (int j = 0; j < na; j++) ReplyWithLongLong(ctx, ans[j]);
     return RM_OK;
 }
 
@@ -574,8 +613,12 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     pxat = CreateString(NULL, "PXAT", 4);
     /* The keys are args 3 on (numkeys says how many): the command gives
      * them through the keys API, and the first key is at 3 for clients that
-     * route by COMMAND's legacy key range. */
-    if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "write deny-oom getkeys-api", 3, 3, 1) != RM_OK)
+     * route by COMMAND's legacy key range. Like EVAL, the command is not
+     * flagged write or deny-oom but may-replicate: Redis checks each write
+     * as it checks a script's (see call_write), so that a Redis that may
+     * not write (over maxmemory, a read-only replica, a failed save, too
+     * few replicas) still answers the requests that it refuses. */
+    if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
         return RM_ERR;
     Log(ctx, "notice", "funnel: FUNNEL.GCRA, version " FUNNEL_VERSION " of its arguments; values written %s",
         raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");

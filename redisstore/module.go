@@ -23,11 +23,13 @@ import (
 //
 //   - the first funnel call tries FUNNEL.GCRA. An answer, an error of its
 //     own included, means the module is there, and later calls use it.
-//   - An "unknown command" error, or the error of a module that speaks
-//     another version of the arguments, changes nothing in Redis: the call
-//     is made again through the script, and the store uses the script for
-//     moduleRetry before it tries the module again (a module loaded later,
-//     or a failover to a Redis that has it, is taken up within that time).
+//   - An "unknown command" error, the error of a module that speaks
+//     another version of the arguments, or an ACL's NOPERM for the command
+//     changes nothing in Redis: the call is made again through the script,
+//     and the store uses the script for moduleRetry before it tries the
+//     module again (a module loaded later, or a failover to a Redis that
+//     has it, is taken up within that time). The store warns, once, of a
+//     module of another version or of a NOPERM.
 //
 // On a Redis Cluster whose nodes do not all have it, the calls that reach
 // a node without it send the store back to the script, for every node,
@@ -54,7 +56,7 @@ type moduleState struct {
 	absentUntil atomic.Int64
 	// present is set once FUNNEL.GCRA answered.
 	present atomic.Bool
-	// warned is set once the store warned that Redis has another version.
+	// warned is set once the store warned of a module it cannot use.
 	warned atomic.Bool
 }
 
@@ -75,7 +77,15 @@ func moduleMissing(err error) bool {
 		return false
 	}
 	msg := strings.TrimPrefix(err.Error(), "ERR ") // rueidis drops it
-	return errors.Is(err, errNoCommand) || strings.HasPrefix(msg, "unknown command") || isModuleVersion(msg)
+	return errors.Is(err, errNoCommand) || strings.HasPrefix(msg, "unknown command") || moduleWarning(msg)
+}
+
+// moduleWarning reports whether msg says that Redis has a module that the
+// store cannot use, which a store warns of: one that speaks another version
+// of FUNNEL.GCRA's arguments, or an ACL that does not let the store's user
+// call it (grant it +funnel.gcra).
+func moduleWarning(msg string) bool {
+	return isModuleVersion(msg) || (strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'funnel.gcra'"))
 }
 
 // errNoCommand is the error of a go-redis client given to New that sends
@@ -93,7 +103,7 @@ func isModuleVersion(msg string) bool {
 // (err says why), so that calls go through the script for moduleRetry.
 func (s *Store) moduleAbsent(err error) {
 	s.module.absentUntil.Store(time.Now().Add(moduleRetry).UnixNano())
-	if s.module.present.Swap(false) || (isModuleVersion(err.Error()) && !s.module.warned.Swap(true)) {
+	if s.module.present.Swap(false) || (moduleWarning(strings.TrimPrefix(err.Error(), "ERR ")) && !s.module.warned.Swap(true)) {
 		s.log.Warn("redisstore: Funnel's Redis module is not usable: decisions go through the script", "err", err, "retry", moduleRetry)
 	}
 }

@@ -262,6 +262,7 @@ func TestModuleMissing(t *testing.T) {
 		// rueidis's errors, without "ERR "
 		{"rueidis unknown", errors.New("unknown command 'FUNNEL.GCRA', with args beginning with: '1'"), false},
 		{"rueidis version", errors.New("funnel: version of FUNNEL.GCRA's arguments unknown to this module"), true},
+		{"ACL", errors.New("NOPERM this user has no permissions to run the 'funnel.gcra' command"), true},
 	} {
 		if !moduleMissing(tc.err) {
 			t.Errorf("%s: not missing", tc.name)
@@ -274,7 +275,8 @@ func TestModuleMissing(t *testing.T) {
 			t.Errorf("%s: %d warnings:\n%s", tc.name, n, logs.String())
 		}
 	}
-	for _, err := range []error{nil, errors.New("WRONGTYPE the value is not a string"), errLate, context.DeadlineExceeded} {
+	for _, err := range []error{nil, errors.New("WRONGTYPE the value is not a string"), errLate, context.DeadlineExceeded,
+		errors.New("NOPERM this user has no permissions to run the 'set' command"), errors.New("OOM command not allowed when used memory > 'maxmemory'.")} {
 		if moduleMissing(err) {
 			t.Errorf("%v: missing", err)
 		}
@@ -422,10 +424,16 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 		t.Fatalf("the decisions did not leave a empty and a written: %+v", want)
 	}
 	// A value is kept as the script keeps it, in Redis's integer encoding,
-	// unless the module was loaded with "encoding raw".
+	// unless the module was loaded with "encoding raw"; then but for the
+	// call's first SET ("a", written after its last request), which goes
+	// through Redis for its checks.
 	for _, key := range []string{"a", "c", "d"} {
+		want := encoding
+		if key == "a" {
+			want = "int"
+		}
 		se, me := c.ObjectEncoding(ctx, "s:"+key).Val(), c.ObjectEncoding(ctx, "m:"+key).Val()
-		if se != "int" || me != encoding {
+		if se != "int" || me != want {
 			t.Errorf("%q: encoding %s by the script, %s by the module loaded with encoding %s", key, se, me, encoding)
 		}
 	}
@@ -439,4 +447,94 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 			t.Fatalf("%q after a restart from the AOF: %+v, want %+v", key, got, w)
 		}
 	}
+}
+
+// Where Redis may not write (over maxmemory, a read-only replica, too few
+// replicas, an ACL that denies SET), the module answers the requests it
+// refuses, and answers Redis's error for a call that writes, as the script
+// does; in no case is a key written.
+func TestModuleUnderRedisLimits(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
+	replica := redistest.StartReplica(t, master, "--loadmodule", redistest.Module(t))
+	ctx := context.Background()
+	const now int64 = 1_795_350_508_971_038_011
+	full := strconv.FormatInt(now+int64(time.Hour), 10)
+	// One request on a full key (refused), then a batch with a fresh key
+	// (admitted: written).
+	calls := []struct {
+		keys []string
+		args []string
+	}{
+		{[]string{"full"}, appendLimbs(appendLimbs([]string{"t", limb(now / 1e9), limb(now % 1e9), "0", "1536"}, int64(time.Second)), int64(time.Second))},
+		{[]string{"full", "fresh"}, appendLimbs(appendLimbs([]string{"u", limb(now / 1e9), limb(now % 1e9), "0"}, int64(time.Second)), int64(time.Second))},
+	}
+	for _, k := range []string{"s:", "m:"} {
+		if err := master.Client().Set(ctx, k+"full", full, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := master.Client().Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, c *redis.Client, wantErr string) {
+		t.Helper()
+		for i, call := range calls {
+			sv, mv, serr, merr := moduleCall(ctx, c, call.keys, call.args)
+			if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
+				t.Fatalf("%s, call %d: script %v %v, module %v %v", name, i, sv, serr, mv, merr)
+			}
+			switch {
+			case i == 0 && serr != nil:
+				t.Fatalf("%s: a refusal answered %v", name, serr)
+			case i == 1 && (serr == nil || !strings.HasPrefix(merr.Error(), wantErr)):
+				t.Fatalf("%s: a write answered %v, %v (script %v); want %s…", name, sv, merr, serr, wantErr)
+			}
+		}
+		for _, k := range []string{"s:fresh", "m:fresh"} {
+			if n := master.Client().Exists(ctx, k).Val(); n != 0 {
+				t.Fatalf("%s: %s written", name, k)
+			}
+		}
+	}
+	mc := master.Client()
+	run("read-only replica", replica.Client(), "READONLY")
+	mc.ConfigSet(ctx, "min-replicas-to-write", "2")
+	run("too few replicas", mc, "NOREPLICAS")
+	mc.ConfigSet(ctx, "min-replicas-to-write", "0")
+	if err := mc.Do(ctx, "ACL", "SETUSER", "limiter", "on", "nopass", "~*", "+@all", "-set", "-psetex", "-del").Err(); err != nil {
+		t.Fatal(err)
+	}
+	limited := redis.NewClient(&redis.Options{Addr: master.Addr, Username: "limiter", Password: "x"})
+	defer limited.Close()
+	run("an ACL without SET", limited, "ERR")
+	mc.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+	mc.ConfigSet(ctx, "maxmemory", "1")
+	defer mc.ConfigSet(ctx, "maxmemory", "0")
+	run("maxmemory", mc, "OOM")
+}
+
+// A user whose ACL does not let it call FUNNEL.GCRA decides through the
+// script, and the store says why, once.
+func TestModuleDeniedByACL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
+	ctx := context.Background()
+	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "limiter", "on", "nopass", "~*", "+@all", "-funnel.gcra").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "limiter", Password: "x"})
+	defer c.Close()
+	var logs strings.Builder
+	s := New(c, Options{Timeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 3 {
+		if r, err := s.throttle(ctx, "k", mustNewParams(t, 9, 1, time.Second), 1, -1); err != nil || r.Fallback || !r.Allowed {
+			t.Fatalf("%+v, %v", r, err)
+		}
+		s.module.absentUntil.Store(1) // try the module again at once
+	}
+	if n := strings.Count(logs.String(), "module is not usable"); n != 1 || !strings.Contains(logs.String(), "NOPERM") {
+		t.Fatalf("%d warnings:\n%s", n, logs.String())
+	}
+	FunnelPaths[0].Check(t, srv.Client())
 }
