@@ -538,3 +538,40 @@ func TestModuleDeniedByACL(t *testing.T) {
 	}
 	FunnelPaths[0].Check(t, srv.Client())
 }
+
+// FuzzModuleArguments sends FUNNEL.GCRA any arguments: Redis must answer
+// each call, with a reply or an error, and stay up (the module reads every
+// argument within bounds, whatever they say).
+func FuzzModuleArguments(f *testing.F) {
+	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
+	c := srv.Client()
+	for _, seed := range []string{
+		"1|1|k|t|||0|1536|1|0|2|0",
+		"1|2|a|b|u|||0|1|0|2|0",
+		"1|3|a|b|a|t|1795350508|971038011|600000|2049|2048|2177|1|0|2|0",
+		"1|2|a|b|t|-|99999999999999999|0|2305|130|-1|999999999|3|0",
+		"1|1|k|t|~1|99999999999999999|0|1536|9223372036|854775807|9223372036|854775807",
+		"1|127|k", "1|2|k|k|t|||0|||", "1|1|k|t|||0|256|0|0|0|0", "|||", "1|-1|k",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ctx := context.Background()
+		parts := strings.Split(s, "|")
+		if len(parts) > 300 {
+			return
+		}
+		args := []any{moduleCommand}
+		for _, p := range parts {
+			args = append(args, p)
+		}
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil && !strings.HasPrefix(err.Error(), "ERR") && !strings.HasPrefix(err.Error(), "WRONGTYPE") &&
+			!strings.HasPrefix(err.Error(), "DEADLINE funnel:") && !strings.HasPrefix(err.Error(), "CLOCKSTEP funnel:") {
+			t.Fatalf("%q: %v, %v", s, v, err)
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("%q: Redis does not answer after it: %v", s, err)
+		}
+	})
+}
