@@ -182,6 +182,7 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 			s.moduleAbsent(err)
 			v, err = s.runner.eval(ctx, sc, keys, args)
 		} else if err == nil && !s.module.present.Load() && !s.module.present.Swap(true) {
+			s.module.absentUntil.Store(0)
 			s.log.Info("redisstore: Redis has loaded Funnel's module: funnel decisions go through " + moduleCommand)
 		}
 	} else {

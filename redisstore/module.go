@@ -51,8 +51,8 @@ type moduleState struct {
 	// off: Options.ScriptOnly.
 	off bool
 	// absentUntil is this host's time (Unix ns) until which calls go
-	// through the script: a call found no module (or another version).
-	// 0: try the module.
+	// through the script: a call found no module that it could use. 0:
+	// use the module.
 	absentUntil atomic.Int64
 	// present is set once FUNNEL.GCRA answered.
 	present atomic.Bool
@@ -69,9 +69,10 @@ func (s *Store) useModule(sc *script) bool {
 	return until == 0 || time.Now().UnixNano() >= until
 }
 
-// moduleMissing reports whether err is Redis's answer to a module command
-// that it does not have, or the module's to a version it does not speak:
-// either changed nothing.
+// moduleMissing reports whether err says that the store cannot use the
+// module: Redis's answer to a command it does not have, the module's to a
+// version it does not speak, an ACL's NOPERM for the command, or a client
+// that cannot send it. Each changed nothing.
 func moduleMissing(err error) bool {
 	if err == nil {
 		return false
