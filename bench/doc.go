@@ -15,10 +15,11 @@
 //     1,000,000 distinct keys (metric B/key, next to key-B, the length of
 //     one key);
 //   - BenchmarkRedis/{serial,par32}/{hot,keys100k}/<limiter>: Funnel's
-//     redisstore (go-redis and rueidis) against go-redis/redis_rate on one
-//     redis-server the benchmark starts, with decisions/s, decisions/call
-//     and Redis's CPU per decision (redis-µs/op from INFO commandstats,
-//     redis-cpu-µs/op from INFO cpu);
+//     redisstore (go-redis and rueidis through the script, and go-redis
+//     through Funnel's Redis module) against go-redis/redis_rate on one
+//     redis-server the benchmark starts with the module loaded, with
+//     decisions/s, decisions/call and Redis's CPU per decision
+//     (redis-µs/op from INFO commandstats, redis-cpu-µs/op from INFO cpu);
 //   - BenchmarkSnapshot/{funnel-1M,all-1.5M}/{write,restore}: a snapshot of
 //     the memory store holding 1,000,000 funnel keys (and, in all-1.5M,
 //     100,000 keys of each other algorithm) written to a file and fsynced,
