@@ -56,8 +56,9 @@ type moduleState struct {
 	absentUntil atomic.Int64
 	// present is set once FUNNEL.GCRA answered.
 	present atomic.Bool
-	// warned is set once the store warned of a module it cannot use.
-	warned atomic.Bool
+	// warned is set once the store warned of a module it cannot use, told
+	// once it said that Redis has none.
+	warned, told atomic.Bool
 }
 
 // useModule reports whether a call of sc should try the module.
@@ -104,8 +105,12 @@ func isModuleVersion(msg string) bool {
 // (err says why), so that calls go through the script for moduleRetry.
 func (s *Store) moduleAbsent(err error) {
 	s.module.absentUntil.Store(time.Now().Add(moduleRetry).UnixNano())
-	if s.module.present.Swap(false) || (moduleWarning(strings.TrimPrefix(err.Error(), "ERR ")) && !s.module.warned.Swap(true)) {
+	warn := moduleWarning(strings.TrimPrefix(err.Error(), "ERR "))
+	switch {
+	case s.module.present.Swap(false) || (warn && !s.module.warned.Swap(true)):
 		s.log.Warn("redisstore: Funnel's Redis module is not usable: decisions go through the script", "err", err, "retry", moduleRetry)
+	case !warn && !s.module.told.Swap(true):
+		s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: funnel decisions go through the script")
 	}
 }
 

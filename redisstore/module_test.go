@@ -271,7 +271,8 @@ func TestModuleMissing(t *testing.T) {
 		s := newStore(goRedisRunner{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		s.moduleAbsent(tc.err)
 		s.moduleAbsent(tc.err)
-		if n := strings.Count(logs.String(), "module is not usable"); n != map[bool]int{false: 0, true: 1}[tc.warn] {
+		if n := strings.Count(logs.String(), "module is not usable"); n != map[bool]int{false: 0, true: 1}[tc.warn] ||
+			strings.Count(logs.String(), "has not loaded Funnel's module") != map[bool]int{false: 1, true: 0}[tc.warn] {
 			t.Errorf("%s: %d warnings:\n%s", tc.name, n, logs.String())
 		}
 	}
