@@ -18,15 +18,16 @@ import (
 	"github.com/funnelrl/funnel/storetest"
 )
 
-// logCounter is a slog.Handler that keeps the records it is given.
+// logCounter is a slog.Handler that keeps the warnings and errors it is
+// given: the records of failures.
 type logCounter struct {
 	mu      sync.Mutex
 	records []slog.Record
 }
 
-func (h *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *logCounter) WithGroup(string) slog.Handler            { return h }
+func (h *logCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *logCounter) WithGroup(string) slog.Handler                { return h }
 func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
