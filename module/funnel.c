@@ -107,6 +107,7 @@ static int (*Replicate)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, .
 static int (*NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key);
 static void (*Log)(RedisModuleCtx *ctx, const char *level, const char *fmt, ...);
 static RedisModuleString *(*CreateString)(RedisModuleCtx *ctx, const char *ptr, size_t len);
+static void (*FreeString)(RedisModuleCtx *ctx, RedisModuleString *str);
 typedef struct RedisModuleCallReply RedisModuleCallReply;
 static RedisModuleCallReply *(*Call)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
 static void (*FreeCallReply)(RedisModuleCallReply *reply);
@@ -143,6 +144,7 @@ static int api(RedisModuleCtx *ctx) {
     GET(NotifyKeyspaceEvent);
     GET(Log);
     GET(CreateString);
+    GET(FreeString);
     GET(Call);
     GET(FreeCallReply);
     GET(CallReplyType);
@@ -622,5 +624,13 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         return RM_ERR;
     Log(ctx, "notice", "funnel: FUNNEL.GCRA, version " FUNNEL_VERSION " of its arguments; values written %s",
         raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");
+    return RM_OK;
+}
+
+/* RedisModule_OnUnload frees what the module made at load (MODULE UNLOAD). */
+int RedisModule_OnUnload(RedisModuleCtx *ctx) {
+    (void)ctx;
+    if (pxat) FreeString(NULL, pxat);
+    pxat = NULL;
     return RM_OK;
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -575,4 +577,67 @@ func FuzzModuleArguments(f *testing.F) {
 			t.Fatalf("%q: Redis does not answer after it: %v", s, err)
 		}
 	})
+}
+
+// A module unloaded under a store sends it back to the script at once,
+// with a warning, and no decision fails; loaded again, it is taken up
+// at the store's next try.
+func TestModuleUnloadedAndLoaded(t *testing.T) {
+	t.Parallel()
+	path := redistest.Module(t)
+	srv := redistest.StartServer(t, "--loadmodule", path, "--enable-module-command", "yes")
+	c := srv.Client()
+	ctx := context.Background()
+	var logs strings.Builder
+	var mu sync.Mutex
+	s := New(c, Options{Timeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	p := mustNewParams(t, 99, 1, time.Second)
+	decide := func(want int64) {
+		t.Helper()
+		if r, err := s.throttle(ctx, "k", p, 1, -1); err != nil || r.Fallback || r.Remaining != want {
+			t.Fatalf("%+v, %v; want remaining %d", r, err, want)
+		}
+	}
+	calls := func() int64 {
+		info, _ := srv.Info("commandstats")
+		v, _ := strconv.ParseInt(strings.TrimPrefix(strings.Split(info["cmdstat_funnel.gcra"], ",")[0], "calls="), 10, 64)
+		return v
+	}
+	decide(99)
+	if err := c.Do(ctx, "MODULE", "UNLOAD", "funnel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	decide(98) // through the script, the same key
+	decide(97)
+	if err := c.Do(ctx, "MODULE", "LOAD", path).Err(); err != nil {
+		t.Fatal(err)
+	}
+	decide(96) // still the script, until the store tries again
+	if n := calls(); n != 0 {
+		t.Fatalf("FUNNEL.GCRA called %d times before the store tried again", n)
+	}
+	s.module.absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	decide(95)
+	decide(94)
+	if n := calls(); n != 2 {
+		t.Fatalf("FUNNEL.GCRA called %d times after the store tried again, want 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := logs.String()
+	if strings.Count(out, "module is not usable") != 1 || strings.Count(out, "Redis has loaded Funnel's module") != 2 {
+		t.Fatalf("logs:\n%s", out)
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
