@@ -606,6 +606,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     if (api(ctx) != RM_OK) return RM_ERR;
     if (IsModuleNameBusy && IsModuleNameBusy("funnel")) return RM_ERR;
     SetModuleAttribs(ctx, "funnel", 1, RM_APIVER_1);
+    raw_values = 0;
     if (argc == 2 && arg_is(argv[0], "encoding") && (arg_is(argv[1], "int") || arg_is(argv[1], "raw"))) {
         raw_values = arg_is(argv[1], "raw");
     } else if (argc != 0) {
