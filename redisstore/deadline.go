@@ -176,14 +176,13 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 	}
 	var v []int64
 	var err error
-	if s.useModule(sc) {
+	if try, seen := s.useModule(sc); try {
 		v, err = s.runner.command(ctx, sc.module, keys, args)
 		if moduleMissing(err) {
 			s.moduleAbsent(err)
 			v, err = s.runner.eval(ctx, sc, keys, args)
-		} else if err == nil && !s.module.present.Load() && !s.module.present.Swap(true) {
-			s.module.absentUntil.Store(0)
-			s.log.Info("redisstore: Redis has loaded Funnel's module: funnel decisions go through " + moduleCommand)
+		} else if err == nil {
+			s.moduleAnswered(seen)
 		}
 	} else {
 		v, err = s.runner.eval(ctx, sc, keys, args)

@@ -20,13 +20,7 @@ import (
 // while Redis is frozen; once it resumes, every key is as it was. Funnels
 // are decided by the script, and by Funnel's module where Redis has loaded
 // it.
-func TestNotDecidedWhenLate(t *testing.T) {
-	for _, path := range redisstore.FunnelPaths {
-		t.Run(path.Name, func(t *testing.T) {
-			runOutage(t, func(t *testing.T, oc outageClient) { testNotDecidedWhenLate(t, oc, path) })
-		})
-	}
-}
+func TestNotDecidedWhenLate(t *testing.T) { runOutagePaths(t, testNotDecidedWhenLate) }
 
 func testNotDecidedWhenLate(t *testing.T, oc outageClient, path redisstore.FunnelPath) {
 	srv := path.Start(t)

@@ -21,14 +21,17 @@ import (
 // script would go, for every funnel decision, batched or alone, when the
 // Redis it talks to has loaded it, and the script otherwise:
 //
-//   - the first funnel call tries FUNNEL.GCRA. An answer, an error of its
-//     own included, means the module is there, and later calls use it.
+//   - the first funnel call tries FUNNEL.GCRA. A decision means the
+//     module is there, and later calls use it.
 //   - An "unknown command" error, the error of a module that speaks
 //     another version of the arguments, or an ACL's NOPERM for the command
 //     changes nothing in Redis: the call is made again through the script,
 //     and the store uses the script for moduleRetry before it tries the
 //     module again (a module loaded later, or a failover to a Redis that
-//     has it, is taken up within that time). The store warns, once, of a
+//     has it, is taken up within that time): one call tries it, the others
+//     keep to the script until it has its answer. A proxy that does not
+//     pass the command on (Envoy's redis_proxy answers "unsupported
+//     command") counts as a Redis without it. The store warns, once, of a
 //     module of another version or of a NOPERM.
 //
 // On a Redis Cluster whose nodes do not all have it, the calls that reach
@@ -61,13 +64,44 @@ type moduleState struct {
 	warned, told atomic.Bool
 }
 
-// useModule reports whether a call of sc should try the module.
-func (s *Store) useModule(sc *script) bool {
+// useModule reports whether a call of sc should try the module, and the
+// absentUntil it saw (or set: the call that takes a retry due sets the
+// next, so that the others keep to the script while it tries).
+func (s *Store) useModule(sc *script) (bool, int64) {
 	if sc.module == "" || s.module.off {
-		return false
+		return false, 0
 	}
 	until := s.module.absentUntil.Load()
-	return until == 0 || time.Now().UnixNano() >= until
+	if until == 0 {
+		return true, 0
+	}
+	now := time.Now().UnixNano()
+	if now < until {
+		return false, until
+	}
+	next := now + int64(moduleRetry)
+	if !s.module.absentUntil.CompareAndSwap(until, next) {
+		return false, until
+	}
+	return true, next
+}
+
+// moduleAnswered records that a call that saw absentUntil at seen got a
+// decision from the module: a retry's call (seen not 0) ends the store's
+// time on the script, unless another call found no module meanwhile; a
+// call made while the module was in use leaves absentUntil as it finds it
+// (a call to a node without it, in a cluster, may have set it meanwhile).
+func (s *Store) moduleAnswered(seen int64) {
+	if seen != 0 {
+		if !s.module.absentUntil.CompareAndSwap(seen, 0) {
+			return
+		}
+	} else if s.module.absentUntil.Load() != 0 {
+		return
+	}
+	if !s.module.present.Load() && !s.module.present.Swap(true) {
+		s.log.Info("redisstore: Redis has loaded Funnel's module: funnel decisions go through " + moduleCommand)
+	}
 }
 
 // moduleMissing reports whether err says that the store cannot use the
@@ -78,8 +112,9 @@ func moduleMissing(err error) bool {
 	if err == nil {
 		return false
 	}
-	msg := strings.TrimPrefix(err.Error(), "ERR ") // rueidis drops it
-	return errors.Is(err, errNoCommand) || strings.HasPrefix(msg, "unknown command") || moduleWarning(msg)
+	msg := strings.ToLower(strings.TrimPrefix(err.Error(), "ERR ")) // rueidis drops it
+	return errors.Is(err, errNoCommand) || strings.HasPrefix(msg, "unknown command") ||
+		strings.HasPrefix(msg, "unsupported command") || moduleWarning(err.Error())
 }
 
 // moduleWarning reports whether msg says that Redis has a module that the
@@ -87,6 +122,7 @@ func moduleMissing(err error) bool {
 // of FUNNEL.GCRA's arguments, or an ACL that does not let the store's user
 // call it (grant it +funnel.gcra).
 func moduleWarning(msg string) bool {
+	msg = strings.TrimPrefix(msg, "ERR ")
 	return isModuleVersion(msg) || (strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'funnel.gcra'"))
 }
 
@@ -105,12 +141,16 @@ func isModuleVersion(msg string) bool {
 // (err says why), so that calls go through the script for moduleRetry.
 func (s *Store) moduleAbsent(err error) {
 	s.module.absentUntil.Store(time.Now().Add(moduleRetry).UnixNano())
-	warn := moduleWarning(strings.TrimPrefix(err.Error(), "ERR "))
+	warn := moduleWarning(err.Error())
 	switch {
 	case s.module.present.Swap(false) || (warn && !s.module.warned.Swap(true)):
 		s.log.Warn("redisstore: Funnel's Redis module is not usable: decisions go through the script", "err", err, "retry", moduleRetry)
 	case !warn && !s.module.told.Swap(true):
-		s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: funnel decisions go through the script")
+		if errors.Is(err, errNoCommand) {
+			s.log.Info("redisstore: the client sends scripts only, not Funnel's Redis module's command: funnel decisions go through the script")
+		} else {
+			s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: funnel decisions go through the script", "err", err)
+		}
 	}
 }
 

@@ -261,6 +261,7 @@ func TestModuleMissing(t *testing.T) {
 		{"unknown", errors.New("ERR unknown command 'FUNNEL.GCRA', with args beginning with: '1' '1'"), false},
 		{"version", errors.New("ERR funnel: version of FUNNEL.GCRA's arguments unknown to this module"), true},
 		{"client", errNoCommand, false},
+		{"proxy", errors.New("unsupported command 'FUNNEL.GCRA'"), false},
 		// rueidis's errors, without "ERR "
 		{"rueidis unknown", errors.New("unknown command 'FUNNEL.GCRA', with args beginning with: '1'"), false},
 		{"rueidis version", errors.New("funnel: version of FUNNEL.GCRA's arguments unknown to this module"), true},
@@ -274,7 +275,7 @@ func TestModuleMissing(t *testing.T) {
 		s.moduleAbsent(tc.err)
 		s.moduleAbsent(tc.err)
 		if n := strings.Count(logs.String(), "module is not usable"); n != map[bool]int{false: 0, true: 1}[tc.warn] ||
-			strings.Count(logs.String(), "has not loaded Funnel's module") != map[bool]int{false: 1, true: 0}[tc.warn] {
+			strings.Count(logs.String(), "level=INFO") != map[bool]int{false: 1, true: 0}[tc.warn] {
 			t.Errorf("%s: %d warnings:\n%s", tc.name, n, logs.String())
 		}
 	}
@@ -284,19 +285,45 @@ func TestModuleMissing(t *testing.T) {
 			t.Errorf("%v: missing", err)
 		}
 	}
+	try := func(s *Store, sc *script) bool {
+		ok, _ := s.useModule(sc)
+		return ok
+	}
 	s := newStore(goRedisRunner{}, Options{})
-	if !s.useModule(gcraLua) || s.useModule(windowScript) {
+	if !try(s, gcraLua) || try(s, windowScript) {
 		t.Fatal("a new store does not try the module for gcra.lua only")
 	}
 	s.moduleAbsent(errNoModule)
-	if s.useModule(gcraLua) {
+	if try(s, gcraLua) {
 		t.Fatal("a store that found no module tries it again at once")
 	}
+	// The retry is due: one call tries the module, the others keep to the
+	// script until it has its answer.
 	s.module.absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
-	if !s.useModule(gcraLua) {
-		t.Fatal("a store does not try the module again after moduleRetry")
+	ok, seen := s.useModule(gcraLua)
+	if !ok || try(s, gcraLua) {
+		t.Fatal("a store does not try the module again, once, after moduleRetry")
 	}
-	if s := newStore(goRedisRunner{}, Options{ScriptOnly: true}); s.useModule(gcraLua) {
+	// A call made before a miss, answered after it, leaves the store on the
+	// script; the retry's answer ends it.
+	s.moduleAnswered(0)
+	if try(s, gcraLua) || s.module.present.Load() {
+		t.Fatal("an answer to an earlier call sent the store back to the module")
+	}
+	s.moduleAnswered(seen)
+	if !try(s, gcraLua) || !s.module.present.Load() {
+		t.Fatal("the retry's answer did not send the store back to the module")
+	}
+	// A retry that another call's miss overtook changes nothing.
+	s.moduleAbsent(errNoModule)
+	s.module.absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	_, seen = s.useModule(gcraLua)
+	s.moduleAbsent(errNoModule)
+	s.moduleAnswered(seen)
+	if try(s, gcraLua) {
+		t.Fatal("an overtaken retry's answer sent the store back to the module")
+	}
+	if s := newStore(goRedisRunner{}, Options{ScriptOnly: true}); try(s, gcraLua) {
 		t.Fatal("ScriptOnly: the store tries the module")
 	}
 }
@@ -397,6 +424,9 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 			}
 			events[path.Name] = append(events[path.Name], strings.TrimPrefix(msg.Channel, "__keyevent@0__:")+" "+strings.TrimPrefix(msg.Payload, prefix))
 		}
+	}
+	if info, _ := master.Info("commandstats"); !strings.HasPrefix(info["cmdstat_funnel.gcra"], "calls=") {
+		t.Fatalf("FUNNEL.GCRA was not called: %q", info["cmdstat_funnel.gcra"])
 	}
 	if !reflect.DeepEqual(events["script"], events["module"]) || len(events["module"]) < 10 {
 		t.Fatalf("keyspace events:\nscript %q\nmodule %q", events["script"], events["module"])

@@ -136,6 +136,16 @@ func runOutage(t *testing.T, test func(t *testing.T, oc outageClient)) {
 	}
 }
 
+// runOutagePaths runs test with each client on each path of the funnel's
+// decisions: the script, and Funnel's module.
+func runOutagePaths(t *testing.T, test func(t *testing.T, oc outageClient, path redisstore.FunnelPath)) {
+	for _, path := range redisstore.FunnelPaths {
+		t.Run(path.Name, func(t *testing.T) {
+			runOutage(t, func(t *testing.T, oc outageClient) { test(t, oc, path) })
+		})
+	}
+}
+
 // With Redis down, Throttle answers the policy at once with Fallback set and
 // no error, logs once a second at most, Reset and TTL fail with
 // ErrUnavailable; when Redis is back, decisions resume by themselves.
@@ -254,10 +264,10 @@ func testFallbackWhenDown(t *testing.T, oc outageClient) {
 
 // A Redis that hangs (SIGSTOP) is the timeout's case: each decision falls
 // back after the store's timeout, and resumes when Redis does.
-func TestTimeoutWhenPaused(t *testing.T) { runOutage(t, testTimeoutWhenPaused) }
+func TestTimeoutWhenPaused(t *testing.T) { runOutagePaths(t, testTimeoutWhenPaused) }
 
-func testTimeoutWhenPaused(t *testing.T, oc outageClient) {
-	srv := redistest.StartServer(t)
+func testTimeoutWhenPaused(t *testing.T, oc outageClient, path redisstore.FunnelPath) {
+	srv := path.Start(t)
 	ctx := context.Background()
 	p := mkParams(t, 9, 1, time.Second)
 	baseline := runtime.NumGoroutine()
@@ -341,10 +351,10 @@ func testTimeoutWhenPaused(t *testing.T, oc outageClient) {
 // Redis is stopped and started again (same port) while 16 goroutines make
 // decisions: no error ever, fallbacks only while it is down, bounded
 // latency, no goroutine or connection left behind, and decisions resume.
-func TestRestartUnderLoad(t *testing.T) { runOutage(t, testRestartUnderLoad) }
+func TestRestartUnderLoad(t *testing.T) { runOutagePaths(t, testRestartUnderLoad) }
 
-func testRestartUnderLoad(t *testing.T, oc outageClient) {
-	srv := redistest.StartServer(t)
+func testRestartUnderLoad(t *testing.T, oc outageClient, path redisstore.FunnelPath) {
+	srv := path.Start(t)
 	ctx := context.Background()
 	p := mkParams(t, 1000, 1000, time.Second)
 	logs := &logCounter{}
