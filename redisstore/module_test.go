@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -670,4 +671,55 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// On a Redis Cluster where one master lacks the module, the store goes to
+// the script for every node after the first miss, under concurrent load,
+// and says so once: no decision fails, and no answer to a call already on
+// its way to a node with the module sends the store back to it.
+func TestModuleMixedCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartClusterWith(t, 3, 0, "--loadmodule", redistest.Module(t), "--enable-module-command", "yes")
+	c := cl.Client()
+	ctx := context.Background()
+	var logs strings.Builder
+	var mu sync.Mutex
+	s := New(c, Options{Timeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	p := mustNewParams(t, 1e6, 1, time.Second)
+	// Decisions reach every node, through the module.
+	decideAll := func(round int) {
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for g := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 50 {
+					r, err := s.throttle(ctx, fmt.Sprintf("k%d-%d", g, i), p, 1, -1)
+					if err != nil || r.Fallback || !r.Allowed {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Fatalf("round %d: %d decisions failed", round, n)
+		}
+	}
+	decideAll(1)
+	if err := cl.Nodes[0].Client().Do(ctx, "MODULE", "UNLOAD", "funnel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	decideAll(2)
+	decideAll(3)
+	mu.Lock()
+	defer mu.Unlock()
+	out := logs.String()
+	if strings.Count(out, "module is not usable") != 1 || strings.Count(out, "has loaded Funnel's module") != 1 {
+		t.Fatalf("logs:\n%s", out)
+	}
+	if try, _ := s.useModule(gcraLua); try {
+		t.Fatal("the store tries the module within a minute of a miss")
+	}
 }
