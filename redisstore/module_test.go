@@ -80,19 +80,23 @@ func sameError(serr, merr error) bool {
 	return strings.Fields(s)[0] == strings.Fields(m)[0] && (!strings.HasPrefix(s, "WRONGTYPE") || s == m)
 }
 
-// FUNNEL.GCRA and gcra.lua give the same replies and leave the same keys
-// (values and expiries), for random batches of every form the store sends
-// ("u", "t" with keys that come more than once, one key) over keys that
-// hold TATs near the edges or values that are not TATs, at injected times.
-func TestModuleIsTheScript(t *testing.T) {
+// eachEncoding runs test, in parallel, for the module loaded with each
+// encoding of its values.
+func eachEncoding(t *testing.T, test func(t *testing.T, encoding string)) {
 	t.Parallel()
 	for _, encoding := range []string{"int", "raw"} {
 		t.Run(encoding, func(t *testing.T) {
 			t.Parallel()
-			testModuleIsTheScript(t, encoding)
+			test(t, encoding)
 		})
 	}
 }
+
+// FUNNEL.GCRA and gcra.lua give the same replies and leave the same keys
+// (values and expiries), for random batches of every form the store sends
+// ("u", "t" with keys that come more than once, one key) over keys that
+// hold TATs near the edges or values that are not TATs, at injected times.
+func TestModuleIsTheScript(t *testing.T) { eachEncoding(t, testModuleIsTheScript) }
 
 func testModuleIsTheScript(t *testing.T, encoding string) {
 	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t), "encoding", encoding)
@@ -369,15 +373,7 @@ func FuzzModuleReadsAsTheScript(f *testing.F) {
 // The module's writes reach a replica (which needs no module) and the AOF
 // as the same values with the same absolute expiries, and fire the same
 // keyspace events as the script's, in either encoding.
-func TestModuleReplicatesAsTheScript(t *testing.T) {
-	t.Parallel()
-	for _, encoding := range []string{"int", "raw"} {
-		t.Run(encoding, func(t *testing.T) {
-			t.Parallel()
-			testModuleReplicatesAsTheScript(t, encoding)
-		})
-	}
-}
+func TestModuleReplicatesAsTheScript(t *testing.T) { eachEncoding(t, testModuleReplicatesAsTheScript) }
 
 func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 	master := redistest.StartServer(t, "--loadmodule", redistest.Module(t), "encoding", encoding,
