@@ -181,7 +181,8 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 		if moduleMissing(err) {
 			s.moduleAbsent(err)
 			v, err = s.runner.eval(ctx, sc, keys, args)
-		} else if err == nil {
+		} else if err == nil || errors.Is(err, ErrWrongType) || errors.Is(err, errLate) || errors.Is(err, errClockStep) {
+			// The module answered (a decision, or a refusal of its own).
 			s.moduleAnswered(seen)
 		}
 	} else {

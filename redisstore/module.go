@@ -86,8 +86,8 @@ func (s *Store) useModule(sc *script) (bool, int64) {
 	return true, next
 }
 
-// moduleAnswered records that a call that saw absentUntil at seen got a
-// decision from the module: a retry's call (seen not 0) ends the store's
+// moduleAnswered records that a call that saw absentUntil at seen got an
+// answer from the module (a decision, or a refusal of its own): a retry's call (seen not 0) ends the store's
 // time on the script, unless another call found no module meanwhile; a
 // call made while the module was in use leaves absentUntil as it finds it
 // (a call to a node without it, in a cluster, may have set it meanwhile).
