@@ -123,19 +123,14 @@ func moduleMissing(err error) bool {
 // call it (grant it +funnel.gcra).
 func moduleWarning(msg string) bool {
 	msg = strings.TrimPrefix(msg, "ERR ")
-	return isModuleVersion(msg) || (strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'funnel.gcra'"))
+	return strings.HasPrefix(msg, "funnel: version") ||
+		(strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'funnel.gcra'"))
 }
 
 // errNoCommand is the error of a go-redis client given to New that sends
 // scripts only (a redis.Scripter without Process): it cannot send the
 // module's command.
 var errNoCommand = errors.New("redisstore: the client sends no command but scripts")
-
-// isModuleVersion reports whether msg is the error of a module that speaks
-// another version of FUNNEL.GCRA's arguments.
-func isModuleVersion(msg string) bool {
-	return strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), "funnel: version")
-}
 
 // moduleAbsent records that a call found no module that it could use
 // (err says why), so that calls go through the script for moduleRetry.
