@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -275,8 +274,8 @@ func TestModuleMissing(t *testing.T) {
 		if !moduleMissing(tc.err) {
 			t.Errorf("%s: not missing", tc.name)
 		}
-		var logs strings.Builder
-		s := newStore(goRedisRunner{}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		var logs logCapture
+		s := newStore(goRedisRunner{}, Options{Logger: logs.logger()})
 		s.moduleAbsent(tc.err)
 		s.moduleAbsent(tc.err)
 		if n := strings.Count(logs.String(), "module is not usable"); n != map[bool]int{false: 0, true: 1}[tc.warn] ||
@@ -555,8 +554,8 @@ func TestModuleDeniedByACL(t *testing.T) {
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "limiter", Password: "x"})
 	defer c.Close()
-	var logs strings.Builder
-	s := New(c, Options{Timeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var logs logCapture
+	s := New(c, Options{Timeout: 10 * time.Second, Logger: logs.logger()})
 	for range 3 {
 		if r, err := s.throttle(ctx, "k", mustNewParams(t, 9, 1, time.Second), 1, -1); err != nil || r.Fallback || !r.Allowed {
 			t.Fatalf("%+v, %v", r, err)
@@ -615,9 +614,8 @@ func TestModuleUnloadedAndLoaded(t *testing.T) {
 	srv := redistest.StartServer(t, "--loadmodule", path, "--enable-module-command", "yes")
 	c := srv.Client()
 	ctx := context.Background()
-	var logs strings.Builder
-	var mu sync.Mutex
-	s := New(c, Options{Timeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	var logs logCapture
+	s := New(c, Options{Timeout: 10 * time.Second, Logger: logs.logger()})
 	p := mustNewParams(t, 99, 1, time.Second)
 	decide := func(want int64) {
 		t.Helper()
@@ -655,24 +653,33 @@ func TestModuleUnloadedAndLoaded(t *testing.T) {
 	if n := calls(); n != 3 {
 		t.Fatalf("FUNNEL.GCRA called %d times after the store tried again, want 3", n)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	out := logs.String()
 	if strings.Count(out, "module is not usable") != 1 || strings.Count(out, "Redis has loaded Funnel's module") != 2 {
 		t.Fatalf("logs:\n%s", out)
 	}
 }
 
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// logCapture is a logger whose records a test reads back as text, safe
+// for concurrent use.
+type logCapture struct {
+	mu  sync.Mutex
+	buf strings.Builder
 }
 
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+// logger returns a logger that writes to c.
+func (c *logCapture) logger() *slog.Logger { return slog.New(slog.NewTextHandler(c, nil)) }
+
+func (c *logCapture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Write(p)
+}
+
+// String returns the records written so far.
+func (c *logCapture) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
 }
 
 // On a Redis Cluster where one master lacks the module, the store goes to
@@ -684,9 +691,8 @@ func TestModuleMixedCluster(t *testing.T) {
 	cl := redistest.StartClusterWith(t, 3, 0, "--loadmodule", redistest.Module(t), "--enable-module-command", "yes")
 	c := cl.Client()
 	ctx := context.Background()
-	var logs strings.Builder
-	var mu sync.Mutex
-	s := New(c, Options{Timeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	var logs logCapture
+	s := New(c, Options{Timeout: 10 * time.Second, Logger: logs.logger()})
 	p := mustNewParams(t, 1e6, 1, time.Second)
 	// Decisions reach every node, through the module.
 	decideAll := func(round int) {
@@ -715,8 +721,6 @@ func TestModuleMixedCluster(t *testing.T) {
 	}
 	decideAll(2)
 	decideAll(3)
-	mu.Lock()
-	defer mu.Unlock()
 	out := logs.String()
 	if strings.Count(out, "module is not usable") != 1 || strings.Count(out, "has loaded Funnel's module") != 1 {
 		t.Fatalf("logs:\n%s", out)
