@@ -290,14 +290,20 @@ type Store interface {
 
 // FunnelTaker is what a Store may offer beside Do for the commonest call:
 // one funnel (GCRA) take of n units of key without a ban, under parameters
-// p from Limit.Check. TakeFunnel must answer exactly what Do answers for
-// that op (a negative n gives units back, as Do says), except that a
-// quantity whose cost overflows is an error that wraps ErrInvalidQuantity,
-// as the Limiter's methods say. It only spares the op and result buffers
-// that cross Do, so that a Limiter over a store that offers it decides
-// through no pooled buffer and returns the store's answer as it is. Every
-// decision still goes through the Limiter, which uses it when the store
-// has it.
+// p from Limit.Check. TakeFunnel must decide exactly as Do decides that op
+// (a negative n gives units back, as Do says), except that a quantity whose
+// cost overflows is an error that wraps ErrInvalidQuantity, as the
+// Limiter's methods say. It answers the decision as a gcra.Result, which
+// the Limiter turns into the Result that Do would give (ResultOf: the
+// Limit from p, no ban, no delay, no fallback); on an error the Result is
+// zero. A store that may answer a fallback does not offer it.
+//
+// It spares the op and result buffers that cross Do, so that a Limiter over
+// a store that offers it decides through no pooled buffer. It answers a
+// gcra.Result rather than a Result because the compiler keeps a struct of
+// four fields in registers across a call, where a Result's eight go through
+// memory at every call that returns one. Every decision still goes through
+// the Limiter, which uses it when the store has it.
 //
 // A store that wraps another and observes its decisions (metrics, traces,
 // leases) must not pass its inner store's TakeFunnel through: the Limiter
@@ -305,7 +311,7 @@ type Store interface {
 // results can offer ObservingStore instead: the Limiter then decides
 // through the inner store's TakeFunnel and tells the wrapper's Observer.
 type FunnelTaker interface {
-	TakeFunnel(ctx context.Context, key string, p gcra.Params, n int64) (Result, error)
+	TakeFunnel(ctx context.Context, key string, p gcra.Params, n int64) (gcra.Result, error)
 }
 
 // Limiter applies limits to keys through a Store. It is safe for concurrent
@@ -343,20 +349,32 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 //
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (r Result, err error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	if l.fast != nil && l.obs == nil && n >= 0 && limit.plainFunnel() {
+		// The commonest decision, on its own: nothing to keep across the
+		// store's call but p.Limit.
+		p, err := limit.gcraParams()
+		if err != nil {
+			return Result{}, err
+		}
+		g, err := l.fast.TakeFunnel(ctx, key, p, n)
+		if err != nil {
+			return Result{}, err
+		}
+		return ResultOf(p, g), nil
+	}
+	return l.allowN(ctx, key, &limit, n)
+}
+
+// allowN is AllowN but for the unobserved funnel on the store's
+// FunnelTaker.
+func (l *Limiter) allowN(ctx context.Context, key string, limit *Limit, n int64) (Result, error) {
 	if l.fast != nil && n >= 0 && limit.plainFunnel() {
 		p, err := limit.gcraParams()
 		if err != nil {
 			return Result{}, err
 		}
-		if l.obs == nil {
-			return l.fast.TakeFunnel(ctx, key, p, n)
-		}
-		r, err = l.fast.TakeFunnel(ctx, key, p, n)
-		if (!r.Allowed || r.Fallback) && err == nil { // a funnel has no Delay
-			l.observeFunnel(ctx, key, &limit, &p, &r)
-		}
-		return r, err
+		return l.takeFunnelObserved(ctx, key, limit, &p, n)
 	}
 	if err := checkN(n); err != nil {
 		if err := limit.Validate(); err != nil {
@@ -364,7 +382,22 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 		}
 		return Result{}, err
 	}
-	return l.take(ctx, key, &limit, nil, n)
+	return l.take(ctx, key, limit, nil, n)
+}
+
+// takeFunnelObserved decides a funnel through the store's FunnelTaker and
+// tells the observer of a refusal (a funnel has no Delay, and a
+// FunnelTaker answers no fallback).
+func (l *Limiter) takeFunnelObserved(ctx context.Context, key string, limit *Limit, p *gcra.Params, n int64) (Result, error) {
+	g, err := l.fast.TakeFunnel(ctx, key, *p, n)
+	if err != nil {
+		return Result{}, err
+	}
+	r := ResultOf(*p, g)
+	if !r.Allowed && l.obs != nil {
+		l.observeFunnel(ctx, key, limit, p, &r)
+	}
+	return r, nil
 }
 
 // AllowChecked is AllowN under a limit already checked by Limit.Check, for
@@ -376,16 +409,18 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 // |n| units are given back and the answer is a decision, never past a full
 // bucket (redis-cell's refund idiom, CL.THROTTLE key b c p -1). Other limits
 // take no negative n.
-func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (r Result, err error) {
+func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (Result, error) {
+	if l.fast != nil && l.obs == nil && c.plainFunnel() {
+		// The commonest decision, on its own: nothing to keep across the
+		// store's call but c.
+		g, err := l.fast.TakeFunnel(ctx, key, c.GCRA, n)
+		if err != nil {
+			return Result{}, err
+		}
+		return ResultOf(c.GCRA, g), nil
+	}
 	if l.fast != nil && c.plainFunnel() {
-		if l.obs == nil {
-			return l.fast.TakeFunnel(ctx, key, c.GCRA, n)
-		}
-		r, err = l.fast.TakeFunnel(ctx, key, c.GCRA, n)
-		if (!r.Allowed || r.Fallback) && err == nil { // a funnel has no Delay
-			l.observeFunnel(ctx, key, &c.Limit, &c.GCRA, &r)
-		}
-		return r, err
+		return l.takeFunnelObserved(ctx, key, &c.Limit, &c.GCRA, n)
 	}
 	return l.take(ctx, key, nil, c, n)
 }
@@ -399,9 +434,14 @@ func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
 	var err error
 	if len(ops) == 1 && len(res) > 0 && l.fast != nil && ops[0].Kind == OpTake && ops[0].Limit.plainFunnel() {
 		op := &ops[0]
-		res[0], err = l.fast.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N)
-		if l.obs != nil && (!res[0].Allowed || res[0].Fallback) && err == nil {
-			l.observeOps(ctx, ops[:1], res)
+		var g gcra.Result
+		if g, err = l.fast.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N); err != nil {
+			res[0] = Result{}
+		} else {
+			res[0] = ResultOf(op.Limit.GCRA, g)
+			if l.obs != nil && !g.Allowed {
+				l.observeOps(ctx, ops[:1], res)
+			}
 		}
 	} else {
 		err = l.store.Do(ctx, ops, res)

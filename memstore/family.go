@@ -105,9 +105,13 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	if len(ops) == 1 && len(res) > 0 {
 		if op := &ops[0]; op.Kind == funnel.OpTake && op.Limit.Algorithm == funnel.GCRA && op.Limit.Ban == 0 && op.Limit.GCRA.Interval > 0 {
 			// The commonest decision, first and on its own path.
-			var err error
-			res[0], err = s.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N)
-			return err
+			r, err := s.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N)
+			if err != nil {
+				res[0] = funnel.Result{}
+				return err
+			}
+			res[0] = funnel.ResultOf(op.Limit.GCRA, r)
+			return nil
 		}
 	}
 	if err := funnel.CheckOps(ops, res); err != nil {

@@ -329,13 +329,14 @@ func (s *Store) Now() int64 {
 // TakeFunnel decides a take of quantity units of key (a negative quantity
 // gives units back) under the funnel p without a ban, at the store's
 // current time, exactly as Do decides that op (a quantity whose cost
-// overflows is an error that wraps funnel.ErrInvalidQuantity): the Limiter's path for the
-// commonest decision (funnel.FunnelTaker), and Do's, lock-free when the key
-// is in the table. The key may alias a buffer the caller reuses: the store
+// overflows is an error that wraps funnel.ErrInvalidQuantity), and answers
+// the decision, of which funnel.ResultOf(p, r) is Do's result: the
+// Limiter's path for the commonest decision (funnel.FunnelTaker), and Do's,
+// lock-free when the key is in the table. The key may alias a buffer the caller reuses: the store
 // copies a key it keeps. A key that holds the state of another algorithm
 // than the funnel's is an error that wraps funnel.ErrWrongType. It does not
 // look for bans.
-func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantity int64) (res funnel.Result, err error) {
+func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantity int64) (res gcra.Result, err error) {
 	// Now and hash, inlined by hand: this is the path of every decision.
 	var now int64
 	if s.now == nil {
@@ -358,9 +359,7 @@ func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantit
 				// it was computed from. Remaining's division comes after
 				// the compare-and-swap, which would wait for it.
 				if derr == nil && (!r.Allowed || e.tat.CompareAndSwap(tat, newTAT)) {
-					// Field by field into the result: a composite
-					// literal (funnel.ResultOf) is built aside and copied.
-					res.Allowed, res.Limit, res.RetryAfter, res.ResetAfter = r.Allowed, p.Limit, r.RetryAfter, r.ResetAfter
+					res.Allowed, res.RetryAfter, res.ResetAfter = r.Allowed, r.RetryAfter, r.ResetAfter
 					res.Remaining = p.Remaining(r.ResetAfter)
 					return res, nil
 				}
@@ -375,7 +374,13 @@ func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantit
 // refunds, bad parameters, a decision's error, a charge that lost
 // its compare-and-swap to another (it is decided again), a key held by a Do
 // call or deleted meanwhile, and a key the table does not hold.
-func (s *Store) takeFunnelSlow(sh *shard, h uint64, key string, now int64, p gcra.Params, quantity int64) (funnel.Result, error) {
+func (s *Store) takeFunnelSlow(sh *shard, h uint64, key string, now int64, p gcra.Params, quantity int64) (gcra.Result, error) {
+	r, err := s.decideFunnel(sh, h, key, now, p, quantity)
+	return gcra.Result{Allowed: r.Allowed, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}, err
+}
+
+// decideFunnel is takeFunnelSlow with Do's result.
+func (s *Store) decideFunnel(sh *shard, h uint64, key string, now int64, p gcra.Params, quantity int64) (funnel.Result, error) {
 	if p.Interval <= 0 {
 		return funnel.Result{}, fmt.Errorf("%w: funnel parameters %+v not computed by Limit.Check", funnel.ErrInvalidLimit, p)
 	}
