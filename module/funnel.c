@@ -61,6 +61,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -400,6 +402,53 @@ static int store(writer *w, RedisModuleString *name, int exists, i128 tat, i128 
 
 static int error(RedisModuleCtx *ctx, const char *msg) { return ReplyWithError(ctx, msg); }
 
+/* read_now sets *now from the time arguments tv and next, as now.lua
+ * does: Redis's clock when tv is "", "-" (next is then a deadline in µs of
+ * Redis's clock) or "~" and the earliest time expected (next the deadline),
+ * else tv and next are now's seconds and nanoseconds. It returns RM_OK, or
+ * RM_ERR once it has answered the error: a call past its deadline or
+ * before its earliest time changes nothing. */
+static int read_now(RedisModuleCtx *ctx, RedisModuleString *tvs, RedisModuleString *next, i128 *now) {
+    size_t tn;
+    const char *tv = StringPtrLen(tvs, &tn);
+    if (tn == 0 || (tn == 1 && tv[0] == '-') || tv[0] == '~') {
+        struct timeval t;
+        gettimeofday(&t, NULL);
+        long long at = (long long)t.tv_sec * 1000000 + t.tv_usec;
+        *now = (i128)at * 1000;
+        if (tn > 0) {
+            long long deadline, earliest;
+            if (!arg_ll(next, &deadline)) {
+                error(ctx, "ERR funnel: the deadline must be an integer");
+                return RM_ERR;
+            }
+            if (at > deadline) {
+                error(ctx, "DEADLINE funnel: the command started after its deadline; nothing was changed");
+                return RM_ERR;
+            }
+            if (tv[0] == '~') {
+                if (!parse_ll(tv + 1, tn - 1, &earliest)) {
+                    error(ctx, "ERR funnel: the earliest time must be an integer");
+                    return RM_ERR;
+                }
+                if (at < earliest) {
+                    error(ctx, "CLOCKSTEP funnel: Redis's time is before the earliest this call expects; "
+                               "nothing was changed");
+                    return RM_ERR;
+                }
+            }
+        }
+        return RM_OK;
+    }
+    long long h, l;
+    if (!parse_ll(tv, tn, &h) || !arg_ll(next, &l) || h < 0 || l < 0 || l >= NS) {
+        error(ctx, "ERR funnel: now must be seconds and nanoseconds, integers");
+        return RM_ERR;
+    }
+    *now = (i128)h * NS + l;
+    return RM_OK;
+}
+
 /* A request of a "t" batch, decoded from its argument a*256 + l*128 + f. */
 typedef struct {
     int f;    /* the first request on its key (from 1), 0 if it comes once */
@@ -486,33 +535,7 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
 
     /* Now: Redis's clock, or the caller's. */
     i128 now;
-    size_t tn;
-    const char *tv = StringPtrLen(args[2], &tn);
-    if (tn == 0 || (tn == 1 && tv[0] == '-') || tv[0] == '~') {
-        struct timeval t;
-        gettimeofday(&t, NULL);
-        long long at = (long long)t.tv_sec * 1000000 + t.tv_usec;
-        now = (i128)at * 1000;
-        if (tn > 0) {
-            long long deadline, earliest;
-            if (!arg_ll(args[3], &deadline))
-                return error(ctx, "ERR funnel: the deadline must be an integer");
-            if (at > deadline)
-                return error(ctx, "DEADLINE funnel: the command started after its deadline; nothing was changed");
-            if (tv[0] == '~') {
-                if (!parse_ll(tv + 1, tn - 1, &earliest))
-                    return error(ctx, "ERR funnel: the earliest time must be an integer");
-                if (at < earliest)
-                    return error(ctx, "CLOCKSTEP funnel: Redis's time is before the earliest this call expects; "
-                                      "nothing was changed");
-            }
-        }
-    } else {
-        long long h, l;
-        if (!parse_ll(tv, tn, &h) || !arg_ll(args[3], &l) || h < 0 || l < 0 || l >= NS)
-            return error(ctx, "ERR funnel: now must be seconds and nanoseconds, integers");
-        now = (i128)h * NS + l;
-    }
+    if (read_now(ctx, args[2], args[3], &now) != RM_OK) return RM_OK;
 
     writer w = {.ctx = ctx, .base = Milliseconds(), .slack = slack};
 
@@ -589,6 +612,276 @@ static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     return RM_OK;
 }
 
+/* --- Several limits at once: takes.lua, on doubles as Lua computes. --- */
+
+/* 2^53: takes.lua's numbers are below it (Go bounds them), where a double
+ * holds every integer. */
+#define EXACT (1LL << 53)
+
+/* lfloor is floor(a), but for the sign of a zero (which no result here
+ * shows): a double of magnitude 2^52 or more is integral already. */
+static double lfloor(double a) {
+    if (!(a > -4503599627370496.0 && a < 4503599627370496.0)) return a;
+    double t = (double)(long long)a;
+    return t > a ? t - 1 : t;
+}
+
+/* lmod is Lua 5.1's a % b: a - floor(a/b)*b. */
+static double lmod(double a, double b) { return a - lfloor(a / b) * b; }
+
+/* number is Lua's tonumber of a run of n decimal digits (strtod's, correctly
+ * rounded; infinite past a double's range). */
+static double number(const char *p, size_t n) {
+    while (n > 1 && *p == '0') {
+        p++;
+        n--;
+    }
+    if (n > 400) return 1.0 / 0.0;
+    char buf[401];
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    return strtod(buf, NULL);
+}
+
+/* fields reads raw (n bytes) as Lua's match of '^T(%d+):(%d+)...$' with k
+ * runs of digits after the tag T, into v; it returns 0 when raw does not
+ * match. */
+static int fields(const char *raw, size_t n, char tag, int k, double *v) {
+    if (n < 1 || raw[0] != tag) return 0;
+    size_t i = 1;
+    for (int f = 0; f < k; f++) {
+        size_t start = i;
+        while (i < n && raw[i] >= '0' && raw[i] <= '9') i++;
+        if (i == start) return 0;
+        v[f] = number(raw + start, i - start);
+        if (f < k - 1) {
+            if (i >= n || raw[i] != ':') return 0;
+            i++;
+        }
+    }
+    return i == n;
+}
+
+/* A take of FUNNEL.TAKES: its arguments, then what it found and decided. */
+typedef struct {
+    char alg;      /* g l (a funnel, a delaying bucket), f d (a fixed
+                    * window, of a period or a calendar's), s (a sliding
+                    * window counter) */
+    double q;      /* the quantity */
+    limbs lim;     /* g l: the cost and the tolerance */
+    double count;  /* f d s */
+    double p;      /* s f: the period in ms */
+    double s, e;   /* d: the window's start and end in ms; s f: computed */
+    int exists;    /* the key held a value */
+    int st;        /* 1 admitted, 0 refused, 2 a TAT beyond int64 */
+    i128 tat, x;   /* g l: the TAT to write, x = tat - now */
+    double prev;   /* s: the previous window's units */
+    double units;  /* f d s: the units to write in the current window */
+} take;
+
+/* arg_exact reads args[a] as an integer from lo to EXACT-1. */
+static int arg_exact(RedisModuleString **args, long long a, long long lo, double *out) {
+    long long v;
+    if (!arg_ll(args[a], &v) || v < lo || v >= EXACT) return 0;
+    *out = (double)v;
+    return 1;
+}
+
+/* decide_take reads the state of t's key k (type is its type) and decides
+ * t at now (nowms in ms), appending its answer to out (takes.lua's: how
+ * many integers it took), or returns -1 when the key holds no state of
+ * t's kind or, for a calendar's window, the window does not hold now. */
+static int decide_take(RedisModuleKey *k, int type, take *t, i128 now, double nowms, long long *out) {
+    const char *raw = NULL;
+    size_t n = 0;
+    if (type == RM_KEYTYPE_STRING) {
+        raw = StringDMA(k, &n, RM_READ);
+        if (!raw) return -1;
+        t->exists = 1;
+    } else if (type != RM_KEYTYPE_EMPTY) {
+        return -1;
+    }
+    if (t->alg == 'g' || t->alg == 'l') {
+        i128 tat = 0, d;
+        if (raw && parse_tat(raw, n, &tat) != BAD_NONE) return -1;
+        t->st = decide(now, &tat, &t->lim, &d);
+        t->tat = tat;
+        t->x = tat - now;
+        return answer(out, t->st, d);
+    }
+    if (t->alg == 's') {
+        double p = t->p, prev = 0, cur = 0, v[4];
+        t->s = nowms - lmod(nowms, p);
+        if (raw) {
+            if (!fields(raw, n, 'S', 4, v)) return -1;
+            double at = 0;
+            if (v[3] > 0)
+                at = v[0] + 2 * v[1];
+            else if (v[2] > 0)
+                at = v[0] + v[1];
+            if (at > nowms) {
+                if (v[0] >= t->s) {
+                    prev = v[2];
+                    cur = v[3];
+                } else if (v[0] == t->s - p) {
+                    prev = v[3];
+                }
+            }
+        }
+        double el = nowms - t->s;
+        double x = prev * (p - el) + p - 1;
+        t->st = cur + (x - lmod(x, p)) / p + t->q <= t->count;
+        t->prev = prev;
+        t->units = cur + t->q;
+        out[0] = (long long)(cur * 4 + t->st);
+        out[1] = (long long)prev;
+        return 2;
+    }
+    if (t->alg == 'f') {
+        t->s = nowms - lmod(nowms, t->p);
+        t->e = t->s + t->p;
+    } else if (nowms < t->s || nowms >= t->e) {
+        return -1;
+    }
+    double units = 0, v[3];
+    if (raw) {
+        if (!fields(raw, n, 'F', 3, v)) return -1;
+        if (v[1] > nowms && v[0] >= t->s) units = v[2];
+    }
+    t->st = units + t->q <= t->count;
+    t->units = units + t->q;
+    out[0] = (long long)(units * 4 + t->st);
+    return 1;
+}
+
+/* write_window writes a window's state value (len bytes) to the key named
+ * name, to expire ms (a double, as takes.lua formats it) from the call's
+ * start, by SET as PSETEX would (see call_write). */
+static int write_window(writer *w, RedisModuleString *name, const char *value, size_t len, double ms) {
+    char atbuf[24];
+    size_t atn = (size_t)snprintf(atbuf, sizeof atbuf, "%lld", w->base + (long long)ms);
+    if (call_write(w, "SET", "!SMCEsbsb", name, value, len, atbuf, atn) != 0) return -1;
+    w->checked = 1;
+    return 0;
+}
+
+/* FUNNEL.TAKES version numkeys key... arg... */
+static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long nk;
+    if (IsKeysPositionRequest(ctx)) {
+        if (argc >= 3 && arg_ll(argv[2], &nk) && nk >= 1 && nk <= argc - 3)
+            for (int i = 0; i < nk; i++) KeyAtPos(ctx, 3 + i);
+        return RM_OK;
+    }
+    if (argc < 3) return WrongArity(ctx);
+    size_t vn;
+    const char *ver = StringPtrLen(argv[1], &vn);
+    if (vn != sizeof FUNNEL_VERSION - 1 || memcmp(ver, FUNNEL_VERSION, vn) != 0)
+        return error(ctx, "ERR funnel: version of FUNNEL.TAKES's arguments unknown to this module, which "
+                          "speaks version " FUNNEL_VERSION "; load the module of the caller's release");
+    if (!arg_ll(argv[2], &nk) || nk < 1 || nk > MAX_KEYS)
+        return error(ctx, "ERR funnel: the number of keys must be an integer from 1 to 127");
+    if (nk > argc - 3) return error(ctx, "ERR funnel: fewer keys than the number of keys says");
+    RedisModuleString **keys = argv + 3;
+    /* args[1..nargs] are takes.lua's ARGV. */
+    RedisModuleString **args = argv + 2 + nk;
+    long long nargs = argc - 3 - nk;
+    if (nargs < 3) return WrongArity(ctx);
+    long long slack;
+    if (!arg_ll(args[3], &slack) || slack < 0 || slack > MAX_SLACK)
+        return error(ctx, "ERR funnel: the expiries' slack must be an integer from 0 to 1000000000000 (ms)");
+
+    /* The takes, all read before the time is. */
+    take takes[MAX_KEYS];
+    long long a = 4;
+    for (int i = 0; i < nk; i++) {
+        take *t = &takes[i];
+        memset(t, 0, sizeof *t);
+        if (a + 3 > nargs) return error(ctx, "ERR funnel: fewer arguments than the takes need");
+        size_t an;
+        const char *alg = StringPtrLen(args[a], &an);
+        t->alg = an == 1 ? alg[0] : 0;
+        if (!arg_exact(args, a + 1, 0, &t->q))
+            return error(ctx, "ERR funnel: a take's quantity must be an integer from 0 to 2^53-1");
+        switch (t->alg) {
+        case 'g':
+        case 'l': {
+            double c, v;
+            if (!arg_exact(args, a + 2, 0, &c) || !arg_exact(args, a + 3, 0, &v))
+                return error(ctx, "ERR funnel: a funnel's cost and tolerance must be integers from 0 to 2^53-1 (ns)");
+            t->lim.cost = (i128)c;
+            t->lim.tol = (i128)v;
+            a += 4;
+            break;
+        }
+        case 'f':
+        case 's':
+            if (!arg_exact(args, a + 2, 0, &t->count) || !arg_exact(args, a + 3, 1, &t->p))
+                return error(ctx, "ERR funnel: a window's count and period must be integers below 2^53, the period above 0");
+            a += 4;
+            break;
+        case 'd':
+            if (a + 4 > nargs || !arg_exact(args, a + 2, 0, &t->count) || !arg_exact(args, a + 3, 0, &t->s) ||
+                !arg_exact(args, a + 4, 0, &t->e))
+                return error(ctx, "ERR funnel: a calendar window's count, start and end must be integers below 2^53");
+            a += 5;
+            break;
+        default:
+            return error(ctx, "ERR funnel: a take's algorithm must be g, l, f, d or s");
+        }
+    }
+    if (a != nargs + 1) return error(ctx, "ERR funnel: more arguments than the takes need");
+
+    i128 now;
+    if (read_now(ctx, args[1], args[2], &now) != RM_OK) return RM_OK;
+    long long nh = (long long)(now / NS), nl = (long long)(now % NS);
+    double nowms = (double)(nh * 1000 + nl / 1000000);
+
+    /* Each take decided in turn; when all are admitted, those of a
+     * quantity above 0 are written, else none. */
+    long long ans[2 + 3 * MAX_KEYS];
+    int na = 2, all = 1;
+    ans[0] = nh;
+    ans[1] = nl;
+    for (int i = 0; i < nk; i++) {
+        RedisModuleKey *k = OpenKey(ctx, keys[i], RM_READ);
+        int got = decide_take(k, KeyType(k), &takes[i], now, nowms, ans + na);
+        CloseKey(k);
+        if (got < 0) {
+            ReplyWithArray(ctx, 3);
+            ReplyWithLongLong(ctx, nh);
+            ReplyWithLongLong(ctx, nl);
+            return ReplyWithLongLong(ctx, -1);
+        }
+        na += got;
+        if (takes[i].st != 1) all = 0;
+    }
+    if (all) {
+        writer w = {.ctx = ctx, .base = Milliseconds(), .slack = slack};
+        for (int i = 0; i < nk; i++) {
+            take *t = &takes[i];
+            if (t->q <= 0) continue;
+            char v[128];
+            int r;
+            if (t->alg == 'g' || t->alg == 'l') {
+                r = store(&w, keys[i], t->exists, t->tat, t->x);
+            } else if (t->alg == 's') {
+                int n = snprintf(v, sizeof v, "S%lld:%lld:%lld:%lld", (long long)t->s, (long long)t->p,
+                                 (long long)t->prev, (long long)t->units);
+                r = write_window(&w, keys[i], v, (size_t)n, t->s + 2 * t->p - nowms + (double)slack);
+            } else {
+                int n = snprintf(v, sizeof v, "F%lld:%lld:%lld", (long long)t->s, (long long)t->e,
+                                 (long long)t->units);
+                r = write_window(&w, keys[i], v, (size_t)n, t->e - nowms + (double)slack);
+            }
+            if (r != 0) return error(ctx, w.err);
+        }
+    }
+    ReplyWithArray(ctx, na);
+    for (int j = 0; j < na; j++) ReplyWithLongLong(ctx, ans[j]);
+    return RM_OK;
+}
+
 /* arg_is reports whether s is word, in any case. */
 static int arg_is(RedisModuleString *s, const char *word) {
     size_t n;
@@ -621,7 +914,8 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
      * as it checks a script's (see call_write), so that a Redis that may
      * not write (over maxmemory, a read-only replica, a failed save, too
      * few replicas) still answers the requests that it refuses. */
-    if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
+    if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
+        CreateCommand(ctx, "funnel.takes", TakesCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
         return RM_ERR;
     Log(ctx, "notice", "funnel: FUNNEL.GCRA, version " FUNNEL_VERSION " of its arguments; values written %s",
         raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");

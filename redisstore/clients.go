@@ -31,8 +31,10 @@ type script struct {
 	// script takes none.
 	ti int
 	// module is the command of Funnel's Redis module that does what the
-	// script does, from the same arguments (see module.go), or "".
-	module string
+	// script does, from the same arguments (see module.go), or "";
+	// moduleIndex is its index in moduleCommands.
+	module      string
+	moduleIndex int
 }
 
 // newScript returns a script that takes no deadline.

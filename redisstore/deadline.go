@@ -179,11 +179,11 @@ func (s *Store) evalBy(ctx context.Context, sc *script, keys, args []string) ([]
 	if try, seen := s.useModule(sc); try {
 		v, err = s.runner.command(ctx, sc.module, keys, args)
 		if moduleMissing(err) {
-			s.moduleAbsent(err)
+			s.moduleAbsent(sc, err)
 			v, err = s.runner.eval(ctx, sc, keys, args)
 		} else if err == nil || errors.Is(err, ErrWrongType) || errors.Is(err, errLate) || errors.Is(err, errClockStep) {
 			// The module answered (a decision, or a refusal of its own).
-			s.moduleAnswered(seen)
+			s.moduleAnswered(sc, seen)
 		}
 	} else {
 		v, err = s.runner.eval(ctx, sc, keys, args)

@@ -37,7 +37,9 @@ var FunnelPaths = []FunnelPath{{"script", false}, {"module", true}}
 // Funnel's module loaded on the module's path, without it on the script's
 // (where a store finds no module and uses the script). When the test ends
 // it checks that the path was taken: on the module's, that FUNNEL.GCRA was
-// called and gcra.lua never loaded; on the script's, that gcra.lua was.
+// called and neither gcra.lua nor takes.lua ever loaded (takes under
+// several limits went through FUNNEL.TAKES, if any); on the script's, that
+// gcra.lua was.
 func (p FunnelPath) Start(t testing.TB, extra ...string) *redistest.Server {
 	t.Helper()
 	if p.Module {
@@ -54,11 +56,12 @@ func (p FunnelPath) Start(t testing.TB, extra ...string) *redistest.Server {
 func (p FunnelPath) Check(t testing.TB, c redis.UniversalClient) {
 	t.Helper()
 	ctx := context.Background()
-	loaded, moved := false, false
+	loaded, takesLoaded, moved := false, false, false
 	var calls int64
 	each := func(ctx context.Context, n *redis.Client) error {
-		if ok, err := n.ScriptExists(ctx, gcraScript.Hash()).Result(); err == nil && ok[0] {
-			loaded = true
+		if ok, err := n.ScriptExists(ctx, gcraScript.Hash(), takesScript.goRedis.Hash()).Result(); err == nil {
+			loaded = loaded || ok[0]
+			takesLoaded = takesLoaded || ok[1]
 		}
 		info, err := n.Info(ctx, "commandstats", "errorstats").Result()
 		if err != nil {
@@ -88,8 +91,8 @@ func (p FunnelPath) Check(t testing.TB, c redis.UniversalClient) {
 	switch {
 	case err != nil:
 		t.Errorf("%s path: %v", p.Name, err)
-	case p.Module && (calls == 0 || loaded || moved):
-		t.Errorf("module path: %d calls of FUNNEL.GCRA, gcra.lua loaded: %v, MOVED answered: %v", calls, loaded, moved)
+	case p.Module && (calls == 0 || loaded || takesLoaded || moved):
+		t.Errorf("module path: %d calls of FUNNEL.GCRA, gcra.lua loaded: %v, takes.lua loaded: %v, MOVED answered: %v", calls, loaded, takesLoaded, moved)
 	case !p.Module && (calls > 0 || !loaded):
 		t.Errorf("script path: %d calls of FUNNEL.GCRA, gcra.lua loaded: %v", calls, loaded)
 	}

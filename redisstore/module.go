@@ -15,19 +15,21 @@ import (
 //
 // A Redis that may load modules can load Funnel's (module/funnel.c in this
 // repository; `make module` builds it): its FUNNEL.GCRA decides the
-// funnel's requests as gcra.lua does, from the same arguments, with the
-// same replies, on the same keys, for a fraction of what the script costs
-// Redis (the README's benchmarks say how much). A store uses it where the
-// script would go, for every funnel decision, batched or alone, when the
-// Redis it talks to has loaded it, and the script otherwise:
+// funnel's requests as gcra.lua does, and its FUNNEL.TAKES takes under
+// several limits at once as takes.lua does, from the same arguments, with
+// the same replies, on the same keys, for a fraction of what the scripts
+// cost Redis (the README's benchmarks say how much). A store uses a
+// command where its script would go, when the Redis it talks to has it,
+// and the script otherwise, each command on its own (a module of an older
+// release may lack one):
 //
-//   - the first funnel call tries FUNNEL.GCRA. A decision means the
-//     module is there, and later calls use it.
+//   - the first call tries the command. An answer means the module is
+//     there, and later calls use it.
 //   - An "unknown command" error, the error of a module that speaks
 //     another version of the arguments, or an ACL's NOPERM for the command
 //     changes nothing in Redis: the call is made again through the script,
 //     and the store uses the script for moduleRetry before it tries the
-//     module again (a module loaded later, or a failover to a Redis that
+//     command again (a module loaded later, or a failover to a Redis that
 //     has it, is taken up within that time): one call tries it, the others
 //     keep to the script until it has its answer. A proxy that does not
 //     pass the command on (Envoy's redis_proxy answers "unsupported
@@ -36,14 +38,26 @@ import (
 //
 // On a Redis Cluster whose nodes do not all have it, the calls that reach
 // a node without it send the store back to the script, for every node,
-// until it tries again. Options.ScriptOnly keeps the store on the script.
+// until it tries again. Options.ScriptOnly keeps the store on the scripts.
 
-// moduleCommand is the module's command, and moduleVersion the version of
-// its arguments that this package speaks (see module/funnel.c).
+// The module's commands, and moduleVersion the version of their arguments
+// that this package speaks (see module/funnel.c).
 const (
 	moduleCommand = "FUNNEL.GCRA"
+	takesCommand  = "FUNNEL.TAKES"
 	moduleVersion = "1"
 )
+
+// moduleCommands indexes the module's commands in moduleState (a script's
+// moduleIndex), and says what each decides, for the logs.
+var moduleCommands = [...]struct{ name, decides string }{
+	{moduleCommand, "funnel decisions"},
+	{takesCommand, "decisions under several limits at once"},
+}
+
+// maxModuleKeys is the most keys a call of the module's commands takes
+// (MAX_KEYS in module/funnel.c); a call of more goes to the script.
+const maxModuleKeys = 127
 
 // moduleRetry is how long a store that found no module in Redis uses the
 // script before it tries the module again.
@@ -53,16 +67,25 @@ const moduleRetry = time.Minute
 type moduleState struct {
 	// off: Options.ScriptOnly.
 	off bool
-	// absentUntil is this host's time (Unix ns) until which calls go
-	// through the script: a call found no module that it could use. 0:
-	// use the module.
-	absentUntil atomic.Int64
-	// present is set once FUNNEL.GCRA answered.
-	present atomic.Bool
+	// cmds is what the store knows of each command (see moduleCommands).
+	cmds [len(moduleCommands)]commandState
 	// warned is set once the store warned of a module it cannot use, told
 	// once it said that Redis has none.
 	warned, told atomic.Bool
 }
+
+// commandState is what a store knows of one of the module's commands.
+type commandState struct {
+	// absentUntil is this host's time (Unix ns) until which calls go
+	// through the script: a call found no command that it could use. 0:
+	// use the command.
+	absentUntil atomic.Int64
+	// present is set once the command answered.
+	present atomic.Bool
+}
+
+// command returns what the store knows of sc's command.
+func (m *moduleState) command(sc *script) *commandState { return &m.cmds[sc.moduleIndex] }
 
 // useModule reports whether a call of sc should try the module, and the
 // absentUntil it saw (or set: the call that takes a retry due sets the
@@ -71,7 +94,8 @@ func (s *Store) useModule(sc *script) (bool, int64) {
 	if sc.module == "" || s.module.off {
 		return false, 0
 	}
-	until := s.module.absentUntil.Load()
+	c := s.module.command(sc)
+	until := c.absentUntil.Load()
 	if until == 0 {
 		return true, 0
 	}
@@ -80,27 +104,30 @@ func (s *Store) useModule(sc *script) (bool, int64) {
 		return false, until
 	}
 	next := now + int64(moduleRetry)
-	if !s.module.absentUntil.CompareAndSwap(until, next) {
+	if !c.absentUntil.CompareAndSwap(until, next) {
 		return false, until
 	}
 	return true, next
 }
 
-// moduleAnswered records that a call that saw absentUntil at seen got an
-// answer from the module (a decision, or a refusal of its own): a retry's call (seen not 0) ends the store's
-// time on the script, unless another call found no module meanwhile; a
-// call made while the module was in use leaves absentUntil as it finds it
-// (a call to a node without it, in a cluster, may have set it meanwhile).
-func (s *Store) moduleAnswered(seen int64) {
+// moduleAnswered records that a call of sc that saw absentUntil at seen
+// got an answer from the module (a decision, or a refusal of its own): a
+// retry's call (seen not 0) ends the store's time on the script, unless
+// another call found no command meanwhile; a call made while the command
+// was in use leaves absentUntil as it finds it (a call to a node without
+// it, in a cluster, may have set it meanwhile).
+func (s *Store) moduleAnswered(sc *script, seen int64) {
+	c := s.module.command(sc)
 	if seen != 0 {
-		if !s.module.absentUntil.CompareAndSwap(seen, 0) {
+		if !c.absentUntil.CompareAndSwap(seen, 0) {
 			return
 		}
-	} else if s.module.absentUntil.Load() != 0 {
+	} else if c.absentUntil.Load() != 0 {
 		return
 	}
-	if !s.module.present.Load() && !s.module.present.Swap(true) {
-		s.log.Info("redisstore: Redis has loaded Funnel's module: funnel decisions go through " + moduleCommand)
+	if !c.present.Load() && !c.present.Swap(true) {
+		cmd := moduleCommands[sc.moduleIndex]
+		s.log.Info("redisstore: Redis has loaded Funnel's module: " + cmd.decides + " go through " + cmd.name)
 	}
 }
 
@@ -119,12 +146,12 @@ func moduleMissing(err error) bool {
 
 // moduleWarning reports whether msg says that Redis has a module that the
 // store cannot use, which a store warns of: one that speaks another version
-// of FUNNEL.GCRA's arguments, or an ACL that does not let the store's user
-// call it (grant it +funnel.gcra).
+// of its commands' arguments, or an ACL that does not let the store's user
+// call one (grant it +funnel.gcra and +funnel.takes).
 func moduleWarning(msg string) bool {
 	msg = strings.TrimPrefix(msg, "ERR ")
 	return strings.HasPrefix(msg, "funnel: version") ||
-		(strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'funnel.gcra'"))
+		(strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'funnel."))
 }
 
 // errNoCommand is the error of a go-redis client given to New that sends
@@ -132,24 +159,26 @@ func moduleWarning(msg string) bool {
 // module's command.
 var errNoCommand = errors.New("redisstore: the client sends no command but scripts")
 
-// moduleAbsent records that a call found no module that it could use
-// (err says why), so that calls go through the script for moduleRetry.
-func (s *Store) moduleAbsent(err error) {
-	s.module.absentUntil.Store(time.Now().Add(moduleRetry).UnixNano())
+// moduleAbsent records that a call of sc found no command that it could
+// use (err says why), so that its calls go through the script for
+// moduleRetry.
+func (s *Store) moduleAbsent(sc *script, err error) {
+	c := s.module.command(sc)
+	c.absentUntil.Store(time.Now().Add(moduleRetry).UnixNano())
 	warn := moduleWarning(err.Error())
 	switch {
-	case s.module.present.Swap(false) || (warn && !s.module.warned.Swap(true)):
-		s.log.Warn("redisstore: Funnel's Redis module is not usable: decisions go through the script", "err", err, "retry", moduleRetry)
+	case c.present.Swap(false) || (warn && !s.module.warned.Swap(true)):
+		s.log.Warn("redisstore: Funnel's Redis module is not usable: "+moduleCommands[sc.moduleIndex].decides+" go through the script", "err", err, "retry", moduleRetry)
 	case !warn && !s.module.told.Swap(true):
 		if errors.Is(err, errNoCommand) {
-			s.log.Info("redisstore: the client sends scripts only, not Funnel's Redis module's command: funnel decisions go through the script")
+			s.log.Info("redisstore: the client sends scripts only, not Funnel's Redis module's commands: decisions go through the scripts")
 		} else {
-			s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: funnel decisions go through the script", "err", err)
+			s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: decisions go through the scripts", "err", err)
 		}
 	}
 }
 
-// moduleArgs returns FUNNEL.GCRA's arguments after its name: the version,
+// moduleArgs returns a module command's arguments after its name: the version,
 // the number of keys, the keys, then the script's arguments.
 func moduleArgs(keys, args []string) []string {
 	out := make([]string, 0, 2+len(keys)+len(args))

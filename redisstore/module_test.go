@@ -270,14 +270,15 @@ func TestModuleMissing(t *testing.T) {
 		{"rueidis unknown", errors.New("unknown command 'FUNNEL.GCRA', with args beginning with: '1'"), false},
 		{"rueidis version", errors.New("funnel: version of FUNNEL.GCRA's arguments unknown to this module"), true},
 		{"ACL", errors.New("NOPERM this user has no permissions to run the 'funnel.gcra' command"), true},
+		{"ACL takes", errors.New("NOPERM this user has no permissions to run the 'funnel.takes' command"), true},
 	} {
 		if !moduleMissing(tc.err) {
 			t.Errorf("%s: not missing", tc.name)
 		}
 		var logs logCapture
 		s := newStore(goRedisRunner{}, Options{Logger: logs.logger()})
-		s.moduleAbsent(tc.err)
-		s.moduleAbsent(tc.err)
+		s.moduleAbsent(gcraLua, tc.err)
+		s.moduleAbsent(gcraLua, tc.err)
 		if n := strings.Count(logs.String(), "module is not usable"); n != map[bool]int{false: 0, true: 1}[tc.warn] ||
 			strings.Count(logs.String(), "level=INFO") != map[bool]int{false: 1, true: 0}[tc.warn] {
 			t.Errorf("%s: %d warnings:\n%s", tc.name, n, logs.String())
@@ -294,36 +295,39 @@ func TestModuleMissing(t *testing.T) {
 		return ok
 	}
 	s := newStore(goRedisRunner{}, Options{})
-	if !try(s, gcraLua) || try(s, windowScript) {
-		t.Fatal("a new store does not try the module for gcra.lua only")
+	if !try(s, gcraLua) || !try(s, takesLua) || try(s, windowScript) || try(s, takesScript) {
+		t.Fatal("a new store does not try the module for gcra.lua and takes.lua only")
 	}
-	s.moduleAbsent(errNoModule)
+	s.moduleAbsent(gcraLua, errNoModule)
 	if try(s, gcraLua) {
 		t.Fatal("a store that found no module tries it again at once")
 	}
+	if !try(s, takesLua) {
+		t.Fatal("a store that found no FUNNEL.GCRA does not try FUNNEL.TAKES (a module of an older release may lack one, not the other)")
+	}
 	// The retry is due: one call tries the module, the others keep to the
 	// script until it has its answer.
-	s.module.absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	s.module.command(gcraLua).absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
 	ok, seen := s.useModule(gcraLua)
 	if !ok || try(s, gcraLua) {
 		t.Fatal("a store does not try the module again, once, after moduleRetry")
 	}
 	// A call made before a miss, answered after it, leaves the store on the
 	// script; the retry's answer ends it.
-	s.moduleAnswered(0)
-	if try(s, gcraLua) || s.module.present.Load() {
+	s.moduleAnswered(gcraLua, 0)
+	if try(s, gcraLua) || s.module.command(gcraLua).present.Load() {
 		t.Fatal("an answer to an earlier call sent the store back to the module")
 	}
-	s.moduleAnswered(seen)
-	if !try(s, gcraLua) || !s.module.present.Load() {
+	s.moduleAnswered(gcraLua, seen)
+	if !try(s, gcraLua) || !s.module.command(gcraLua).present.Load() {
 		t.Fatal("the retry's answer did not send the store back to the module")
 	}
 	// A retry that another call's miss overtook changes nothing.
-	s.moduleAbsent(errNoModule)
-	s.module.absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	s.moduleAbsent(gcraLua, errNoModule)
+	s.module.command(gcraLua).absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
 	_, seen = s.useModule(gcraLua)
-	s.moduleAbsent(errNoModule)
-	s.moduleAnswered(seen)
+	s.moduleAbsent(gcraLua, errNoModule)
+	s.moduleAnswered(gcraLua, seen)
 	if try(s, gcraLua) {
 		t.Fatal("an overtaken retry's answer sent the store back to the module")
 	}
@@ -560,7 +564,7 @@ func TestModuleDeniedByACL(t *testing.T) {
 		if r, err := s.throttle(ctx, "k", mustNewParams(t, 9, 1, time.Second), 1, -1); err != nil || r.Fallback || !r.Allowed {
 			t.Fatalf("%+v, %v", r, err)
 		}
-		s.module.absentUntil.Store(1) // try the module again at once
+		s.module.command(gcraLua).absentUntil.Store(1) // try the module again at once
 	}
 	if n := strings.Count(logs.String(), "module is not usable"); n != 1 || !strings.Contains(logs.String(), "NOPERM") {
 		t.Fatalf("%d warnings:\n%s", n, logs.String())
@@ -643,7 +647,7 @@ func TestModuleUnloadedAndLoaded(t *testing.T) {
 	}
 	// The retry meets a key of another type: the module's own refusal is
 	// its answer, and the store keeps to it.
-	s.module.absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	s.module.command(gcraLua).absentUntil.Store(time.Now().Add(-time.Second).UnixNano())
 	c.RPush(ctx, "list", "x")
 	if _, err := s.throttle(ctx, "list", p, 1, -1); !errors.Is(err, ErrWrongType) {
 		t.Fatalf("a list: %v", err)
