@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/funnelrl/funnel"
 	"github.com/funnelrl/funnel/internal/redistest"
 )
 
@@ -412,6 +413,18 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 				t.Fatal(cl.err)
 			}
 		}
+		// takes under several limits at once (takes.lua, FUNNEL.TAKES):
+		// admitted, then refused by the fixed window
+		ops := []funnel.Op{
+			{Kind: funnel.OpTake, Key: "w", N: 1, Limit: moduleCheck(t, funnel.Limit{Algorithm: funnel.FixedWindow, Count: 1, Period: time.Hour})},
+			{Kind: funnel.OpTake, Key: "x", N: 1, Limit: moduleCheck(t, funnel.Limit{Algorithm: funnel.SlidingWindow, Count: 5, Period: time.Hour})},
+			{Kind: funnel.OpTake, Key: "y", N: 1, Limit: moduleCheck(t, funnel.PerHour(5))},
+		}
+		for range 2 {
+			if err := s.Do(ctx, ops, make([]funnel.Result, len(ops))); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// The events so far, as event and key without the prefix.
 		c.Set(ctx, "end", path.Name, 0)
 		for {
@@ -425,8 +438,8 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 			events[path.Name] = append(events[path.Name], strings.TrimPrefix(msg.Channel, "__keyevent@0__:")+" "+strings.TrimPrefix(msg.Payload, prefix))
 		}
 	}
-	if info, _ := master.Info("commandstats"); !strings.HasPrefix(info["cmdstat_funnel.gcra"], "calls=") {
-		t.Fatalf("FUNNEL.GCRA was not called: %q", info["cmdstat_funnel.gcra"])
+	if info, _ := master.Info("commandstats"); !strings.HasPrefix(info["cmdstat_funnel.gcra"], "calls=") || !strings.HasPrefix(info["cmdstat_funnel.takes"], "calls=") {
+		t.Fatalf("FUNNEL.GCRA or FUNNEL.TAKES was not called: %q, %q", info["cmdstat_funnel.gcra"], info["cmdstat_funnel.takes"])
 	}
 	if !reflect.DeepEqual(events["script"], events["module"]) || len(events["module"]) < 10 {
 		t.Fatalf("keyspace events:\nscript %q\nmodule %q", events["script"], events["module"])
@@ -443,7 +456,7 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 		return state{v, c.PExpireTime(ctx, key).Val().Milliseconds()}
 	}
 	want := map[string]state{}
-	for _, key := range []string{"a", "b", "c", "d"} {
+	for _, key := range []string{"a", "b", "c", "d", "w", "x", "y"} {
 		m := read(c, "m:"+key)
 		if s := read(c, "s:"+key); (s.value == "") != (m.value == "") || m.value != "" && len(s.value) != len(m.value) {
 			t.Fatalf("%q: script %+v, module %+v", key, s, m)
@@ -453,7 +466,7 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 		}
 		want[key] = m
 	}
-	if want["b"].value != "" || want["a"].value == "" {
+	if want["b"].value != "" || want["a"].value == "" || want["w"].value == "" || want["x"].value == "" || want["y"].value == "" {
 		t.Fatalf("the decisions did not leave a empty and a written: %+v", want)
 	}
 	// A value is kept as the script keeps it, in Redis's integer encoding,
@@ -483,9 +496,9 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 }
 
 // Where Redis may not write (over maxmemory, a read-only replica, too few
-// replicas, an ACL that denies SET), the module answers the requests it
-// refuses, and answers Redis's error for a call that writes, as the script
-// does; in no case is a key written.
+// replicas, an ACL that denies SET), the module's commands answer the
+// requests they refuse, and answer Redis's error for a call that writes,
+// as the scripts do; in no case is a key written.
 func TestModuleUnderRedisLimits(t *testing.T) {
 	t.Parallel()
 	master := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
@@ -493,17 +506,27 @@ func TestModuleUnderRedisLimits(t *testing.T) {
 	ctx := context.Background()
 	const now int64 = 1_795_350_508_971_038_011
 	full := strconv.FormatInt(now+int64(time.Hour), 10)
-	// One request on a full key (refused), then a batch with a fresh key
-	// (admitted: written).
+	ms := now / 1e6
+	window := fmt.Sprintf("F%d:%d:5", ms-ms%60000, ms-ms%60000+60000)
+	// For each command, one request on a full key (refused), then a call
+	// with a fresh key (admitted: written).
+	type caller func(ctx context.Context, c *redis.Client, keys, args []string) (any, any, error, error)
+	at := []string{limb(now / 1e9), limb(now % 1e9), "0"}
 	calls := []struct {
+		call caller
 		keys []string
 		args []string
 	}{
-		{[]string{"full"}, appendLimbs(appendLimbs([]string{"t", limb(now / 1e9), limb(now % 1e9), "0", "1536"}, int64(time.Second)), int64(time.Second))},
-		{[]string{"full", "fresh"}, appendLimbs(appendLimbs([]string{"u", limb(now / 1e9), limb(now % 1e9), "0"}, int64(time.Second)), int64(time.Second))},
+		{moduleCall, []string{"full"}, appendLimbs(appendLimbs(append([]string{"t"}, append(at, "1536")...), int64(time.Second)), int64(time.Second))},
+		{moduleCall, []string{"full", "fresh"}, appendLimbs(appendLimbs(append([]string{"u"}, at...), int64(time.Second)), int64(time.Second))},
+		{takesCall, []string{"window", "full"}, append(at, "f", "1", "5", "60000", "g", "1", "1000000000", "1000000000")},
+		{takesCall, []string{"fresh"}, append(at, "f", "1", "5", "60000")},
 	}
 	for _, k := range []string{"s:", "m:"} {
 		if err := master.Client().Set(ctx, k+"full", full, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := master.Client().Set(ctx, k+"window", window, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -513,14 +536,14 @@ func TestModuleUnderRedisLimits(t *testing.T) {
 	run := func(name string, c *redis.Client, wantErr string) {
 		t.Helper()
 		for i, call := range calls {
-			sv, mv, serr, merr := moduleCall(ctx, c, call.keys, call.args)
+			sv, mv, serr, merr := call.call(ctx, c, call.keys, call.args)
 			if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
 				t.Fatalf("%s, call %d: script %v %v, module %v %v", name, i, sv, serr, mv, merr)
 			}
 			switch {
-			case i == 0 && serr != nil:
+			case i%2 == 0 && serr != nil:
 				t.Fatalf("%s: a refusal answered %v", name, serr)
-			case i == 1 && (serr == nil || !strings.HasPrefix(merr.Error(), wantErr)):
+			case i%2 == 1 && (serr == nil || !strings.HasPrefix(merr.Error(), wantErr)):
 				t.Fatalf("%s: a write answered %v, %v (script %v); want %s…", name, sv, merr, serr, wantErr)
 			}
 		}
@@ -732,4 +755,14 @@ func TestModuleMixedCluster(t *testing.T) {
 	if try, _ := s.useModule(gcraLua); try {
 		t.Fatal("the store tries the module within a minute of a miss")
 	}
+}
+
+// moduleCheck returns l checked, or fails t.
+func moduleCheck(t *testing.T, l funnel.Limit) funnel.Checked {
+	t.Helper()
+	c, err := l.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
