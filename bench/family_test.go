@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -192,8 +193,14 @@ func benchDecide(b *testing.B, scenario string, decide func(context.Context, str
 // the store then decides the takes of a funnel, a delaying bucket and a
 // window in batches (one script call for several decisions), the others
 // one call each.
+//
+// The server has Funnel's module loaded (module/funnel.c, built with cc):
+// the funnel-<algorithm> rows keep to the scripts (Options.ScriptOnly), and
+// the funnel-module-<algorithm> rows, for the decisions the module makes
+// (a funnel; a funnel and a calendar day at once), go through it
+// (redis-µs/op then counts its commands).
 func BenchmarkFamilyRedis(b *testing.B) {
-	srv := redistest.StartServer(b)
+	srv := redistest.StartServer(b, "--loadmodule", redistest.Module(b))
 	for _, mode := range []struct {
 		prefix   string
 		parallel int
@@ -201,8 +208,15 @@ func BenchmarkFamilyRedis(b *testing.B) {
 		for _, scenario := range []string{"hot", "keys100k"} {
 			for _, c := range familyCases {
 				b.Run(mode.prefix+scenario+"/funnel-"+c.name, func(b *testing.B) {
-					benchFamilyRedis(b, srv, scenario, c, mode.parallel)
+					benchFamilyRedis(b, srv, scenario, c, mode.parallel, false)
 				})
+			}
+			for _, c := range familyCases {
+				if c.name == "gcra" || c.name == "gcra+day" {
+					b.Run(mode.prefix+scenario+"/funnel-module-"+c.name, func(b *testing.B) {
+						benchFamilyRedis(b, srv, scenario, c, mode.parallel, true)
+					})
+				}
 			}
 			for _, l := range redisLimiters {
 				if l.name == "redis_rate" {
@@ -213,7 +227,7 @@ func BenchmarkFamilyRedis(b *testing.B) {
 	}
 }
 
-func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c familyCase, parallel int) {
+func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c familyCase, parallel int, module bool) {
 	ctx := context.Background()
 	admin := srv.Client()
 	if err := admin.FlushAll(ctx).Err(); err != nil { // the benchmark's own server
@@ -221,7 +235,7 @@ func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c fa
 	}
 	client := newGoRedis(srv.Addr)
 	defer client.Close()
-	store := redisstore.New(client, redisstore.Options{Prefix: "funnel:"})
+	store := redisstore.New(client, redisstore.Options{Prefix: "funnel:", ScriptOnly: !module, Logger: slog.New(slog.DiscardHandler)})
 	decide := familyDecide(c, funnel.New(store))
 	for i := 0; i < 100; i++ { // connections, the script cache
 		if _, err := decide(ctx, "warm:"+strconv.Itoa(i)); err != nil {
@@ -237,6 +251,9 @@ func benchFamilyRedis(b *testing.B, srv *redistest.Server, scenario string, c fa
 	calls, usec := scriptStats(b, srv)
 	if calls == 0 {
 		b.Fatal("Redis ran no script")
+	}
+	if modules := moduleCalls(b, srv); module != (modules > 0) {
+		b.Fatalf("%d of %d calls through the module (module row: %v)", modules, calls, module)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(usec/float64(b.N), "redis-µs/op")
