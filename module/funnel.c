@@ -1,11 +1,23 @@
 /*
- * Funnel's Redis module: the funnel's decision (GCRA) in C, for a Redis that
- * may load modules. Funnel's Redis store uses it when Redis has loaded it,
- * and its Lua script (redisstore/gcra.lua) otherwise; the two take the same
- * arguments, give the same replies and leave the same keys, so a store can
- * move between them (and to or from redis-cell) without resetting a limit.
+ * Funnel's Redis module: the funnel's decision (GCRA), and takes under
+ * several limits at once, in C, for a Redis that may load modules. Funnel's
+ * Redis store uses it when Redis has loaded it, and its Lua scripts
+ * (redisstore/gcra.lua, redisstore/takes.lua) otherwise; a command and its
+ * script take the same arguments, give the same replies and leave the same
+ * keys, so a store can move between them (and to or from redis-cell)
+ * without resetting a limit.
  *
  *   FUNNEL.GCRA version numkeys key [key ...] arg [arg ...]
+ *   FUNNEL.TAKES version numkeys key [key ...] arg [arg ...]
+ *
+ * FUNNEL.TAKES is takes.lua, whose header says what its keys, args and
+ * reply are: takes of funnels and delaying buckets ("g", "l"), fixed
+ * windows of a period or a calendar's ("f", "d") and sliding window
+ * counters ("s"), all or nothing. Its windows are computed on doubles, as
+ * Lua computes them, so that any value a key holds is read as the script
+ * reads it (numbers past 2^53 included); its arguments must be integers
+ * from 0 to 2^53-1, as Funnel's store sends them. What follows is about
+ * FUNNEL.GCRA, and holds for FUNNEL.TAKES's funnels and writes.
  *
  * version is the version of the arguments' and replies' contract that the
  * caller speaks: this module speaks "1" and answers any other with an error
@@ -50,7 +62,8 @@
  * request after the other; the script, which reads every key first, does
  * not.
  *
- * Build: cc -O2 -fPIC -shared -o funnel.so funnel.c
+ * Build: cc -O2 -fPIC -shared -ffp-contract=off -o funnel.so funnel.c
+ *        (no fused multiply-adds: the windows' doubles as Lua's)
  * Load:  redis-server --loadmodule /path/to/funnel.so [encoding int|raw]
  *        (Redis 7.0 or newer)
  *

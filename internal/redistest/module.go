@@ -64,7 +64,7 @@ func buildModule(cc string) (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	out, err := exec.Command(cc, "-O2", "-Wall", "-Wextra", "-fPIC", "-shared", "-o", tmp.Name(), src).CombinedOutput()
+	out, err := exec.Command(cc, "-O2", "-Wall", "-Wextra", "-fPIC", "-shared", "-ffp-contract=off", "-o", tmp.Name(), src).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%s %s: %v\n%s", cc, src, err, out)
 	}
