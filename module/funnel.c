@@ -930,7 +930,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
         CreateCommand(ctx, "funnel.takes", TakesCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
         return RM_ERR;
-    Log(ctx, "notice", "funnel: FUNNEL.GCRA, version " FUNNEL_VERSION " of its arguments; values written %s",
+    Log(ctx, "notice", "funnel: FUNNEL.GCRA and FUNNEL.TAKES, version " FUNNEL_VERSION " of their arguments; values written %s",
         raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");
     return RM_OK;
 }
