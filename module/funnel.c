@@ -346,20 +346,27 @@ typedef struct {
     long long base; /* Redis's clock in ms when the call started */
     long long slack;
     int checked;    /* a SET of this call passed Redis's checks */
+    int wrote;      /* this call wrote a key */
     char err[256];  /* why Redis refused a write */
 } writer;
+
+/* set_flags are RM_Call's flags for a SET of w (see call_write): over
+ * maxmemory, a script may write once it has written, since it cannot stop
+ * half-way, and so may this call. */
+static const char *set_flags(const writer *w) { return w->wrote ? "!SCEsbsb" : "!SMCEsbsb"; }
 
 /* call_write runs a write command through Redis, as a script's redis.call
  * does: replicated as it is ("!"), under the checks that Redis makes of a
  * script's writes ("S": a read-only replica, too few good replicas, a
- * failed save; "M": over maxmemory, for SET; "C": the caller's ACL), with
- * the command's own keyspace events. It returns 0 once written, or -1 with
- * Redis's error in w->err. */
+ * failed save; "M": over maxmemory, for SET until the call has written;
+ * "C": the caller's ACL), with the command's own keyspace events. It
+ * returns 0 once written, or -1 with Redis's error in w->err. */
 static int call_write(writer *w, const char *cmd, const char *fmt, RedisModuleString *name, const char *buf,
                       size_t n, const char *at, size_t atn) {
     RedisModuleCallReply *r = buf ? Call(w->ctx, cmd, fmt, name, buf, n, pxat, at, atn) : Call(w->ctx, cmd, fmt, name);
     if (r && CallReplyType(r) != RM_REPLY_ERROR) {
         FreeCallReply(r);
+        w->wrote = 1;
         return 0;
     }
     size_t len = 0;
@@ -392,7 +399,7 @@ static int store(writer *w, RedisModuleString *name, int exists, i128 tat, i128 
     char buf[24], atbuf[24];
     size_t n = decimal(buf, (unsigned long long)tat), atn = decimal(atbuf, (unsigned long long)at);
     if (!raw_values || !w->checked) {
-        if (call_write(w, "SET", "!SMCEsbsb", name, buf, n, atbuf, atn) != 0) return -1;
+        if (call_write(w, "SET", set_flags(w), name, buf, n, atbuf, atn) != 0) return -1;
         w->checked = 1;
         return 0;
     }
@@ -692,7 +699,8 @@ typedef struct {
     double units;  /* f d s: the units to write in the current window */
 } take;
 
-/* arg_exact reads args[a] as an integer from lo to EXACT-1. */
+/* arg_exact reads args[a] as an integer from lo to EXACT-1 (lo at least
+ * 1-EXACT). */
 static int arg_exact(RedisModuleString **args, long long a, long long lo, double *out) {
     long long v;
     if (!arg_ll(args[a], &v) || v < lo || v >= EXACT) return 0;
@@ -773,7 +781,7 @@ static int decide_take(RedisModuleKey *k, int type, take *t, i128 now, double no
 static int write_window(writer *w, RedisModuleString *name, const char *value, size_t len, double ms) {
     char atbuf[24];
     size_t atn = (size_t)snprintf(atbuf, sizeof atbuf, "%lld", w->base + (long long)ms);
-    if (call_write(w, "SET", "!SMCEsbsb", name, value, len, atbuf, atn) != 0) return -1;
+    if (call_write(w, "SET", set_flags(w), name, value, len, atbuf, atn) != 0) return -1;
     w->checked = 1;
     return 0;
 }
@@ -834,9 +842,11 @@ static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
             a += 4;
             break;
         case 'd':
-            if (a + 4 > nargs || !arg_exact(args, a + 2, 0, &t->count) || !arg_exact(args, a + 3, 0, &t->s) ||
-                !arg_exact(args, a + 4, 0, &t->e))
-                return error(ctx, "ERR funnel: a calendar window's count, start and end must be integers below 2^53");
+            /* (a window in a zone east of UTC may start before 1970) */
+            if (a + 4 > nargs || !arg_exact(args, a + 2, 0, &t->count) || !arg_exact(args, a + 3, 1 - EXACT, &t->s) ||
+                !arg_exact(args, a + 4, 1 - EXACT, &t->e))
+                return error(ctx, "ERR funnel: a calendar window's count must be an integer from 0 to 2^53-1, its "
+                                  "start and end integers of magnitude below 2^53");
             a += 5;
             break;
         default:
@@ -848,7 +858,9 @@ static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     i128 now;
     if (read_now(ctx, args[1], args[2], &now) != RM_OK) return RM_OK;
     long long nh = (long long)(now / NS), nl = (long long)(now % NS);
-    double nowms = (double)(nh * 1000 + nl / 1000000);
+    /* in doubles, as Lua computes it (an injected clock's seconds may pass
+     * what int64 milliseconds hold) */
+    double nowms = (double)nh * 1000 + (double)(nl / 1000000);
 
     /* Each take decided in turn; when all are admitted, those of a
      * quantity above 0 are written, else none. */

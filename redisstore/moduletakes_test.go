@@ -348,7 +348,8 @@ func TestModuleTakesRefusesBadCalls(t *testing.T) {
 		{[]any{"1", 1, "k", "", "", 0, "f", 1, 10, 0}, "ERR funnel: a window's count"},
 		{[]any{"1", 1, "k", "", "", 0, "s", 1, -1, 1000}, "ERR funnel: a window's count"},
 		{[]any{"1", 1, "k", "", "", 0, "d", 1, 10, 0}, "ERR funnel: a calendar window's"},
-		{[]any{"1", 1, "k", "", "", 0, "d", 1, 10, -5, 7}, "ERR funnel: a calendar window's"},
+		{[]any{"1", 1, "k", "", "", 0, "d", 1, 10, -(1 << 53), 7}, "ERR funnel: a calendar window's"},
+		{[]any{"1", 1, "k", "", "", 0, "d", 1, -1, 0, 7}, "ERR funnel: a calendar window's"},
 		{call([]any{"1", 1, "k", "", "", 0}, append(g, "extra")...), "ERR funnel: more arguments"},
 		{call([]any{"1", 1, "k", "x", "", 0}, g...), "ERR funnel: now must be"},
 		{call([]any{"1", 1, "k", "1", "1000000000", 0}, g...), "ERR funnel: now must be"},
@@ -374,5 +375,50 @@ func TestModuleTakesRefusesBadCalls(t *testing.T) {
 	keys, err := c.CommandGetKeys(ctx, takesCommand, "1", 3, "a", "b{x}", "c", "", "", 0, "g", 1, 1, 1, "f", 1, 1, 1, "s", 1, 1, 1).Result()
 	if err != nil || !reflect.DeepEqual(keys, []string{"a", "b{x}", "c"}) {
 		t.Fatalf("COMMAND GETKEYS: %q, %v", keys, err)
+	}
+}
+
+// Two calls that the random ones do not reach, both ways: a calendar day
+// that starts before 1970 (a zone east of UTC, under a clock near the
+// epoch: a test's), and, over maxmemory, a call whose first write is a
+// DEL (a take of cost 0 on a full bucket, which Go never sends): a script
+// that has written may write on, and so may the module.
+func TestModuleTakesAsTheScriptAtTheEdges(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
+	c := srv.Client()
+	ctx := context.Background()
+	same := func(name string, keys, args []string) {
+		t.Helper()
+		sv, mv, serr, merr := takesCall(ctx, c, keys, args)
+		if serr != nil || merr != nil || !reflect.DeepEqual(sv, mv) {
+			t.Fatalf("%s: script %v %v, module %v %v", name, sv, serr, mv, merr)
+		}
+		for _, k := range keys {
+			s, _ := c.Get(ctx, "s:"+k).Result()
+			m, _ := c.Get(ctx, "m:"+k).Result()
+			if s != m || s == "" {
+				t.Fatalf("%s: %q holds %q by the script, %q by the module", name, k, s, m)
+			}
+		}
+	}
+	same("a day from before 1970", []string{"a", "b"},
+		[]string{"3600", "0", "600000", "d", "1", "10", "-50400000", "36000000", "g", "1", "1000000000", "5000000000"})
+	for _, k := range []string{"s:", "m:"} {
+		c.Set(ctx, k+"c", "5", 0)
+	}
+	c.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+	c.ConfigSet(ctx, "maxmemory", "1")
+	defer c.ConfigSet(ctx, "maxmemory", "0")
+	sv, mv, serr, merr := takesCall(ctx, c, []string{"c", "d"}, []string{"1700000000", "123456789", "0", "g", "1", "0", "1000", "f", "1", "10", "60000"})
+	if serr != nil || merr != nil || !reflect.DeepEqual(sv, mv) {
+		t.Fatalf("over maxmemory: script %v %v, module %v %v", sv, serr, mv, merr)
+	}
+	for _, k := range []string{"c", "d"} {
+		s, _ := c.Get(ctx, "s:"+k).Result()
+		m, _ := c.Get(ctx, "m:"+k).Result()
+		if s != m || (k == "d") != (s != "") {
+			t.Fatalf("over maxmemory: %q holds %q by the script, %q by the module", k, s, m)
+		}
 	}
 }
