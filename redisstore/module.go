@@ -33,8 +33,9 @@ import (
 //     has it, is taken up within that time): one call tries it, the others
 //     keep to the script until it has its answer. A proxy that does not
 //     pass the command on (Envoy's redis_proxy answers "unsupported
-//     command") counts as a Redis without it. The store warns, once, of a
-//     module of another version or of a NOPERM.
+//     command") counts as a Redis without it. The store warns, once for
+//     each command, of a module of another version or of a NOPERM, and
+//     says once that Redis has no module, or a module without the command.
 //
 // On a Redis Cluster whose nodes do not all have it, the calls that reach
 // a node without it send the store back to the script, for every node,
@@ -69,9 +70,6 @@ type moduleState struct {
 	off bool
 	// cmds is what the store knows of each command (see moduleCommands).
 	cmds [len(moduleCommands)]commandState
-	// warned is set once the store warned of a module it cannot use, told
-	// once it said that Redis has none.
-	warned, told atomic.Bool
 }
 
 // commandState is what a store knows of one of the module's commands.
@@ -82,6 +80,9 @@ type commandState struct {
 	absentUntil atomic.Int64
 	// present is set once the command answered.
 	present atomic.Bool
+	// warned is set once the store warned that it cannot use the command,
+	// told once it said that Redis does not have it.
+	warned, told atomic.Bool
 }
 
 // command returns what the store knows of sc's command.
@@ -165,17 +166,31 @@ var errNoCommand = errors.New("redisstore: the client sends no command but scrip
 func (s *Store) moduleAbsent(sc *script, err error) {
 	c := s.module.command(sc)
 	c.absentUntil.Store(time.Now().Add(moduleRetry).UnixNano())
+	cmd := moduleCommands[sc.moduleIndex]
 	warn := moduleWarning(err.Error())
 	switch {
-	case c.present.Swap(false) || (warn && !s.module.warned.Swap(true)):
-		s.log.Warn("redisstore: Funnel's Redis module is not usable: "+moduleCommands[sc.moduleIndex].decides+" go through the script", "err", err, "retry", moduleRetry)
-	case !warn && !s.module.told.Swap(true):
-		if errors.Is(err, errNoCommand) {
-			s.log.Info("redisstore: the client sends scripts only, not Funnel's Redis module's commands: decisions go through the scripts")
-		} else {
-			s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: decisions go through the scripts", "err", err)
+	case c.present.Swap(false) || (warn && !c.warned.Swap(true)):
+		s.log.Warn("redisstore: Funnel's Redis module is not usable: "+cmd.decides+" go through the script", "err", err, "retry", moduleRetry)
+	case !warn && !c.told.Swap(true):
+		switch {
+		case errors.Is(err, errNoCommand):
+			s.log.Info("redisstore: the client sends scripts only, not Funnel's Redis module's commands: " + cmd.decides + " go through the script")
+		case s.moduleSeen():
+			s.log.Info("redisstore: Redis's Funnel module has no "+cmd.name+" (a module of an older release): "+cmd.decides+" go through the script", "err", err)
+		default:
+			s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: "+cmd.decides+" go through the script", "err", err)
 		}
 	}
+}
+
+// moduleSeen reports whether one of the module's commands has answered.
+func (s *Store) moduleSeen() bool {
+	for i := range s.module.cmds {
+		if s.module.cmds[i].present.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // moduleArgs returns a module command's arguments after its name: the version,

@@ -332,6 +332,19 @@ func TestModuleMissing(t *testing.T) {
 	if try(s, gcraLua) {
 		t.Fatal("an overtaken retry's answer sent the store back to the module")
 	}
+	// A module of an older release, with FUNNEL.GCRA but no FUNNEL.TAKES:
+	// the store keeps to the module for the one, the script for the other,
+	// and says so once, as that.
+	var logs logCapture
+	s = newStore(goRedisRunner{}, Options{Logger: logs.logger()})
+	s.moduleAnswered(gcraLua, 0)
+	noTakes := errors.New("ERR unknown command 'FUNNEL.TAKES', with args beginning with: '1' '2'")
+	s.moduleAbsent(takesLua, noTakes)
+	s.moduleAbsent(takesLua, noTakes)
+	if out := logs.String(); !try(s, gcraLua) || try(s, takesLua) || strings.Count(out, "has no FUNNEL.TAKES") != 1 ||
+		strings.Contains(out, "has not loaded") || strings.Contains(out, "level=WARN") {
+		t.Fatalf("a module without FUNNEL.TAKES:\n%s", out)
+	}
 	if s := newStore(goRedisRunner{}, Options{ScriptOnly: true}); try(s, gcraLua) {
 		t.Fatal("ScriptOnly: the store tries the module")
 	}
