@@ -469,6 +469,43 @@ static int read_now(RedisModuleCtx *ctx, RedisModuleString *tvs, RedisModuleStri
     return RM_OK;
 }
 
+/* VERSION_ERROR is the error of a call whose version this module does not
+ * speak, for the command cmd. */
+#define VERSION_ERROR(cmd)                                                                     \
+    "ERR funnel: version of " cmd "'s arguments unknown to this module, which speaks version " \
+    FUNNEL_VERSION "; load the module of the caller's release"
+
+/* head reads what every command of this module starts with: version
+ * numkeys key..., and answers COMMAND GETKEYS's question (the keys are args
+ * 3 to 3+numkeys-1). It returns 1 with *nk set when the call goes on, or 0
+ * when it has answered (verr is the error of another version). */
+static int head(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, const char *verr, long long *nk) {
+    if (IsKeysPositionRequest(ctx)) {
+        if (argc >= 3 && arg_ll(argv[2], nk) && *nk >= 1 && *nk <= argc - 3)
+            for (int i = 0; i < *nk; i++) KeyAtPos(ctx, 3 + i);
+        return 0;
+    }
+    if (argc < 3) {
+        WrongArity(ctx);
+        return 0;
+    }
+    size_t vn;
+    const char *ver = StringPtrLen(argv[1], &vn);
+    if (vn != sizeof FUNNEL_VERSION - 1 || memcmp(ver, FUNNEL_VERSION, vn) != 0) {
+        error(ctx, verr);
+        return 0;
+    }
+    if (!arg_ll(argv[2], nk) || *nk < 1 || *nk > MAX_KEYS) {
+        error(ctx, "ERR funnel: the number of keys must be an integer from 1 to 127");
+        return 0;
+    }
+    if (*nk > argc - 3) {
+        error(ctx, "ERR funnel: fewer keys than the number of keys says");
+        return 0;
+    }
+    return 1;
+}
+
 /* A request of a "t" batch, decoded from its argument a*256 + l*128 + f. */
 typedef struct {
     int f;    /* the first request on its key (from 1), 0 if it comes once */
@@ -479,20 +516,7 @@ typedef struct {
 /* FUNNEL.GCRA version numkeys key... arg... */
 static int GcraCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     long long nk;
-    if (IsKeysPositionRequest(ctx)) {
-        if (argc >= 3 && arg_ll(argv[2], &nk) && nk >= 1 && nk <= argc - 3)
-            for (int i = 0; i < nk; i++) KeyAtPos(ctx, 3 + i);
-        return RM_OK;
-    }
-    if (argc < 3) return WrongArity(ctx);
-    size_t vn;
-    const char *ver = StringPtrLen(argv[1], &vn);
-    if (vn != sizeof FUNNEL_VERSION - 1 || memcmp(ver, FUNNEL_VERSION, vn) != 0)
-        return error(ctx, "ERR funnel: version of FUNNEL.GCRA's arguments unknown to this module, which "
-                          "speaks version " FUNNEL_VERSION "; load the module of the caller's release");
-    if (!arg_ll(argv[2], &nk) || nk < 1 || nk > MAX_KEYS)
-        return error(ctx, "ERR funnel: the number of keys must be an integer from 1 to 127");
-    if (nk > argc - 3) return error(ctx, "ERR funnel: fewer keys than the number of keys says");
+    if (!head(ctx, argv, argc, VERSION_ERROR("FUNNEL.GCRA"), &nk)) return RM_OK;
     RedisModuleString **keys = argv + 3;
     /* args[1..nargs] are gcra.lua's ARGV. */
     RedisModuleString **args = argv + 2 + nk;
@@ -789,20 +813,7 @@ static int write_window(writer *w, RedisModuleString *name, const char *value, s
 /* FUNNEL.TAKES version numkeys key... arg... */
 static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     long long nk;
-    if (IsKeysPositionRequest(ctx)) {
-        if (argc >= 3 && arg_ll(argv[2], &nk) && nk >= 1 && nk <= argc - 3)
-            for (int i = 0; i < nk; i++) KeyAtPos(ctx, 3 + i);
-        return RM_OK;
-    }
-    if (argc < 3) return WrongArity(ctx);
-    size_t vn;
-    const char *ver = StringPtrLen(argv[1], &vn);
-    if (vn != sizeof FUNNEL_VERSION - 1 || memcmp(ver, FUNNEL_VERSION, vn) != 0)
-        return error(ctx, "ERR funnel: version of FUNNEL.TAKES's arguments unknown to this module, which "
-                          "speaks version " FUNNEL_VERSION "; load the module of the caller's release");
-    if (!arg_ll(argv[2], &nk) || nk < 1 || nk > MAX_KEYS)
-        return error(ctx, "ERR funnel: the number of keys must be an integer from 1 to 127");
-    if (nk > argc - 3) return error(ctx, "ERR funnel: fewer keys than the number of keys says");
+    if (!head(ctx, argv, argc, VERSION_ERROR("FUNNEL.TAKES"), &nk)) return RM_OK;
     RedisModuleString **keys = argv + 3;
     /* args[1..nargs] are takes.lua's ARGV. */
     RedisModuleString **args = argv + 2 + nk;
@@ -907,6 +918,128 @@ static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     return RM_OK;
 }
 
+/* --- One window, or a batch of them: window.lua. --- */
+
+/* The most units a window's answer n*4+status carries: 2^50. */
+#define MAX_UNITS 1125899906842624.0
+
+/* FUNNEL.WINDOW version numkeys key... arg...: window.lua, on doubles as
+ * Lua computes it. Each request is decided, and written, in turn: a key
+ * that comes more than once reads what the requests before it wrote. */
+static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long nk;
+    if (!head(ctx, argv, argc, VERSION_ERROR("FUNNEL.WINDOW"), &nk)) return RM_OK;
+    RedisModuleString **keys = argv + 3;
+    /* args[1..nargs] are window.lua's ARGV. */
+    RedisModuleString **args = argv + 2 + nk;
+    long long nargs = argc - 3 - nk;
+    if (nargs < 3) return WrongArity(ctx);
+    long long slack;
+    if (!arg_ll(args[3], &slack) || slack < 0 || slack > MAX_SLACK)
+        return error(ctx, "ERR funnel: the expiries' slack must be an integer from 0 to 1000000000000 (ms)");
+    if (nargs != 3 + 3 * nk) return error(ctx, "ERR funnel: a window call takes three arguments a request");
+    struct {
+        double q, count, p;
+        int fixed;
+    } reqs[MAX_KEYS];
+    for (int i = 0; i < nk; i++) {
+        long long a = 4 + 3 * (long long)i, p;
+        if (!arg_exact(args, a, 0, &reqs[i].q) || !arg_exact(args, a + 1, 0, &reqs[i].count) ||
+            !arg_ll(args[a + 2], &p) || p == 0 || p <= -EXACT || p >= EXACT)
+            return error(ctx, "ERR funnel: a window request's quantity and count must be integers from 0 to "
+                              "2^53-1, its period one of magnitude from 1 to 2^53-1");
+        reqs[i].fixed = p > 0;
+        reqs[i].p = (double)(p > 0 ? p : -p);
+    }
+
+    i128 now;
+    if (read_now(ctx, args[1], args[2], &now) != RM_OK) return RM_OK;
+    long long nh = (long long)(now / NS), nl = (long long)(now % NS);
+    double nowms = (double)nh * 1000 + (double)(nl / 1000000);
+
+    writer w = {.ctx = ctx, .base = Milliseconds(), .slack = slack};
+    long long ans[2 + 2 * MAX_KEYS];
+    ans[0] = nh;
+    ans[1] = nl;
+    int lone_fixed = 1; /* a lone request's reply leaves prev out */
+    for (int i = 0; i < nk; i++) {
+        double q = reqs[i].q, count = reqs[i].count, p = reqs[i].p, code = -1, prev = 0;
+        int fixed = 1, write = 0;
+        char v[128];
+        double ms = 0;
+        int vn = 0;
+        RedisModuleKey *k = OpenKey(ctx, keys[i], RM_READ);
+        int type = KeyType(k);
+        const char *raw = NULL;
+        size_t n = 0;
+        if (type == RM_KEYTYPE_STRING) raw = StringDMA(k, &n, RM_READ);
+        if (type == RM_KEYTYPE_EMPTY || raw) {
+            fixed = reqs[i].fixed;
+            double s0 = nowms - lmod(nowms, p), f[4];
+            if (fixed) {
+                double e = s0 + p, units = 0;
+                int ok = !raw || fields(raw, n, 'F', 3, f);
+                if (raw && ok && f[1] > nowms && f[0] >= s0) units = f[2];
+                if (ok && units < MAX_UNITS) {
+                    code = units * 4;
+                    if (units + q <= count) {
+                        code = code + 1;
+                        if (q > 0) {
+                            write = 1;
+                            ms = e - nowms + (double)slack;
+                            vn = snprintf(v, sizeof v, "F%lld:%lld:%lld", (long long)s0, (long long)e,
+                                          (long long)(units + q));
+                        }
+                    }
+                }
+            } else {
+                double cur = 0;
+                int ok = !raw || fields(raw, n, 'S', 4, f);
+                if (raw && ok) {
+                    double at = 0;
+                    if (f[3] > 0)
+                        at = f[0] + 2 * f[1];
+                    else if (f[2] > 0)
+                        at = f[0] + f[1];
+                    if (at > nowms) {
+                        if (f[0] >= s0) {
+                            prev = f[2];
+                            cur = f[3];
+                        } else if (f[0] == s0 - p) {
+                            prev = f[3];
+                        }
+                    }
+                }
+                if (ok && cur < MAX_UNITS) {
+                    double el = nowms - s0;
+                    double x = prev * (p - el) + p - 1;
+                    code = cur * 4;
+                    if (cur + (x - lmod(x, p)) / p + q <= count) {
+                        code = code + 1;
+                        if (q > 0) {
+                            write = 1;
+                            ms = s0 + 2 * p - nowms + (double)slack;
+                            vn = snprintf(v, sizeof v, "S%lld:%lld:%lld:%lld", (long long)s0, (long long)p,
+                                          (long long)prev, (long long)(cur + q));
+                        }
+                    }
+                } else {
+                    prev = 0;
+                }
+            }
+        }
+        CloseKey(k);
+        if (write && write_window(&w, keys[i], v, (size_t)vn, ms) != 0) return error(ctx, w.err);
+        ans[2 + 2 * i] = (long long)code;
+        ans[3 + 2 * i] = (long long)prev;
+        lone_fixed = fixed;
+    }
+    int na = nk == 1 && lone_fixed ? 3 : 2 + 2 * (int)nk;
+    ReplyWithArray(ctx, na);
+    for (int j = 0; j < na; j++) ReplyWithLongLong(ctx, ans[j]);
+    return RM_OK;
+}
+
 /* arg_is reports whether s is word, in any case. */
 static int arg_is(RedisModuleString *s, const char *word) {
     size_t n;
@@ -940,9 +1073,10 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
      * not write (over maxmemory, a read-only replica, a failed save, too
      * few replicas) still answers the requests that it refuses. */
     if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
-        CreateCommand(ctx, "funnel.takes", TakesCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
+        CreateCommand(ctx, "funnel.takes", TakesCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
+        CreateCommand(ctx, "funnel.window", WindowCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
         return RM_ERR;
-    Log(ctx, "notice", "funnel: FUNNEL.GCRA and FUNNEL.TAKES, version " FUNNEL_VERSION " of their arguments; values written %s",
+    Log(ctx, "notice", "funnel: FUNNEL.GCRA, FUNNEL.TAKES and FUNNEL.WINDOW, version " FUNNEL_VERSION " of their arguments; values written %s",
         raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");
     return RM_OK;
 }

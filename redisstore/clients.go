@@ -50,6 +50,13 @@ func newTimedScript(src string, ti int) *script {
 	return sc
 }
 
+// withModule returns sc, done by the module's command moduleCommands[i]
+// where Redis has loaded it (see module.go).
+func (sc *script) withModule(i int) *script {
+	sc.module, sc.moduleIndex = moduleCommands[i].name, i
+	return sc
+}
+
 // gcraLua is the funnel's script (see gcraScript); ARGV[2] is its time.
 // The module's FUNNEL.GCRA does the same where Redis has loaded it.
 var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource), ti: 1, module: moduleCommand}

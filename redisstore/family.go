@@ -262,11 +262,7 @@ func (s *Store) takes(ctx context.Context, ops []funnel.Op, res []funnel.Result)
 			args = append(args, "d", q, limb(c.Window.Count), limb(cur.Start), limb(cur.End))
 		}
 	}
-	sc := takesScript
-	if len(keys) <= maxModuleKeys {
-		sc = takesLua
-	}
-	v, err := s.evalTimed(ctx, sc, keys, args)
+	v, err := s.evalTimed(ctx, takesScript, keys, args)
 	if err != nil {
 		return true, s.familyFailed(ctx, err, ops, res)
 	}
@@ -1067,13 +1063,10 @@ var takesSource = include("takes.lua")
 
 var (
 	familyScript = newTimedScript(familySource, 0)
-	windowScript = newTimedScript(windowSource, 0)
+	windowScript = newTimedScript(windowSource, 0).withModule(2)
 	logScript    = newTimedScript(logSource, 0)
 	concScript   = newTimedScript(concSource, 0)
-	takesScript  = newTimedScript(takesSource, 0)
-	// takesLua is takesScript, which the module's FUNNEL.TAKES does
-	// where Redis has loaded it (for at most maxModuleKeys takes).
-	takesLua     = &script{goRedis: takesScript.goRedis, rueidis: takesScript.rueidis, ti: 0, module: takesCommand, moduleIndex: 1}
+	takesScript  = newTimedScript(takesSource, 0).withModule(1)
 	keyopsScript = newTimedScript(keyopsSource, 1)
 	unbanScript  = newScript(unbanSource)
 )

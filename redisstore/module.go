@@ -15,8 +15,9 @@ import (
 //
 // A Redis that may load modules can load Funnel's (module/funnel.c in this
 // repository; `make module` builds it): its FUNNEL.GCRA decides the
-// funnel's requests as gcra.lua does, and its FUNNEL.TAKES takes under
-// several limits at once as takes.lua does, from the same arguments, with
+// funnel's requests as gcra.lua does, its FUNNEL.TAKES takes under
+// several limits at once as takes.lua does, and its FUNNEL.WINDOW fixed
+// and sliding windows' takes as window.lua does, from the same arguments, with
 // the same replies, on the same keys, for a fraction of what the scripts
 // cost Redis (the README's benchmarks say how much). A store uses a
 // command where its script would go, when the Redis it talks to has it,
@@ -46,6 +47,7 @@ import (
 const (
 	moduleCommand = "FUNNEL.GCRA"
 	takesCommand  = "FUNNEL.TAKES"
+	windowCommand = "FUNNEL.WINDOW"
 	moduleVersion = "1"
 )
 
@@ -54,11 +56,17 @@ const (
 var moduleCommands = [...]struct{ name, decides string }{
 	{moduleCommand, "funnel decisions"},
 	{takesCommand, "decisions under several limits at once"},
+	{windowCommand, "fixed and sliding window decisions"},
 }
 
 // maxModuleKeys is the most keys a call of the module's commands takes
-// (MAX_KEYS in module/funnel.c); a call of more goes to the script.
+// (MAX_KEYS in module/funnel.c): more than a store sends.
 const maxModuleKeys = 127
+
+var (
+	_ = uint(maxModuleKeys - maxOps)
+	_ = uint(maxModuleKeys - maxBatch)
+)
 
 // moduleRetry is how long a store that found no module in Redis uses the
 // script before it tries the module again.

@@ -46,6 +46,13 @@ func moduleTestValues(now int64) []string {
 // with prefix "s:", FUNNEL.GCRA on the same keys with prefix "m:". It
 // returns both replies (or errors).
 func moduleCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
+	return bothWays(ctx, c, gcraLua, keys, args)
+}
+
+// bothWays runs one call of sc both ways on c: the script by EVALSHA on the
+// keys with prefix "s:", its module command on the same keys with prefix
+// "m:". It returns both replies (or errors).
+func bothWays(ctx context.Context, c *redis.Client, sc *script, keys, args []string) (script, module any, serr, merr error) {
 	sk, mk := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		sk[i], mk[i] = "s:"+k, "m:"+k
@@ -54,8 +61,8 @@ func moduleCall(ctx context.Context, c *redis.Client, keys, args []string) (scri
 	for i, a := range args {
 		argv[i] = a
 	}
-	script, serr = gcraScript.Run(ctx, c, sk, argv...).Result()
-	cmd := []any{moduleCommand, moduleVersion, len(mk)}
+	script, serr = sc.goRedis.Run(ctx, c, sk, argv...).Result()
+	cmd := []any{sc.module, moduleVersion, len(mk)}
 	for _, k := range mk {
 		cmd = append(cmd, k)
 	}
@@ -296,14 +303,14 @@ func TestModuleMissing(t *testing.T) {
 		return ok
 	}
 	s := newStore(goRedisRunner{}, Options{})
-	if !try(s, gcraLua) || !try(s, takesLua) || try(s, windowScript) || try(s, takesScript) {
-		t.Fatal("a new store does not try the module for gcra.lua and takes.lua only")
+	if !try(s, gcraLua) || !try(s, takesScript) || !try(s, windowScript) || try(s, familyScript) || try(s, concScript) {
+		t.Fatal("a new store does not try the module for gcra.lua, takes.lua and window.lua only")
 	}
 	s.moduleAbsent(gcraLua, errNoModule)
 	if try(s, gcraLua) {
 		t.Fatal("a store that found no module tries it again at once")
 	}
-	if !try(s, takesLua) {
+	if !try(s, takesScript) {
 		t.Fatal("a store that found no FUNNEL.GCRA does not try FUNNEL.TAKES (a module of an older release may lack one, not the other)")
 	}
 	// The retry is due: one call tries the module, the others keep to the
@@ -339,9 +346,9 @@ func TestModuleMissing(t *testing.T) {
 	s = newStore(goRedisRunner{}, Options{Logger: logs.logger()})
 	s.moduleAnswered(gcraLua, 0)
 	noTakes := errors.New("ERR unknown command 'FUNNEL.TAKES', with args beginning with: '1' '2'")
-	s.moduleAbsent(takesLua, noTakes)
-	s.moduleAbsent(takesLua, noTakes)
-	if out := logs.String(); !try(s, gcraLua) || try(s, takesLua) || strings.Count(out, "has no FUNNEL.TAKES") != 1 ||
+	s.moduleAbsent(takesScript, noTakes)
+	s.moduleAbsent(takesScript, noTakes)
+	if out := logs.String(); !try(s, gcraLua) || try(s, takesScript) || strings.Count(out, "has no FUNNEL.TAKES") != 1 ||
 		strings.Contains(out, "has not loaded") || strings.Contains(out, "level=WARN") {
 		t.Fatalf("a module without FUNNEL.TAKES:\n%s", out)
 	}
@@ -437,6 +444,10 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 			if err := s.Do(ctx, ops, make([]funnel.Result, len(ops))); err != nil {
 				t.Fatal(err)
 			}
+			// and a window's alone (window.lua, FUNNEL.WINDOW)
+			if err := s.Do(ctx, ops[1:2], make([]funnel.Result, 1)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		// The events so far, as event and key without the prefix.
 		c.Set(ctx, "end", path.Name, 0)
@@ -451,8 +462,9 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 			events[path.Name] = append(events[path.Name], strings.TrimPrefix(msg.Channel, "__keyevent@0__:")+" "+strings.TrimPrefix(msg.Payload, prefix))
 		}
 	}
-	if info, _ := master.Info("commandstats"); !strings.HasPrefix(info["cmdstat_funnel.gcra"], "calls=") || !strings.HasPrefix(info["cmdstat_funnel.takes"], "calls=") {
-		t.Fatalf("FUNNEL.GCRA or FUNNEL.TAKES was not called: %q, %q", info["cmdstat_funnel.gcra"], info["cmdstat_funnel.takes"])
+	if info, _ := master.Info("commandstats"); !strings.HasPrefix(info["cmdstat_funnel.gcra"], "calls=") ||
+		!strings.HasPrefix(info["cmdstat_funnel.takes"], "calls=") || !strings.HasPrefix(info["cmdstat_funnel.window"], "calls=") {
+		t.Fatalf("a module command was not called: %q", info)
 	}
 	if !reflect.DeepEqual(events["script"], events["module"]) || len(events["module"]) < 10 {
 		t.Fatalf("keyspace events:\nscript %q\nmodule %q", events["script"], events["module"])
@@ -534,6 +546,8 @@ func TestModuleUnderRedisLimits(t *testing.T) {
 		{moduleCall, []string{"full", "fresh"}, appendLimbs(appendLimbs(append([]string{"u"}, at...), int64(time.Second)), int64(time.Second))},
 		{takesCall, []string{"window", "full"}, append(at, "f", "1", "5", "60000", "g", "1", "1000000000", "1000000000")},
 		{takesCall, []string{"fresh"}, append(at, "f", "1", "5", "60000")},
+		{windowCall, []string{"window", "window"}, append(at, "1", "5", "60000", "1", "5", "60000")},
+		{windowCall, []string{"window", "fresh"}, append(at, "1", "5", "60000", "1", "5", "-60000")},
 	}
 	for _, k := range []string{"s:", "m:"} {
 		if err := master.Client().Set(ctx, k+"full", full, time.Hour).Err(); err != nil {
@@ -768,6 +782,12 @@ func TestModuleMixedCluster(t *testing.T) {
 	if try, _ := s.useModule(gcraLua); try {
 		t.Fatal("the store tries the module within a minute of a miss")
 	}
+}
+
+// windowCall runs one call both ways on c, as moduleCall does, of
+// window.lua and FUNNEL.WINDOW.
+func windowCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
+	return bothWays(ctx, c, windowScript, keys, args)
 }
 
 // moduleCheck returns l checked, or fails t.

@@ -18,21 +18,7 @@ import (
 // with prefix "s:", FUNNEL.TAKES on the same keys with prefix "m:". It
 // returns both replies (or errors).
 func takesCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
-	sk, mk := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		sk[i], mk[i] = "s:"+k, "m:"+k
-	}
-	argv := make([]any, len(args))
-	for i, a := range args {
-		argv[i] = a
-	}
-	script, serr = takesScript.goRedis.Run(ctx, c, sk, argv...).Result()
-	cmd := []any{takesCommand, moduleVersion, len(mk)}
-	for _, k := range mk {
-		cmd = append(cmd, k)
-	}
-	module, merr = c.Do(ctx, append(cmd, argv...)...).Result()
-	return
+	return bothWays(ctx, c, takesScript, keys, args)
 }
 
 // takesTestPeriods are the windows' periods the differential tests use,

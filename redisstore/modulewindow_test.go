@@ -1,0 +1,233 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funnelrl/funnel/internal/redistest"
+)
+
+// randomWindows builds a call of window.lua's arguments at now (ns) for
+// requests on keys (which may repeat), as the store's batches build it:
+// each request's quantity, count and period (negative for a sliding window
+// counter) drawn from r, below 2^53 as Go bounds them.
+func randomWindows(r *rand.Rand, now int64, keys []string) []string {
+	args := []string{limb(now / 1e9), limb(now % 1e9), limb(60000 + r.Int64N(3))}
+	for range keys {
+		count := []int64{0, 1, 5, 10}[r.IntN(4)]
+		q := min([]int64{0, 1, 1, 2, 3, 7}[r.IntN(6)], count+1)
+		p := takesTestPeriods[r.IntN(len(takesTestPeriods))]
+		if r.IntN(2) == 0 {
+			p = -p
+		}
+		args = append(args, limb(q), limb(count), limb(p))
+	}
+	return args
+}
+
+// FUNNEL.WINDOW and window.lua give the same replies and leave the same
+// keys (values and expiries), for random batches of one to eight requests
+// on fixed and sliding windows, keys that come more than once included,
+// over keys that hold states of every kind near now's windows, numbers past
+// 2^53, values that are no window's state, or lists, at injected times.
+func TestModuleWindowIsTheScript(t *testing.T) { eachEncoding(t, testModuleWindowIsTheScript) }
+
+func testModuleWindowIsTheScript(t *testing.T, encoding string) {
+	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t), "encoding", encoding)
+	c := srv.Client()
+	ctx := context.Background()
+	const base int64 = 1_795_350_508_971_038_011
+	names := []string{"a", "b", "c", "d"}
+	admitted, written := 0, 0
+	for seed := uint64(1); seed <= 600; seed++ {
+		r := rand.New(rand.NewPCG(seed, 13))
+		now := base + r.Int64N(int64(48*time.Hour))
+		keys := make([]string, 1+r.IntN(8))
+		if seed%3 == 0 {
+			keys = keys[:1]
+		}
+		for i := range keys {
+			keys[i] = names[r.IntN(len(names))]
+		}
+		args := randomWindows(r, now, keys)
+		values := takesTestValues(now)
+		before := map[string]string{}
+		for _, k := range names {
+			c.Del(ctx, "s:"+k, "m:"+k)
+			var vs []string
+			switch n := r.IntN(10); {
+			case n < 3:
+				continue // absent
+			case n < 6:
+				vs = values['f']
+			case n < 9:
+				vs = values['s']
+			default:
+				vs = append(append(append(vs, values['g']...), values['x']...), "")
+			}
+			v := vs[r.IntN(len(vs))]
+			if v == "" {
+				c.RPush(ctx, "s:"+k, "x")
+				c.RPush(ctx, "m:"+k, "x")
+				continue
+			}
+			ttl := time.Duration(r.IntN(2)) * time.Hour // some without expiry
+			c.Set(ctx, "s:"+k, v, ttl)
+			c.Set(ctx, "m:"+k, v, ttl)
+			before[k] = v
+		}
+		sv, mv, serr, merr := bothWays(ctx, c, windowScript, keys, args)
+		if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
+			t.Fatalf("seed %d: keys %q args %q:\nscript %v %v\nmodule %v %v", seed, keys, args, sv, serr, mv, merr)
+		}
+		if v, ok := sv.([]any); ok {
+			for i := 2; i < len(v); i += 2 {
+				if code, _ := v[i].(int64); code >= 0 && code&3 == 1 {
+					admitted++
+				}
+			}
+		}
+		for _, k := range names {
+			sv, _ := c.Get(ctx, "s:"+k).Result()
+			mv, _ := c.Get(ctx, "m:"+k).Result()
+			st, mt := c.Type(ctx, "s:"+k).Val(), c.Type(ctx, "m:"+k).Val()
+			if sv != mv || st != mt {
+				t.Fatalf("seed %d: keys %q args %q: %q holds %s %q by the script, %s %q by the module", seed, keys, args, k, st, sv, mt, mv)
+			}
+			sp, mp := c.PTTL(ctx, "s:"+k).Val(), c.PTTL(ctx, "m:"+k).Val()
+			if (sp < 0) != (mp < 0) || (sp-mp).Abs() > 50*time.Millisecond {
+				t.Fatalf("seed %d: keys %q args %q: %q has PTTL %v by the script, %v by the module", seed, keys, args, k, sp, mp)
+			}
+			if was, ok := before[k]; st == "string" && (!ok || was != sv) {
+				written++
+			}
+		}
+	}
+	if admitted < 500 || written < 300 {
+		t.Fatalf("%d requests admitted, %d keys written: too few to compare", admitted, written)
+	}
+	t.Logf("%d requests admitted, %d keys written", admitted, written)
+}
+
+// FuzzModuleWindowReadsAsTheScript puts any value in a key and takes a
+// fixed or a sliding window's units on it, alone and twice in a batch, both
+// ways: the module must read the value (a state, or why not) and decide as
+// window.lua does, and leave the same key.
+func FuzzModuleWindowReadsAsTheScript(f *testing.F) {
+	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
+	c := srv.Client()
+	const now int64 = 1_795_350_508_971_038_011
+	i := 0
+	for _, vs := range takesTestValues(now) {
+		for _, v := range vs {
+			f.Add(v, int64(i%4), int64(i%12), int64(1000*(i%7)+1)*int64(1-2*(i%2)))
+			i++
+		}
+	}
+	f.Fuzz(func(t *testing.T, value string, q, count, period int64) {
+		ctx := context.Background()
+		if q < 0 || q >= 1<<53 || count < 0 || count >= 1<<53 || period == 0 || period <= -(1<<53) || period >= 1<<53 {
+			return
+		}
+		for _, n := range []int{1, 2} {
+			c.Del(ctx, "s:k", "m:k")
+			c.Set(ctx, "s:k", value, time.Hour)
+			c.Set(ctx, "m:k", value, time.Hour)
+			keys := []string{"k"}
+			args := []string{limb(now / 1e9), limb(now % 1e9), "60000", limb(q), limb(count), limb(period)}
+			if n == 2 {
+				keys = append(keys, "k")
+				args = append(args, limb(q), limb(count), limb(period))
+			}
+			sv, mv, serr, merr := bothWays(ctx, c, windowScript, keys, args)
+			if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
+				t.Fatalf("%q, args %q: script %v %v, module %v %v", value, args, sv, serr, mv, merr)
+			}
+			s, serr := c.Get(ctx, "s:k").Result()
+			m, merr := c.Get(ctx, "m:k").Result()
+			if s != m || (serr == nil) != (merr == nil) {
+				t.Fatalf("%q, args %q: the key holds %q by the script, %q by the module", value, args, s, m)
+			}
+		}
+	})
+}
+
+// FuzzModuleWindowArguments sends FUNNEL.WINDOW any arguments: Redis must
+// answer each call, with a reply or an error, and stay up.
+func FuzzModuleWindowArguments(f *testing.F) {
+	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
+	c := srv.Client()
+	for _, seed := range []string{
+		"1|1|k|||0|1|10|60000", "1|2|a|a|1795350508|971038011|60000|1|10|-1000|2|10|-1000",
+		"1|1|k|-|99999999999999999|0|1|1|1", "1|1|k|~1|99999999999999999|0|9007199254740991|0|-9007199254740991",
+		"1|127|k", "1|1|k|||0|1|1|0", "|||", "1|-1|k", "1|1|k|||0|1|1",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ctx := context.Background()
+		parts := strings.Split(s, "|")
+		if len(parts) > 700 {
+			return
+		}
+		args := []any{windowCommand}
+		for _, p := range parts {
+			args = append(args, p)
+		}
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil && !strings.HasPrefix(err.Error(), "ERR") && !strings.HasPrefix(err.Error(), "DEADLINE funnel:") &&
+			!strings.HasPrefix(err.Error(), "CLOCKSTEP funnel:") {
+			t.Fatalf("%q: %v, %v", s, v, err)
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("%q: Redis does not answer after it: %v", s, err)
+		}
+	})
+}
+
+// Errors: FUNNEL.WINDOW refuses what it cannot decide, before it reads or
+// writes a key, with an error of its own.
+func TestModuleWindowRefusesBadCalls(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--loadmodule", redistest.Module(t))
+	c := srv.Client()
+	ctx := context.Background()
+	c.Set(ctx, "k", "F1:2:3", time.Hour)
+	dump := c.Dump(ctx, "k").Val()
+	for _, tc := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{}, "ERR wrong number of arguments"},
+		{[]any{"2", 1, "k", "", "", 0, 1, 10, 1000}, "ERR funnel: version of FUNNEL.WINDOW"},
+		{[]any{"1", 0, "", "", 0, 1, 10, 1000}, "ERR funnel: the number of keys"},
+		{[]any{"1", 2, "k"}, "ERR funnel: fewer keys"},
+		{[]any{"1", 1, "k", "", ""}, "ERR wrong number of arguments"},
+		{[]any{"1", 1, "k", "", "", -1, 1, 10, 1000}, "ERR funnel: the expiries' slack"},
+		{[]any{"1", 1, "k", "", "", 0, 1, 10}, "ERR funnel: a window call takes three arguments"},
+		{[]any{"1", 1, "k", "", "", 0, 1, 10, 1000, 1}, "ERR funnel: a window call takes three arguments"},
+		{[]any{"1", 1, "k", "", "", 0, -1, 10, 1000}, "ERR funnel: a window request's"},
+		{[]any{"1", 1, "k", "", "", 0, 1, 1 << 53, 1000}, "ERR funnel: a window request's"},
+		{[]any{"1", 1, "k", "", "", 0, 1, 10, 0}, "ERR funnel: a window request's"},
+		{[]any{"1", 1, "k", "", "", 0, 1, 10, -(1 << 53)}, "ERR funnel: a window request's"},
+		{[]any{"1", 1, "k", "", "", 0, 1, 10, "1e3"}, "ERR funnel: a window request's"},
+		{[]any{"1", 1, "k", "x", "", 0, 1, 10, 1000}, "ERR funnel: now must be"},
+		{[]any{"1", 1, "k", "-", time.Now().UnixMicro() - 1, 0, 1, 10, 1000}, "DEADLINE funnel:"},
+	} {
+		err := c.Do(ctx, append([]any{windowCommand}, tc.args...)...).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
+		}
+		if d := c.Dump(ctx, "k").Val(); d != dump {
+			t.Fatalf("%v changed the key", tc.args)
+		}
+	}
+	keys, err := c.CommandGetKeys(ctx, windowCommand, "1", 2, "a", "b{x}", "", "", 0, 1, 1, 1, 1, 1, -1).Result()
+	if err != nil || !reflect.DeepEqual(keys, []string{"a", "b{x}"}) {
+		t.Fatalf("COMMAND GETKEYS: %q, %v", keys, err)
+	}
+}
