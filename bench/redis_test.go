@@ -186,14 +186,14 @@ func benchRedis(b *testing.B, srv *redistest.Server, l redisLimiter, scenario st
 }
 
 // scriptStats returns the number of script calls (EVALSHA and EVAL, and
-// Funnel's module's FUNNEL.GCRA and FUNNEL.TAKES) and the microseconds Redis spent in them
+// Funnel's module's commands) and the microseconds Redis spent in them
 // since the last CONFIG RESETSTAT.
 func scriptStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64) {
 	stats, err := srv.Info("commandstats")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval", "cmdstat_funnel.gcra", "cmdstat_funnel.takes"} {
+	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval", "cmdstat_funnel.gcra", "cmdstat_funnel.takes", "cmdstat_funnel.window"} {
 		// calls=123,usec=456,usec_per_call=3.70,rejected_calls=0,failed_calls=0
 		for _, kv := range strings.Split(stats[cmd], ",") {
 			k, v, _ := strings.Cut(kv, "=")
@@ -218,7 +218,7 @@ func moduleCalls(b *testing.B, srv *redistest.Server) int64 {
 		b.Fatal(err)
 	}
 	var calls int64
-	for _, cmd := range []string{"cmdstat_funnel.gcra", "cmdstat_funnel.takes"} {
+	for _, cmd := range []string{"cmdstat_funnel.gcra", "cmdstat_funnel.takes", "cmdstat_funnel.window"} {
 		if _, v, ok := strings.Cut(stats[cmd], "calls="); ok {
 			n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
 			calls += n
