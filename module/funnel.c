@@ -1,23 +1,29 @@
 /*
- * Funnel's Redis module: the funnel's decision (GCRA), and takes under
- * several limits at once, in C, for a Redis that may load modules. Funnel's
- * Redis store uses it when Redis has loaded it, and its Lua scripts
- * (redisstore/gcra.lua, redisstore/takes.lua) otherwise; a command and its
- * script take the same arguments, give the same replies and leave the same
- * keys, so a store can move between them (and to or from redis-cell)
- * without resetting a limit.
+ * Funnel's Redis module: the funnel's decision (GCRA), fixed and sliding
+ * windows, and takes under several limits at once, in C, for a Redis that
+ * may load modules. Funnel's Redis store uses it when Redis has loaded it,
+ * and its Lua scripts (redisstore/gcra.lua, window.lua, takes.lua)
+ * otherwise; a command and its script take the same arguments, give the
+ * same replies and leave the same keys, so a store can move between them
+ * (and to or from redis-cell) without resetting a limit.
  *
  *   FUNNEL.GCRA version numkeys key [key ...] arg [arg ...]
+ *   FUNNEL.WINDOW version numkeys key [key ...] arg [arg ...]
  *   FUNNEL.TAKES version numkeys key [key ...] arg [arg ...]
+ *
+ * FUNNEL.WINDOW is window.lua, whose header says what its keys, args and
+ * reply are: takes of fixed windows of a period and of sliding window
+ * counters, each request decided and written in turn.
  *
  * FUNNEL.TAKES is takes.lua, whose header says what its keys, args and
  * reply are: takes of funnels and delaying buckets ("g", "l"), fixed
  * windows of a period or a calendar's ("f", "d") and sliding window
  * counters ("s"), all or nothing. Its windows are computed on doubles, as
  * Lua computes them, so that any value a key holds is read as the script
- * reads it (numbers past 2^53 included); its arguments must be integers
- * from 0 to 2^53-1, as Funnel's store sends them. What follows is about
- * FUNNEL.GCRA, and holds for FUNNEL.TAKES's funnels and writes.
+ * reads it (numbers past 2^53 included), and so are FUNNEL.WINDOW's; their
+ * arguments must be integers of magnitude below 2^53, as Funnel's store
+ * sends them. What follows is about FUNNEL.GCRA, and holds for the others'
+ * funnels and writes.
  *
  * version is the version of the arguments' and replies' contract that the
  * caller speaks: this module speaks "1" and answers any other with an error
