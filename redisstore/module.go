@@ -36,7 +36,7 @@ import (
 //     pass the command on (Envoy's redis_proxy answers "unsupported
 //     command") counts as a Redis without it. The store warns, once for
 //     each command, of a module of another version or of a NOPERM, and
-//     says once that Redis has no module, or a module without the command.
+//     says once for each that Redis does not have it.
 //
 // On a Redis Cluster whose nodes do not all have it, the calls that reach
 // a node without it send the store back to the script, for every node,
@@ -78,6 +78,9 @@ type moduleState struct {
 	off bool
 	// cmds is what the store knows of each command (see moduleCommands).
 	cmds [len(moduleCommands)]commandState
+	// clientTold is set once the store said that its client sends no
+	// command but scripts.
+	clientTold atomic.Bool
 }
 
 // commandState is what a store knows of one of the module's commands.
@@ -156,7 +159,7 @@ func moduleMissing(err error) bool {
 // moduleWarning reports whether msg says that Redis has a module that the
 // store cannot use, which a store warns of: one that speaks another version
 // of its commands' arguments, or an ACL that does not let the store's user
-// call one (grant it +funnel.gcra and +funnel.takes).
+// call one (grant it +funnel.gcra, +funnel.takes and +funnel.window).
 func moduleWarning(msg string) bool {
 	msg = strings.TrimPrefix(msg, "ERR ")
 	return strings.HasPrefix(msg, "funnel: version") ||
@@ -179,26 +182,15 @@ func (s *Store) moduleAbsent(sc *script, err error) {
 	switch {
 	case c.present.Swap(false) || (warn && !c.warned.Swap(true)):
 		s.log.Warn("redisstore: Funnel's Redis module is not usable: "+cmd.decides+" go through the script", "err", err, "retry", moduleRetry)
+	case !warn && errors.Is(err, errNoCommand):
+		if !s.module.clientTold.Swap(true) {
+			s.log.Info("redisstore: the client sends scripts only, not Funnel's Redis module's commands: decisions go through the scripts")
+		}
 	case !warn && !c.told.Swap(true):
-		switch {
-		case errors.Is(err, errNoCommand):
-			s.log.Info("redisstore: the client sends scripts only, not Funnel's Redis module's commands: " + cmd.decides + " go through the script")
-		case s.moduleSeen():
-			s.log.Info("redisstore: Redis's Funnel module has no "+cmd.name+" (a module of an older release): "+cmd.decides+" go through the script", "err", err)
-		default:
-			s.log.Info("redisstore: Redis has not loaded Funnel's module (module/funnel.c), which would cost it less CPU a decision: "+cmd.decides+" go through the script", "err", err)
-		}
+		// (Redis may have none of the module, or a module of an older
+		// release without this command.)
+		s.log.Info("redisstore: Redis has no "+cmd.name+" (Funnel's module, module/funnel.c, which would cost it less CPU a decision): "+cmd.decides+" go through the script", "err", err)
 	}
-}
-
-// moduleSeen reports whether one of the module's commands has answered.
-func (s *Store) moduleSeen() bool {
-	for i := range s.module.cmds {
-		if s.module.cmds[i].present.Load() {
-			return true
-		}
-	}
-	return false
 }
 
 // moduleArgs returns a module command's arguments after its name: the version,
