@@ -738,6 +738,55 @@ static int arg_exact(RedisModuleString **args, long long a, long long lo, double
     return 1;
 }
 
+/* read_fixed is fixedread.lua: it reads the fixed window raw (NULL when
+ * absent; n bytes) into *units, the units it counts in the window that
+ * starts at s (0 when raw is another window's), or returns 0 when raw is
+ * not a fixed window's state. */
+static int read_fixed(const char *raw, size_t n, double s, double nowms, double *units) {
+    double v[3];
+    *units = 0;
+    if (!raw) return 1;
+    if (!fields(raw, n, 'F', 3, v)) return 0;
+    /* (or a later window's: the clock was stepped back) */
+    if (v[1] > nowms && v[0] >= s) *units = v[2];
+    return 1;
+}
+
+/* read_sliding is slidingread.lua: it reads the sliding window counter raw
+ * (NULL when absent; n bytes) of period p into *prev and *cur, the previous
+ * and current windows' counts at nowms in the window that starts at s, or
+ * returns 0 when raw is not a sliding window's state. */
+static int read_sliding(const char *raw, size_t n, double s, double p, double nowms, double *prev, double *cur) {
+    double v[4];
+    *prev = *cur = 0;
+    if (!raw) return 1;
+    if (!fields(raw, n, 'S', 4, v)) return 0;
+    double at = 0;
+    if (v[3] > 0)
+        at = v[0] + 2 * v[1];
+    else if (v[2] > 0)
+        at = v[0] + v[1];
+    if (at > nowms) {
+        if (v[0] >= s) {
+            *prev = v[2];
+            *cur = v[3];
+        } else if (v[0] == s - p) {
+            *prev = v[3];
+        }
+    }
+    return 1;
+}
+
+/* sliding_admits reports whether a sliding window counter of period p and
+ * count that holds prev and cur in the window that starts at s admits q
+ * units at nowms: cur + ceil(prev·(p−el)/p) + q <= count, el the time into
+ * the window (below 2^53, as Go bounds (count+1)·p). */
+static int sliding_admits(double prev, double cur, double q, double count, double p, double s, double nowms) {
+    double el = nowms - s;
+    double x = prev * (p - el) + p - 1;
+    return cur + (x - lmod(x, p)) / p + q <= count;
+}
+
 /* decide_take reads the state of t's key k (type is its type) and decides
  * t at now (nowms in ms), appending its answer to out (takes.lua's: how
  * many integers it took), or returns -1 when the key holds no state of
@@ -761,27 +810,10 @@ static int decide_take(RedisModuleKey *k, int type, take *t, i128 now, double no
         return answer(out, t->st, d);
     }
     if (t->alg == 's') {
-        double p = t->p, prev = 0, cur = 0, v[4];
-        t->s = nowms - lmod(nowms, p);
-        if (raw) {
-            if (!fields(raw, n, 'S', 4, v)) return -1;
-            double at = 0;
-            if (v[3] > 0)
-                at = v[0] + 2 * v[1];
-            else if (v[2] > 0)
-                at = v[0] + v[1];
-            if (at > nowms) {
-                if (v[0] >= t->s) {
-                    prev = v[2];
-                    cur = v[3];
-                } else if (v[0] == t->s - p) {
-                    prev = v[3];
-                }
-            }
-        }
-        double el = nowms - t->s;
-        double x = prev * (p - el) + p - 1;
-        t->st = cur + (x - lmod(x, p)) / p + t->q <= t->count;
+        double prev, cur;
+        t->s = nowms - lmod(nowms, t->p);
+        if (!read_sliding(raw, n, t->s, t->p, nowms, &prev, &cur)) return -1;
+        t->st = sliding_admits(prev, cur, t->q, t->count, t->p, t->s, nowms);
         t->prev = prev;
         t->units = cur + t->q;
         out[0] = (long long)(cur * 4 + t->st);
@@ -794,11 +826,8 @@ static int decide_take(RedisModuleKey *k, int type, take *t, i128 now, double no
     } else if (nowms < t->s || nowms >= t->e) {
         return -1;
     }
-    double units = 0, v[3];
-    if (raw) {
-        if (!fields(raw, n, 'F', 3, v)) return -1;
-        if (v[1] > nowms && v[0] >= t->s) units = v[2];
-    }
+    double units;
+    if (!read_fixed(raw, n, t->s, nowms, &units)) return -1;
     t->st = units + t->q <= t->count;
     t->units = units + t->q;
     out[0] = (long long)(units * 4 + t->st);
@@ -816,18 +845,39 @@ static int write_window(writer *w, RedisModuleString *name, const char *value, s
     return 0;
 }
 
+/* A call of a command whose ARGV start with now's two arguments and the
+ * expiries' slack (takes.lua's, window.lua's). */
+typedef struct {
+    long long nk;               /* the number of keys */
+    RedisModuleString **keys;   /* the keys */
+    RedisModuleString **args;   /* args[1..nargs] are the script's ARGV */
+    long long nargs;
+    long long slack;
+} timed_call;
+
+/* timed_head is head for such a command; it also reads the slack. */
+static int timed_head(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, const char *verr, timed_call *c) {
+    if (!head(ctx, argv, argc, verr, &c->nk)) return 0;
+    c->keys = argv + 3;
+    c->args = argv + 2 + c->nk;
+    c->nargs = argc - 3 - c->nk;
+    if (c->nargs < 3) {
+        WrongArity(ctx);
+        return 0;
+    }
+    if (!arg_ll(c->args[3], &c->slack) || c->slack < 0 || c->slack > MAX_SLACK) {
+        error(ctx, "ERR funnel: the expiries' slack must be an integer from 0 to 1000000000000 (ms)");
+        return 0;
+    }
+    return 1;
+}
+
 /* FUNNEL.TAKES version numkeys key... arg... */
 static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    long long nk;
-    if (!head(ctx, argv, argc, VERSION_ERROR("FUNNEL.TAKES"), &nk)) return RM_OK;
-    RedisModuleString **keys = argv + 3;
-    /* args[1..nargs] are takes.lua's ARGV. */
-    RedisModuleString **args = argv + 2 + nk;
-    long long nargs = argc - 3 - nk;
-    if (nargs < 3) return WrongArity(ctx);
-    long long slack;
-    if (!arg_ll(args[3], &slack) || slack < 0 || slack > MAX_SLACK)
-        return error(ctx, "ERR funnel: the expiries' slack must be an integer from 0 to 1000000000000 (ms)");
+    timed_call call;
+    if (!timed_head(ctx, argv, argc, VERSION_ERROR("FUNNEL.TAKES"), &call)) return RM_OK;
+    long long nk = call.nk, nargs = call.nargs, slack = call.slack;
+    RedisModuleString **keys = call.keys, **args = call.args;
 
     /* The takes, all read before the time is. */
     take takes[MAX_KEYS];
@@ -933,16 +983,10 @@ static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
  * Lua computes it. Each request is decided, and written, in turn: a key
  * that comes more than once reads what the requests before it wrote. */
 static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    long long nk;
-    if (!head(ctx, argv, argc, VERSION_ERROR("FUNNEL.WINDOW"), &nk)) return RM_OK;
-    RedisModuleString **keys = argv + 3;
-    /* args[1..nargs] are window.lua's ARGV. */
-    RedisModuleString **args = argv + 2 + nk;
-    long long nargs = argc - 3 - nk;
-    if (nargs < 3) return WrongArity(ctx);
-    long long slack;
-    if (!arg_ll(args[3], &slack) || slack < 0 || slack > MAX_SLACK)
-        return error(ctx, "ERR funnel: the expiries' slack must be an integer from 0 to 1000000000000 (ms)");
+    timed_call call;
+    if (!timed_head(ctx, argv, argc, VERSION_ERROR("FUNNEL.WINDOW"), &call)) return RM_OK;
+    long long nk = call.nk, nargs = call.nargs, slack = call.slack;
+    RedisModuleString **keys = call.keys, **args = call.args;
     if (nargs != 3 + 3 * nk) return error(ctx, "ERR funnel: a window call takes three arguments a request");
     struct {
         double q, count, p;
@@ -981,12 +1025,10 @@ static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         if (type == RM_KEYTYPE_STRING) raw = StringDMA(k, &n, RM_READ);
         if (type == RM_KEYTYPE_EMPTY || raw) {
             fixed = reqs[i].fixed;
-            double s0 = nowms - lmod(nowms, p), f[4];
+            double s0 = nowms - lmod(nowms, p);
             if (fixed) {
-                double e = s0 + p, units = 0;
-                int ok = !raw || fields(raw, n, 'F', 3, f);
-                if (raw && ok && f[1] > nowms && f[0] >= s0) units = f[2];
-                if (ok && units < MAX_UNITS) {
+                double e = s0 + p, units;
+                if (read_fixed(raw, n, s0, nowms, &units) && units < MAX_UNITS) {
                     code = units * 4;
                     if (units + q <= count) {
                         code = code + 1;
@@ -999,28 +1041,10 @@ static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
                     }
                 }
             } else {
-                double cur = 0;
-                int ok = !raw || fields(raw, n, 'S', 4, f);
-                if (raw && ok) {
-                    double at = 0;
-                    if (f[3] > 0)
-                        at = f[0] + 2 * f[1];
-                    else if (f[2] > 0)
-                        at = f[0] + f[1];
-                    if (at > nowms) {
-                        if (f[0] >= s0) {
-                            prev = f[2];
-                            cur = f[3];
-                        } else if (f[0] == s0 - p) {
-                            prev = f[3];
-                        }
-                    }
-                }
-                if (ok && cur < MAX_UNITS) {
-                    double el = nowms - s0;
-                    double x = prev * (p - el) + p - 1;
+                double cur;
+                if (read_sliding(raw, n, s0, p, nowms, &prev, &cur) && cur < MAX_UNITS) {
                     code = cur * 4;
-                    if (cur + (x - lmod(x, p)) / p + q <= count) {
+                    if (sliding_admits(prev, cur, q, count, p, s0, nowms)) {
                         code = code + 1;
                         if (q > 0) {
                             write = 1;

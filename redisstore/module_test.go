@@ -92,6 +92,30 @@ func expiresAlike(ctx context.Context, c *redis.Client, k string, took time.Dura
 	return s, m, (s < 0) == (m < 0) && (s-m).Abs() <= took+2*time.Millisecond
 }
 
+// sameKeys fails t (what names the call) unless each of names holds the
+// same on both sides of bothWays after a call whose two sides took took:
+// its type, its value, and its expiry (see expiresAlike). It returns how
+// many hold a string other than before's (the values set before the call;
+// absent ones are not in it).
+func sameKeys(t *testing.T, ctx context.Context, c *redis.Client, names []string, before map[string]string, took time.Duration, what string) (written int) {
+	t.Helper()
+	for _, k := range names {
+		sv, _ := c.Get(ctx, "s:"+k).Result()
+		mv, _ := c.Get(ctx, "m:"+k).Result()
+		st, mt := c.Type(ctx, "s:"+k).Val(), c.Type(ctx, "m:"+k).Val()
+		if sv != mv || st != mt {
+			t.Fatalf("%s: %q holds %s %q by the script, %s %q by the module", what, k, st, sv, mt, mv)
+		}
+		if sp, mp, ok := expiresAlike(ctx, c, k, took); !ok {
+			t.Fatalf("%s: %q expires at %v by the script, %v by the module (the calls took %v)", what, k, sp, mp, took)
+		}
+		if was, ok := before[k]; st == "string" && (!ok || was != sv) {
+			written++
+		}
+	}
+	return written
+}
+
 // sameError reports whether a script's error and the module's are the
 // same: both nil, or both the same error up to the script's own words
 // (the prefix and the kind of value a WRONGTYPE names).
@@ -197,17 +221,7 @@ func testModuleIsTheScript(t *testing.T, encoding string) {
 		if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
 			t.Fatalf("seed %d: keys %q args %q:\nscript %v %v\nmodule %v %v", seed, keys, args, sv, serr, mv, merr)
 		}
-		for _, k := range names {
-			s, m := c.Dump(ctx, "s:"+k).Val(), c.Dump(ctx, "m:"+k).Val()
-			sv, _ := c.Get(ctx, "s:"+k).Result()
-			mv, _ := c.Get(ctx, "m:"+k).Result()
-			if (s == "") != (m == "") || sv != mv {
-				t.Fatalf("seed %d: keys %q args %q: %q holds %q by the script, %q by the module", seed, keys, args, k, sv, mv)
-			}
-			if sp, mp, ok := expiresAlike(ctx, c, k, took); !ok {
-				t.Fatalf("seed %d: keys %q args %q: %q expires at %v by the script, %v by the module (the calls took %v)", seed, keys, args, k, sp, mp, took)
-			}
-		}
+		sameKeys(t, ctx, c, names, nil, took, fmt.Sprintf("seed %d: keys %q args %q", seed, keys, args))
 		compared++
 	}
 	t.Logf("%d calls compared", compared)

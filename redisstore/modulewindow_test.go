@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -92,20 +93,7 @@ func testModuleWindowIsTheScript(t *testing.T, encoding string) {
 				}
 			}
 		}
-		for _, k := range names {
-			sv, _ := c.Get(ctx, "s:"+k).Result()
-			mv, _ := c.Get(ctx, "m:"+k).Result()
-			st, mt := c.Type(ctx, "s:"+k).Val(), c.Type(ctx, "m:"+k).Val()
-			if sv != mv || st != mt {
-				t.Fatalf("seed %d: keys %q args %q: %q holds %s %q by the script, %s %q by the module", seed, keys, args, k, st, sv, mt, mv)
-			}
-			if sp, mp, ok := expiresAlike(ctx, c, k, took); !ok {
-				t.Fatalf("seed %d: keys %q args %q: %q expires at %v by the script, %v by the module (the calls took %v)", seed, keys, args, k, sp, mp, took)
-			}
-			if was, ok := before[k]; st == "string" && (!ok || was != sv) {
-				written++
-			}
-		}
+		written += sameKeys(t, ctx, c, names, before, took, fmt.Sprintf("seed %d: keys %q args %q", seed, keys, args))
 	}
 	if admitted < 500 || written < 300 {
 		t.Fatalf("%d requests admitted, %d keys written: too few to compare", admitted, written)
