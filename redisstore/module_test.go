@@ -667,39 +667,53 @@ func TestModuleDeniedByACL(t *testing.T) {
 	FunnelPaths[0].Check(t, srv.Client())
 }
 
-// FuzzModuleArguments sends FUNNEL.GCRA any arguments: Redis must answer
-// each call, with a reply or an error, and stay up (the module reads every
-// argument within bounds, whatever they say).
+// FuzzModuleArguments sends each of the module's commands any arguments:
+// Redis must answer each call, with a reply or an error, and stay up (the
+// module reads every argument within bounds, whatever they say).
 func FuzzModuleArguments(f *testing.F) {
 	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
 	c := srv.Client()
 	for _, seed := range []string{
+		// FUNNEL.GCRA's
 		"1|1|k|t|||0|1536|1|0|2|0",
 		"1|2|a|b|u|||0|1|0|2|0",
 		"1|3|a|b|a|t|1795350508|971038011|600000|2049|2048|2177|1|0|2|0",
 		"1|2|a|b|t|-|99999999999999999|0|2305|130|-1|999999999|3|0",
 		"1|1|k|t|~1|99999999999999999|0|1536|9223372036|854775807|9223372036|854775807",
 		"1|127|k", "1|2|k|k|t|||0|||", "1|1|k|t|||0|256|0|0|0|0", "|||", "1|-1|k",
+		// FUNNEL.TAKES's
+		"1|1|k|||0|g|1|1000000000|3000000000",
+		"1|2|a|b|1795350508|971038011|60000|f|1|10|60000|s|2|10|1000",
+		"1|1|k|1795350508|971038011|0|d|1|10|1795300000000|1795386400000",
+		"1|1|k|-|99999999999999999|0|l|1|0|0",
+		"1|1|k|~1|99999999999999999|0|g|9007199254740991|9007199254740991|9007199254740991",
+		"1|2|k|k|||0|f|1|1|1|f|1|1", "1|1|k|||0|s|1|1|0", "1|1|k|||0|d|1|1|1",
+		// FUNNEL.WINDOW's
+		"1|1|k|||0|1|10|60000", "1|2|a|a|1795350508|971038011|60000|1|10|-1000|2|10|-1000",
+		"1|1|k|-|99999999999999999|0|1|1|1", "1|1|k|~1|99999999999999999|0|9007199254740991|0|-9007199254740991",
+		"1|1|k|||0|1|1|0", "1|1|k|||0|1|1",
 	} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		ctx := context.Background()
 		parts := strings.Split(s, "|")
-		if len(parts) > 300 {
+		if len(parts) > 700 {
 			return
 		}
-		args := []any{moduleCommand}
-		for _, p := range parts {
-			args = append(args, p)
-		}
-		v, err := c.Do(ctx, args...).Result()
-		if err != nil && !strings.HasPrefix(err.Error(), "ERR") && !strings.HasPrefix(err.Error(), "WRONGTYPE") &&
-			!strings.HasPrefix(err.Error(), "DEADLINE funnel:") && !strings.HasPrefix(err.Error(), "CLOCKSTEP funnel:") {
-			t.Fatalf("%q: %v, %v", s, v, err)
-		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatalf("%q: Redis does not answer after it: %v", s, err)
+		for _, cmd := range moduleCommands {
+			args := []any{cmd.name}
+			for _, p := range parts {
+				args = append(args, p)
+			}
+			v, err := c.Do(ctx, args...).Result()
+			if err != nil && !strings.HasPrefix(err.Error(), "ERR") && !strings.HasPrefix(err.Error(), "WRONGTYPE") &&
+				!strings.HasPrefix(err.Error(), "DEADLINE funnel:") && !strings.HasPrefix(err.Error(), "CLOCKSTEP funnel:") {
+				t.Fatalf("%s %q: %v, %v", cmd.name, s, v, err)
+			}
+			if err := c.Ping(ctx).Err(); err != nil {
+				t.Fatalf("%s %q: Redis does not answer after it: %v", cmd.name, s, err)
+			}
 		}
 	})
 }

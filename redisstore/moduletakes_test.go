@@ -246,42 +246,6 @@ func FuzzModuleTakesReadsAsTheScript(f *testing.F) {
 	})
 }
 
-// FuzzModuleTakesArguments sends FUNNEL.TAKES any arguments: Redis must
-// answer each call, with a reply or an error, and stay up.
-func FuzzModuleTakesArguments(f *testing.F) {
-	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
-	c := srv.Client()
-	for _, seed := range []string{
-		"1|1|k|||0|g|1|1000000000|3000000000",
-		"1|2|a|b|1795350508|971038011|60000|f|1|10|60000|s|2|10|1000",
-		"1|1|k|1795350508|971038011|0|d|1|10|1795300000000|1795386400000",
-		"1|1|k|-|99999999999999999|0|l|1|0|0",
-		"1|1|k|~1|99999999999999999|0|g|9007199254740991|9007199254740991|9007199254740991",
-		"1|127|k", "1|2|k|k|||0|f|1|1|1|f|1|1", "1|1|k|||0|s|1|1|0", "|||", "1|-1|k", "1|1|k|||0|d|1|1|1",
-	} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		ctx := context.Background()
-		parts := strings.Split(s, "|")
-		if len(parts) > 700 {
-			return
-		}
-		args := []any{takesCommand}
-		for _, p := range parts {
-			args = append(args, p)
-		}
-		v, err := c.Do(ctx, args...).Result()
-		if err != nil && !strings.HasPrefix(err.Error(), "ERR") && !strings.HasPrefix(err.Error(), "DEADLINE funnel:") &&
-			!strings.HasPrefix(err.Error(), "CLOCKSTEP funnel:") {
-			t.Fatalf("%q: %v, %v", s, v, err)
-		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatalf("%q: Redis does not answer after it: %v", s, err)
-		}
-	})
-}
-
 // Errors: FUNNEL.TAKES refuses what it cannot decide, before it reads or
 // writes a key, with an error of its own; the time's deadline and earliest
 // time are the script's.

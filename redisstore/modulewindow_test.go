@@ -144,39 +144,6 @@ func FuzzModuleWindowReadsAsTheScript(f *testing.F) {
 	})
 }
 
-// FuzzModuleWindowArguments sends FUNNEL.WINDOW any arguments: Redis must
-// answer each call, with a reply or an error, and stay up.
-func FuzzModuleWindowArguments(f *testing.F) {
-	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
-	c := srv.Client()
-	for _, seed := range []string{
-		"1|1|k|||0|1|10|60000", "1|2|a|a|1795350508|971038011|60000|1|10|-1000|2|10|-1000",
-		"1|1|k|-|99999999999999999|0|1|1|1", "1|1|k|~1|99999999999999999|0|9007199254740991|0|-9007199254740991",
-		"1|127|k", "1|1|k|||0|1|1|0", "|||", "1|-1|k", "1|1|k|||0|1|1",
-	} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		ctx := context.Background()
-		parts := strings.Split(s, "|")
-		if len(parts) > 700 {
-			return
-		}
-		args := []any{windowCommand}
-		for _, p := range parts {
-			args = append(args, p)
-		}
-		v, err := c.Do(ctx, args...).Result()
-		if err != nil && !strings.HasPrefix(err.Error(), "ERR") && !strings.HasPrefix(err.Error(), "DEADLINE funnel:") &&
-			!strings.HasPrefix(err.Error(), "CLOCKSTEP funnel:") {
-			t.Fatalf("%q: %v, %v", s, v, err)
-		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatalf("%q: Redis does not answer after it: %v", s, err)
-		}
-	})
-}
-
 // Errors: FUNNEL.WINDOW refuses what it cannot decide, before it reads or
 // writes a key, with an error of its own.
 func TestModuleWindowRefusesBadCalls(t *testing.T) {
