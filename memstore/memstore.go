@@ -332,10 +332,10 @@ func (s *Store) Now() int64 {
 // overflows is an error that wraps funnel.ErrInvalidQuantity), and answers
 // the decision, of which funnel.ResultOf(p, r) is Do's result: the
 // Limiter's path for the commonest decision (funnel.FunnelTaker), and Do's,
-// lock-free when the key is in the table. The key may alias a buffer the caller reuses: the store
-// copies a key it keeps. A key that holds the state of another algorithm
-// than the funnel's is an error that wraps funnel.ErrWrongType. It does not
-// look for bans.
+// lock-free when the key is in the table. The key may alias a buffer the
+// caller reuses: the store copies a key it keeps. A key that holds the
+// state of another algorithm than the funnel's is an error that wraps
+// funnel.ErrWrongType. It does not look for bans.
 func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantity int64) (res gcra.Result, err error) {
 	// Now and hash, inlined by hand: this is the path of every decision.
 	var now int64

@@ -59,7 +59,7 @@ func (sc *script) withModule(i int) *script {
 
 // gcraLua is the funnel's script (see gcraScript); ARGV[2] is its time.
 // The module's FUNNEL.GCRA does the same where Redis has loaded it.
-var gcraLua = &script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource), ti: 1, module: moduleCommand}
+var gcraLua = (&script{goRedis: gcraScript, rueidis: rueidis.NewLuaScript(gcraSource), ti: 1}).withModule(0)
 
 // runner runs the store's scripts through one Redis client library.
 type runner interface {
