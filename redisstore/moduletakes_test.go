@@ -61,6 +61,15 @@ func takesTestValues(now int64) map[byte][]string {
 	return v
 }
 
+// allValues returns the values of every kind, in the kinds' order.
+func allValues(values map[byte][]string) []string {
+	var all []string
+	for _, kind := range []byte("gfsx") {
+		all = append(all, values[kind]...)
+	}
+	return all
+}
+
 // randomTakes builds a call of takes.lua's arguments at now (ns) for the
 // takes under keys, as Store.takes builds it: each take's algorithm,
 // quantity and limit drawn from r, with limits below 2^53 as Go bounds
@@ -141,10 +150,7 @@ func testModuleTakesIsTheScript(t *testing.T, encoding string) {
 		// Each key's state: mostly absent or of its take's kind, else any
 		// value or a list.
 		values := takesTestValues(now)
-		var all []string
-		for _, vs := range values {
-			all = append(all, vs...)
-		}
+		all := allValues(values)
 		kindOf := map[string]byte{}
 		for j, kind := range takesKinds(args) {
 			kindOf[keys[j]] = kind
@@ -195,12 +201,8 @@ func FuzzModuleTakesReadsAsTheScript(f *testing.F) {
 	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
 	c := srv.Client()
 	const now int64 = 1_795_350_508_971_038_011
-	i := 0
-	for _, vs := range takesTestValues(now) {
-		for _, v := range vs {
-			f.Add(v, uint8(i), int64(i%4), int64(1000*(i%7)+1))
-			i++
-		}
+	for i, v := range allValues(takesTestValues(now)) {
+		f.Add(v, uint8(i), int64(i%4), int64(1000*(i%7)+1))
 	}
 	f.Fuzz(func(t *testing.T, value string, kind uint8, q, limit int64) {
 		ctx := context.Background()

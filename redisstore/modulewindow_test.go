@@ -109,12 +109,8 @@ func FuzzModuleWindowReadsAsTheScript(f *testing.F) {
 	srv := redistest.StartServer(f, "--loadmodule", redistest.Module(f))
 	c := srv.Client()
 	const now int64 = 1_795_350_508_971_038_011
-	i := 0
-	for _, vs := range takesTestValues(now) {
-		for _, v := range vs {
-			f.Add(v, int64(i%4), int64(i%12), int64(1000*(i%7)+1)*int64(1-2*(i%2)))
-			i++
-		}
+	for i, v := range allValues(takesTestValues(now)) {
+		f.Add(v, int64(i%4), int64(i%12), int64(1000*(i%7)+1)*int64(1-2*(i%2)))
 	}
 	f.Fuzz(func(t *testing.T, value string, q, count, period int64) {
 		ctx := context.Background()
