@@ -47,7 +47,8 @@ func opCode(op funnel.Op) (kind, alg string) {
 // call. One funnel op without a ban, the commonest call, goes through
 // gcra.lua, batched with the decisions waiting at the same moment; the
 // commonest others through short scripts of their own (window.lua, batched
-// too, log.lua, conc.lua, takes.lua; see each); the rest, and what a short
+// too, log.lua, conc.lua, takes.lua for several takes or a calendar
+// window's; see each); the rest, and what a short
 // script finds it does not hold, through family.lua. On a Redis Cluster
 // every key of one call must be in one hash slot (share a {hash tag}), or
 // the error wraps funnel.ErrCrossSlot. When Redis cannot be reached in
@@ -107,7 +108,10 @@ func (s *Store) Do(ctx context.Context, ops []funnel.Op, res []funnel.Result) er
 	if err := s.oneSlot(ops); err != nil {
 		return err
 	}
-	if len(ops) > 1 {
+	// Several takes at once, or one on a calendar's fixed window (which
+	// window.lua, whose windows follow from Redis's clock alone, does not
+	// take): takes.lua.
+	if op := &ops[0]; len(ops) > 1 || op.Limit.Algorithm == funnel.FixedWindow && op.Limit.Calendar != funnel.NoCalendar {
 		if done, err := s.takes(ctx, ops, res); done {
 			return err
 		}
