@@ -96,6 +96,12 @@ func TestScriptsNowOnRedisClock(t *testing.T) {
 			for i := range got {
 				g, a, b := got[i], lo[i], hi[i]
 				ra, rb := min(a.ResetAfter, b.ResetAfter), max(a.ResetAfter, b.ResetAfter)
+				// The reference decides both calls at one time; Redis
+				// decides the second later, by up to the time both took,
+				// and it resets that much sooner.
+				if i >= len(got)/2 {
+					ra -= time.Duration(after - before)
+				}
 				if g.ResetAfter < ra-time.Millisecond || g.ResetAfter > rb+time.Millisecond {
 					t.Errorf("%s, step %d, result %d: resets after %v, want %v to %v (memstore at Redis's time before and after the call)", c.name, step, i, g.ResetAfter, ra, rb)
 				}
