@@ -835,7 +835,7 @@ static int decide_take(RedisModuleKey *k, int type, take *t, i128 now, double no
 }
 
 /* write_window writes a window's state value (len bytes) to the key named
- * name, to expire ms (a double, as takes.lua formats it) from the call's
+ * name, to expire ms (a double, as the scripts format it) from the call's
  * start, by SET as PSETEX would (see call_write). */
 static int write_window(writer *w, RedisModuleString *name, const char *value, size_t len, double ms) {
     char atbuf[24];
@@ -843,6 +843,25 @@ static int write_window(writer *w, RedisModuleString *name, const char *value, s
     if (call_write(w, "SET", set_flags(w), name, value, len, atbuf, atn) != 0) return -1;
     w->checked = 1;
     return 0;
+}
+
+/* write_fixed writes the fixed window from s to e (ms) that holds units to
+ * the key named name, to expire at its end plus the slack, as window.lua
+ * and takes.lua write it. */
+static int write_fixed(writer *w, RedisModuleString *name, double s, double e, double units, double nowms) {
+    char v[128];
+    int n = snprintf(v, sizeof v, "F%lld:%lld:%lld", (long long)s, (long long)e, (long long)units);
+    return write_window(w, name, v, (size_t)n, e - nowms + (double)w->slack);
+}
+
+/* write_sliding writes the sliding window counter of period p whose window
+ * starts at s and holds prev and cur to the key named name, to expire when
+ * its current window has left the next one plus the slack, as window.lua
+ * and takes.lua write it. */
+static int write_sliding(writer *w, RedisModuleString *name, double s, double p, double prev, double cur, double nowms) {
+    char v[128];
+    int n = snprintf(v, sizeof v, "S%lld:%lld:%lld:%lld", (long long)s, (long long)p, (long long)prev, (long long)cur);
+    return write_window(w, name, v, (size_t)n, s + 2 * p - nowms + (double)w->slack);
 }
 
 /* A call of a command whose ARGV start with now's two arguments and the
@@ -953,19 +972,13 @@ static int TakesCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         for (int i = 0; i < nk; i++) {
             take *t = &takes[i];
             if (t->q <= 0) continue;
-            char v[128];
             int r;
-            if (t->alg == 'g' || t->alg == 'l') {
+            if (t->alg == 'g' || t->alg == 'l')
                 r = store(&w, keys[i], t->exists, t->tat, t->x);
-            } else if (t->alg == 's') {
-                int n = snprintf(v, sizeof v, "S%lld:%lld:%lld:%lld", (long long)t->s, (long long)t->p,
-                                 (long long)t->prev, (long long)t->units);
-                r = write_window(&w, keys[i], v, (size_t)n, t->s + 2 * t->p - nowms + (double)slack);
-            } else {
-                int n = snprintf(v, sizeof v, "F%lld:%lld:%lld", (long long)t->s, (long long)t->e,
-                                 (long long)t->units);
-                r = write_window(&w, keys[i], v, (size_t)n, t->e - nowms + (double)slack);
-            }
+            else if (t->alg == 's')
+                r = write_sliding(&w, keys[i], t->s, t->p, t->prev, t->units, nowms);
+            else
+                r = write_fixed(&w, keys[i], t->s, t->e, t->units, nowms);
             if (r != 0) return error(ctx, w.err);
         }
     }
@@ -1014,10 +1027,9 @@ static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int lone_fixed = 1; /* a lone request's reply leaves prev out */
     for (int i = 0; i < nk; i++) {
         double q = reqs[i].q, count = reqs[i].count, p = reqs[i].p, code = -1, prev = 0;
-        int fixed = 1, write = 0;
-        char v[128];
-        double ms = 0;
-        int vn = 0;
+        int fixed = 1;
+        char write = 0;                 /* 'F' or 'S': the state to write */
+        double ws = 0, we = 0, wn = 0;  /* its start, end or period, units */
         RedisModuleKey *k = OpenKey(ctx, keys[i], RM_READ);
         int type = KeyType(k);
         const char *raw = NULL;
@@ -1032,12 +1044,7 @@ static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
                     code = units * 4;
                     if (units + q <= count) {
                         code = code + 1;
-                        if (q > 0) {
-                            write = 1;
-                            ms = e - nowms + (double)slack;
-                            vn = snprintf(v, sizeof v, "F%lld:%lld:%lld", (long long)s0, (long long)e,
-                                          (long long)(units + q));
-                        }
+                        if (q > 0) write = 'F', ws = s0, we = e, wn = units + q;
                     }
                 }
             } else {
@@ -1046,12 +1053,7 @@ static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
                     code = cur * 4;
                     if (sliding_admits(prev, cur, q, count, p, s0, nowms)) {
                         code = code + 1;
-                        if (q > 0) {
-                            write = 1;
-                            ms = s0 + 2 * p - nowms + (double)slack;
-                            vn = snprintf(v, sizeof v, "S%lld:%lld:%lld:%lld", (long long)s0, (long long)p,
-                                          (long long)prev, (long long)(cur + q));
-                        }
+                        if (q > 0) write = 'S', ws = s0, we = p, wn = cur + q;
                     }
                 } else {
                     prev = 0;
@@ -1059,7 +1061,9 @@ static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
             }
         }
         CloseKey(k);
-        if (write && write_window(&w, keys[i], v, (size_t)vn, ms) != 0) return error(ctx, w.err);
+        if ((write == 'F' && write_fixed(&w, keys[i], ws, we, wn, nowms) != 0) ||
+            (write == 'S' && write_sliding(&w, keys[i], ws, we, prev, wn, nowms) != 0))
+            return error(ctx, w.err);
         ans[2 + 2 * i] = (long long)code;
         ans[3 + 2 * i] = (long long)prev;
         lone_fixed = fixed;
