@@ -350,31 +350,21 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
-	if l.fast != nil && l.obs == nil && n >= 0 && limit.plainFunnel() {
-		// The commonest decision, on its own: nothing to keep across the
-		// store's call but p.Limit.
-		p, err := limit.gcraParams()
-		if err != nil {
-			return Result{}, err
-		}
-		g, err := l.fast.TakeFunnel(ctx, key, p, n)
-		if err != nil {
-			return Result{}, err
-		}
-		return ResultOf(p, g), nil
-	}
-	return l.allowN(ctx, key, &limit, n)
-}
-
-// allowN is AllowN but for the unobserved funnel on the store's
-// FunnelTaker.
-func (l *Limiter) allowN(ctx context.Context, key string, limit *Limit, n int64) (Result, error) {
 	if l.fast != nil && n >= 0 && limit.plainFunnel() {
 		p, err := limit.gcraParams()
 		if err != nil {
 			return Result{}, err
 		}
-		return l.takeFunnelObserved(ctx, key, limit, &p, n)
+		if l.obs != nil {
+			return l.takeFunnelObserved(ctx, key, &limit, &p, n)
+		}
+		// The commonest decision: nothing to keep across the store's call
+		// but p.Limit.
+		g, err := l.fast.TakeFunnel(ctx, key, p, n)
+		if err != nil {
+			return Result{}, err
+		}
+		return ResultOf(p, g), nil
 	}
 	if err := checkN(n); err != nil {
 		if err := limit.Validate(); err != nil {
@@ -382,7 +372,7 @@ func (l *Limiter) allowN(ctx context.Context, key string, limit *Limit, n int64)
 		}
 		return Result{}, err
 	}
-	return l.take(ctx, key, limit, nil, n)
+	return l.take(ctx, key, &limit, nil, n)
 }
 
 // takeFunnelObserved decides a funnel through the store's FunnelTaker and
