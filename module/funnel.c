@@ -1,19 +1,27 @@
 /*
  * Funnel's Redis module: the funnel's decision (GCRA), fixed and sliding
- * windows, and takes under several limits at once, in C, for a Redis that
- * may load modules. Funnel's Redis store uses it when Redis has loaded it,
- * and its Lua scripts (redisstore/gcra.lua, window.lua, takes.lua)
- * otherwise; a command and its script take the same arguments, give the
+ * windows, takes under several limits at once, and a concurrency limit's
+ * acquires and releases, in C, for a Redis that may load modules. Funnel's
+ * Redis store uses it when Redis has loaded it, and its Lua scripts
+ * (redisstore/gcra.lua, window.lua, takes.lua, conc.lua) otherwise; a command and its script take the same arguments, give the
  * same replies and leave the same keys, so a store can move between them
  * (and to or from redis-cell) without resetting a limit.
  *
  *   FUNNEL.GCRA version numkeys key [key ...] arg [arg ...]
  *   FUNNEL.WINDOW version numkeys key [key ...] arg [arg ...]
  *   FUNNEL.TAKES version numkeys key [key ...] arg [arg ...]
+ *   FUNNEL.CONC version 1 key arg [arg ...]
  *
  * FUNNEL.WINDOW is window.lua, whose header says what its keys, args and
  * reply are: takes of fixed windows of a period and of sliding window
  * counters, each request decided and written in turn.
+ *
+ * FUNNEL.CONC is conc.lua, whose header says what its key, args and reply
+ * are: one acquire or release of a lease on a sorted set of leases (and
+ * the marker of its unit delay), read with the module API's sorted set
+ * functions and written through Redis (ZADD, ZREM, ZREMRANGEBYSCORE,
+ * PEXPIRE, DEL) as the script writes it; a key that holds anything else
+ * is answered -1, as the script answers it, and left to family.lua.
  *
  * FUNNEL.TAKES is takes.lua, whose header says what its keys, args and
  * reply are: takes of funnels and delaying buckets ("g", "l"), fixed
@@ -97,6 +105,7 @@
 #define RM_WRITE (1 << 1)
 #define RM_KEYTYPE_EMPTY 0
 #define RM_KEYTYPE_STRING 1
+#define RM_KEYTYPE_ZSET 5
 #define RM_NOTIFY_GENERIC (1 << 2)
 #define RM_NOTIFY_STRING (1 << 3)
 
@@ -134,6 +143,15 @@ static RedisModuleCallReply *(*Call)(RedisModuleCtx *ctx, const char *cmd, const
 static void (*FreeCallReply)(RedisModuleCallReply *reply);
 static int (*CallReplyType)(RedisModuleCallReply *reply);
 static const char *(*CallReplyStringPtr)(RedisModuleCallReply *reply, size_t *len);
+static size_t (*ValueLength)(RedisModuleKey *key);
+static int (*ZsetScore)(RedisModuleKey *key, RedisModuleString *ele, double *score);
+static int (*ZsetFirstInScoreRange)(RedisModuleKey *key, double min, double max, int minex, int maxex);
+static int (*ZsetLastInScoreRange)(RedisModuleKey *key, double min, double max, int minex, int maxex);
+static RedisModuleString *(*ZsetRangeCurrentElement)(RedisModuleKey *key, double *score);
+static int (*ZsetRangeNext)(RedisModuleKey *key);
+static int (*ZsetRangePrev)(RedisModuleKey *key);
+static int (*ZsetRangeEndReached)(RedisModuleKey *key);
+static void (*ZsetRangeStop)(RedisModuleKey *key);
 
 #define RM_REPLY_ERROR 1
 
@@ -170,6 +188,15 @@ static int api(RedisModuleCtx *ctx) {
     GET(FreeCallReply);
     GET(CallReplyType);
     GET(CallReplyStringPtr);
+    GET(ValueLength);
+    GET(ZsetScore);
+    GET(ZsetFirstInScoreRange);
+    GET(ZsetLastInScoreRange);
+    GET(ZsetRangeCurrentElement);
+    GET(ZsetRangeNext);
+    GET(ZsetRangePrev);
+    GET(ZsetRangeEndReached);
+    GET(ZsetRangeStop);
 #undef GET
     /* Redis before 6.0 has no such function. */
     if (GetApi("RedisModule_IsModuleNameBusy", (void *)&IsModuleNameBusy) != RM_OK)
@@ -361,15 +388,10 @@ typedef struct {
  * half-way, and so may this call. */
 static const char *set_flags(const writer *w) { return w->wrote ? "!SCEsbsb" : "!SMCEsbsb"; }
 
-/* call_write runs a write command through Redis, as a script's redis.call
- * does: replicated as it is ("!"), under the checks that Redis makes of a
- * script's writes ("S": a read-only replica, too few good replicas, a
- * failed save; "M": over maxmemory, for SET until the call has written;
- * "C": the caller's ACL), with the command's own keyspace events. It
- * returns 0 once written, or -1 with Redis's error in w->err. */
-static int call_write(writer *w, const char *cmd, const char *fmt, RedisModuleString *name, const char *buf,
-                      size_t n, const char *at, size_t atn) {
-    RedisModuleCallReply *r = buf ? Call(w->ctx, cmd, fmt, name, buf, n, pxat, at, atn) : Call(w->ctx, cmd, fmt, name);
+/* wrote takes the reply r of a write that w's call made through RM_Call
+ * (see call_write): it returns 0 once written, or -1 with Redis's error in
+ * w->err. */
+static int wrote(writer *w, RedisModuleCallReply *r) {
     if (r && CallReplyType(r) != RM_REPLY_ERROR) {
         FreeCallReply(r);
         w->wrote = 1;
@@ -386,6 +408,17 @@ static int call_write(writer *w, const char *cmd, const char *fmt, RedisModuleSt
     w->err[len] = 0;
     if (r) FreeCallReply(r);
     return -1;
+}
+
+/* call_write runs a write command through Redis, as a script's redis.call
+ * does: replicated as it is ("!"), under the checks that Redis makes of a
+ * script's writes ("S": a read-only replica, too few good replicas, a
+ * failed save; "M": over maxmemory, for SET until the call has written;
+ * "C": the caller's ACL), with the command's own keyspace events. It
+ * returns 0 once written, or -1 with Redis's error in w->err. */
+static int call_write(writer *w, const char *cmd, const char *fmt, RedisModuleString *name, const char *buf,
+                      size_t n, const char *at, size_t atn) {
+    return wrote(w, buf ? Call(w->ctx, cmd, fmt, name, buf, n, pxat, at, atn) : Call(w->ctx, cmd, fmt, name));
 }
 
 /* store is store.lua: it writes the TAT tat, x = tat - now (>= 0) ahead of
@@ -1074,6 +1107,251 @@ static int WindowCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     return RM_OK;
 }
 
+/* --- A concurrency limit's acquire or release: conc.lua. --- */
+
+/* The most leases that a call reads whole (conc.lua's CONCREAD, which the
+ * store sets to 16; a larger key is read a number at a time). */
+#define MAX_CONCREAD 1024
+
+/* marker is the member "\0conc" that holds a concurrency key's unit delay
+ * (its score is -1 - the delay), made once. */
+static RedisModuleString *marker;
+
+/* same reports whether the strings a and b hold the same bytes. */
+static int same(RedisModuleString *a, RedisModuleString *b) {
+    size_t an, bn;
+    const char *ap = StringPtrLen(a, &an), *bp = StringPtrLen(b, &bn);
+    return an == bn && memcmp(ap, bp, an) == 0;
+}
+
+/* lua_d is Lua 5.1's string.format('%d', x) (a C cast), into buf (at least
+ * 24 bytes). */
+static const char *lua_d(char *buf, double x) {
+    snprintf(buf, 24, "%lld", (long long)x);
+    return buf;
+}
+
+/* zcount is ZCOUNT k lo hi on the sorted set k. */
+static double zcount(RedisModuleKey *k, double lo, double hi) {
+    double n = 0;
+    if (ZsetFirstInScoreRange(k, lo, hi, 0, 0) == RM_OK)
+        while (!ZsetRangeEndReached(k)) {
+            n++;
+            if (!ZsetRangeNext(k)) break;
+        }
+    ZsetRangeStop(k);
+    return n;
+}
+
+/* zscore_at is the score of ZRANGE k i i WITHSCORES (i from the start when
+ * not negative, -1 the last) on the sorted set k, which has that element. */
+static double zscore_at(RedisModuleCtx *ctx, RedisModuleKey *k, long long i) {
+    double s = 0;
+    int ok = i >= 0 ? ZsetFirstInScoreRange(k, -1.0 / 0.0, 1.0 / 0.0, 0, 0) : ZsetLastInScoreRange(k, -1.0 / 0.0, 1.0 / 0.0, 0, 0);
+    if (ok == RM_OK) {
+        for (long long j = i >= 0 ? i : -1 - i; j > 0; j--)
+            if (!(i >= 0 ? ZsetRangeNext(k) : ZsetRangePrev(k))) break;
+        RedisModuleString *e = ZsetRangeCurrentElement(k, &s);
+        if (e) FreeString(ctx, e);
+    }
+    ZsetRangeStop(k);
+    return s;
+}
+
+/* WRITE runs a write of a concurrency call through Redis, as call_write
+ * does: over maxmemory only its first write is checked, as a script's. */
+#define WRITE(w, cmd, spec, ...) wrote((w), Call((w)->ctx, cmd, (w)->wrote ? "!SCE" spec : "!SMCE" spec, __VA_ARGS__))
+
+/* FUNNEL.CONC version 1 key arg...: conc.lua, on doubles as Lua computes
+ * it, with the same reads (the key's first leases, or for a larger key
+ * the numbers it needs) and the same writes, through Redis (ZREMRANGEBYSCORE,
+ * ZADD, PEXPIRE, ZREM, DEL). */
+static int ConcCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long nk;
+    if (!head(ctx, argv, argc, VERSION_ERROR("FUNNEL.CONC"), &nk)) return RM_OK;
+    if (nk != 1) return error(ctx, "ERR funnel: a concurrency call takes one key");
+    RedisModuleString *key = argv[3], **args = argv + 3; /* args[1..] are ARGV */
+    long long nargs = argc - 4, slack0;
+    if (nargs != 7 && nargs != 8) return error(ctx, "ERR funnel: a concurrency call takes seven or eight arguments");
+    if (!arg_ll(args[3], &slack0) || slack0 < 0 || slack0 >= EXACT)
+        return error(ctx, "ERR funnel: the expiries' slack must be an integer from 0 to 2^53-1");
+    long long slack = slack0 % 10000000, concread = slack0 / 10000000000LL;
+    if (concread > MAX_CONCREAD) return error(ctx, "ERR funnel: a concurrency call reads at most 1024 leases whole");
+    size_t qn;
+    const char *qs = StringPtrLen(args[4], &qn);
+    int take = !(qn == 1 && qs[0] == 'r');
+    double q = 0, count = 0, period = 0, lat = -1, d;
+    if (take && !arg_exact(args, 4, 0, &q))
+        return error(ctx, "ERR funnel: an acquire's quantity must be an integer from 0 to 2^53-1 (r: a release)");
+    /* (a release reads neither: Go sends a release with no limit) */
+    if (take && (!arg_exact(args, 5, 1, &count) || !arg_exact(args, 6, 1, &period)))
+        return error(ctx, "ERR funnel: an acquire's count and period must be integers from 1 to 2^53-1");
+    RedisModuleString *id = args[7], *def = NULL;
+    size_t idn;
+    const char *ids = StringPtrLen(id, &idn);
+    if (idn > 0 && ids[0] == 0) return error(ctx, "ERR funnel: a lease id must not start with a NUL byte");
+    if (nargs == 8) {
+        size_t dn;
+        StringPtrLen(args[8], &dn);
+        if (take && dn > 0 && !arg_exact(args, 8, 1 - EXACT, &d))
+            return error(ctx, "ERR funnel: an acquire's default unit delay must be empty or an integer score");
+        if (!take && !arg_exact(args, 8, 1 - EXACT, &lat))
+            return error(ctx, "ERR funnel: a release's latency must be an integer (ns)");
+        if (take) {
+            if (dn > 0) def = args[8];
+            lat = 0;
+        }
+    }
+
+    i128 now;
+    if (read_now(ctx, args[1], args[2], &now) != RM_OK) return RM_OK;
+    long long nh = (long long)(now / NS), nl = (long long)(now % NS);
+    double nowms = (double)nh * 1000 + (double)(nl / 1000000);
+    double us = (double)nh * 1000000 + (double)(nl / 1000);
+
+    /* The marker and up to concread leases, and one more to tell whether
+     * there are more: their scores, and which one is id's. */
+    RedisModuleKey *k = OpenKey(ctx, key, RM_READ);
+    int type = KeyType(k), nm = 0, marked = 0, own_i = -1;
+    double sc[MAX_CONCREAD + 2];
+    if (type == RM_KEYTYPE_ZSET) {
+        if (ZsetFirstInScoreRange(k, -1.0 / 0.0, 1.0 / 0.0, 0, 0) == RM_OK)
+            while (nm < concread + 2 && !ZsetRangeEndReached(k)) {
+                RedisModuleString *e = ZsetRangeCurrentElement(k, &sc[nm]);
+                if (!e) break;
+                if (nm == 0)
+                    marked = same(e, marker);
+                else if (own_i < 0 && same(e, id))
+                    own_i = nm;
+                FreeString(ctx, e);
+                nm++;
+                if (!ZsetRangeNext(k)) break;
+            }
+        ZsetRangeStop(k);
+    }
+    int whole = nm <= concread + 1, exists = nm > 0, has_own = 0;
+    double last = -1, prev = -1, own = 0, old = 0;
+    if ((type != RM_KEYTYPE_EMPTY && type != RM_KEYTYPE_ZSET) || (exists && !marked)) goto other;
+    if (whole) {
+        for (int i = 1; i < nm; i++) {
+            if (sc[i] <= nowms) old++;
+            if (i == own_i) own = sc[i], has_own = 1;
+            prev = last, last = sc[i];
+        }
+    } else {
+        double s = zscore_at(ctx, k, -1);
+        if (s >= 0) last = s;
+    }
+    /* leases that have all expired go to family.lua */
+    if (exists && !(last > nowms)) goto other;
+
+    double n = 0, wait = -1, others = -1, unit = 0, mark = 0;
+    int held = 0;
+    if (exists && whole) {
+        n = nm - 1 - old;
+        mark = sc[0];
+        others = last;
+        if (has_own && own == last) {
+            others = -1;
+            if (prev > nowms) others = prev;
+        }
+    } else if (exists) {
+        old = zcount(k, 0, (double)(long long)nowms);
+        n = (double)ValueLength(k) - 1 - old;
+        ZsetScore(k, marker, &mark);
+        has_own = ZsetScore(k, id, &own) == RM_OK;
+        others = last;
+        if (has_own && own == last) {
+            others = -1;
+            double s = zscore_at(ctx, k, -2);
+            if (s > nowms) others = s;
+        }
+    }
+    if (exists && take && lat >= 0) unit = -1 - mark;
+    if (has_own && own > nowms) held = 1;
+    double status = 1;
+    int acquire = 0;
+    if (take) {
+        if (q > 1) {
+            status = 0;
+        } else if (q == 1 && !held && n >= count) {
+            /* the expiry that leaves room for one: the (n-count+1)-th live
+             * lease's, at rank old+n-count+1 after the marker */
+            status = 0;
+            long long at = (long long)(old + n - count + 1);
+            wait = whole ? sc[at] : zscore_at(ctx, k, at);
+        } else if (q == 1) {
+            acquire = 1;
+        }
+    }
+    CloseKey(k);
+    k = NULL;
+
+    writer w = {.ctx = ctx};
+    char b1[24], b2[24];
+    int bad = 0;
+    if (acquire) {
+        if (old > 0) bad = WRITE(&w, "ZREMRANGEBYSCORE", "scc", key, "0", lua_d(b1, nowms));
+        double at = nowms + period;
+        lua_d(b2, at);
+        /* a key takes the default unit delay when it has none */
+        if (!bad && unit == 0 && (def || !exists)) {
+            if (def)
+                bad = WRITE(&w, "ZADD", "ssscs", key, def, marker, b2, id);
+            else
+                bad = WRITE(&w, "ZADD", "scscs", key, "-1", marker, b2, id);
+        } else if (!bad) {
+            bad = WRITE(&w, "ZADD", "scs", key, b2, id);
+        }
+        /* the key lasts as long as its latest lease: this one, for its
+         * period (ARGV[6], as Go wrote it), or another */
+        if (!bad && others > at)
+            bad = WRITE(&w, "PEXPIRE", "sc", key, lua_d(b1, others - nowms + (double)slack));
+        else if (!bad && slack == 0)
+            bad = WRITE(&w, "PEXPIRE", "ss", key, args[6]);
+        else if (!bad)
+            bad = WRITE(&w, "PEXPIRE", "sc", key, lua_d(b1, period + (double)slack));
+    } else if (!take) {
+        status = held;
+        if (held) n = n - 1;
+        if (held && n <= 0) {
+            bad = WRITE(&w, "DEL", "s", key);
+            last = -1;
+        } else {
+            /* (a latency reported for a lease not held is an error, which
+             * changes nothing) */
+            if (old > 0 && (held || lat <= 0)) bad = WRITE(&w, "ZREMRANGEBYSCORE", "scc", key, "0", lua_d(b1, nowms));
+            if (!bad && held) {
+                bad = WRITE(&w, "ZREM", "ss", key, id);
+                if (!bad && lat > 0) {
+                    double sum = -1 - mark + lat;
+                    unit = (sum - lmod(sum, 2)) / 2;
+                    if (unit < 1) unit = 1;
+                    bad = WRITE(&w, "ZADD", "scs", key, lua_d(b1, -1 - unit), marker);
+                }
+                last = others;
+                if (!bad) bad = WRITE(&w, "PEXPIRE", "sc", key, lua_d(b1, last - nowms + (double)slack));
+            }
+        }
+    }
+    if (bad) return error(ctx, w.err);
+
+    /* the key's unit delay and the expiry to wait for only when not 0 and
+     * -1, and only for an acquire */
+    long long r[6] = {(long long)us, (long long)(n * 4 + status + 2 * held), (long long)last, (long long)others,
+                      (long long)unit, (long long)wait};
+    int nr = take && (unit != 0 || wait != -1) ? (wait != -1 ? 6 : 5) : 4;
+    ReplyWithArray(ctx, nr);
+    for (int j = 0; j < nr; j++) ReplyWithLongLong(ctx, r[j]);
+    return RM_OK;
+
+other:
+    CloseKey(k);
+    ReplyWithArray(ctx, 2);
+    ReplyWithLongLong(ctx, (long long)us);
+    return ReplyWithLongLong(ctx, -1);
+}
+
 /* arg_is reports whether s is word, in any case. */
 static int arg_is(RedisModuleString *s, const char *word) {
     size_t n;
@@ -1099,6 +1377,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         return RM_ERR;
     }
     pxat = CreateString(NULL, "PXAT", 4);
+    marker = CreateString(NULL, "\0conc", 5);
     /* The keys are args 3 on (numkeys says how many): the command gives
      * them through the keys API, and the first key is at 3 for clients that
      * route by COMMAND's legacy key range. Like EVAL, the command is not
@@ -1108,9 +1387,10 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
      * few replicas) still answers the requests that it refuses. */
     if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
         CreateCommand(ctx, "funnel.takes", TakesCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
-        CreateCommand(ctx, "funnel.window", WindowCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
+        CreateCommand(ctx, "funnel.window", WindowCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
+        CreateCommand(ctx, "funnel.conc", ConcCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
         return RM_ERR;
-    Log(ctx, "notice", "funnel: FUNNEL.GCRA, FUNNEL.TAKES and FUNNEL.WINDOW, version " FUNNEL_VERSION " of their arguments; values written %s",
+    Log(ctx, "notice", "funnel: FUNNEL.GCRA, FUNNEL.TAKES, FUNNEL.WINDOW and FUNNEL.CONC, version " FUNNEL_VERSION " of their arguments; values written %s",
         raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");
     return RM_OK;
 }
@@ -1120,5 +1400,7 @@ int RedisModule_OnUnload(RedisModuleCtx *ctx) {
     (void)ctx;
     if (pxat) FreeString(NULL, pxat);
     pxat = NULL;
+    if (marker) FreeString(NULL, marker);
+    marker = NULL;
     return RM_OK;
 }

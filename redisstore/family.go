@@ -1069,7 +1069,7 @@ var (
 	familyScript = newTimedScript(familySource, 0)
 	windowScript = newTimedScript(windowSource, 0).withModule(2)
 	logScript    = newTimedScript(logSource, 0)
-	concScript   = newTimedScript(concSource, 0)
+	concScript   = newTimedScript(concSource, 0).withModule(3)
 	takesScript  = newTimedScript(takesSource, 0).withModule(1)
 	keyopsScript = newTimedScript(keyopsSource, 1)
 	unbanScript  = newScript(unbanSource)

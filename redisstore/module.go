@@ -16,13 +16,14 @@ import (
 // A Redis that may load modules can load Funnel's (module/funnel.c in this
 // repository; `make module` builds it): its FUNNEL.GCRA decides the
 // funnel's requests as gcra.lua does, its FUNNEL.TAKES takes under
-// several limits at once as takes.lua does, and its FUNNEL.WINDOW fixed
-// and sliding windows' takes as window.lua does, from the same arguments, with
-// the same replies, on the same keys, for a fraction of what the scripts
-// cost Redis (the README's benchmarks say how much). A store uses a
-// command where its script would go, when the Redis it talks to has it,
-// and the script otherwise, each command on its own (a module of an older
-// release may lack one):
+// several limits at once as takes.lua does, its FUNNEL.WINDOW fixed and
+// sliding windows' takes as window.lua does, and its FUNNEL.CONC a
+// concurrency limit's acquires and releases as conc.lua does, from the same
+// arguments, with the same replies, on the same keys, for a fraction of
+// what the scripts cost Redis (the README's benchmarks say how much). A
+// store uses a command where its script would go, when the Redis it talks
+// to has it, and the script otherwise, each command on its own (a module
+// of an older release may lack one):
 //
 //   - the first call tries the command. An answer means the module is
 //     there, and later calls use it.
@@ -48,6 +49,7 @@ const (
 	moduleCommand = "FUNNEL.GCRA"
 	takesCommand  = "FUNNEL.TAKES"
 	windowCommand = "FUNNEL.WINDOW"
+	concCommand   = "FUNNEL.CONC"
 	moduleVersion = "1"
 )
 
@@ -57,6 +59,7 @@ var moduleCommands = [...]struct{ name, decides string }{
 	{moduleCommand, "funnel decisions"},
 	{takesCommand, "decisions under several limits at once"},
 	{windowCommand, "fixed and sliding window decisions"},
+	{concCommand, "concurrency limits' acquires and releases"},
 }
 
 // maxModuleKeys is the most keys a call of the module's commands takes
@@ -159,7 +162,8 @@ func moduleMissing(err error) bool {
 // moduleWarning reports whether msg says that Redis has a module that the
 // store cannot use, which a store warns of: one that speaks another version
 // of its commands' arguments, or an ACL that does not let the store's user
-// call one (grant it +funnel.gcra, +funnel.takes and +funnel.window).
+// call one (grant it +funnel.gcra, +funnel.takes, +funnel.window and
+// +funnel.conc).
 func moduleWarning(msg string) bool {
 	msg = strings.TrimPrefix(msg, "ERR ")
 	return strings.HasPrefix(msg, "funnel: version") ||

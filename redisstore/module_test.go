@@ -339,8 +339,8 @@ func TestModuleMissing(t *testing.T) {
 		return ok
 	}
 	s := newStore(goRedisRunner{}, Options{})
-	if !try(s, gcraLua) || !try(s, takesScript) || !try(s, windowScript) || try(s, familyScript) || try(s, concScript) {
-		t.Fatal("a new store does not try the module for gcra.lua, takes.lua and window.lua only")
+	if !try(s, gcraLua) || !try(s, takesScript) || !try(s, windowScript) || !try(s, concScript) || try(s, familyScript) || try(s, logScript) {
+		t.Fatal("a new store does not try the module for gcra.lua, takes.lua, window.lua and conc.lua only")
 	}
 	s.moduleAbsent(gcraLua, errNoModule)
 	if try(s, gcraLua) {
@@ -494,6 +494,25 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 				t.Fatal(err)
 			}
 		}
+		// a concurrency limit's acquires and releases (conc.lua,
+		// FUNNEL.CONC): with a unit delay, admitted twice, refused, then
+		// released with a latency, and a lease not held released
+		conc := moduleCheck(t, funnel.Limit{Algorithm: funnel.Concurrency, Count: 2, Period: time.Hour, UnitDelay: time.Millisecond})
+		for _, op := range []funnel.Op{
+			{Kind: funnel.OpTake, Key: "z", N: 1, Lease: "l1", Limit: conc},
+			{Kind: funnel.OpTake, Key: "z", N: 1, Lease: "l2", Limit: conc},
+			{Kind: funnel.OpTake, Key: "z", N: 1, Lease: "l3", Limit: conc},
+			{Kind: funnel.OpRefund, Key: "z", N: 1, Lease: "l1", Latency: 3 * time.Millisecond, Limit: conc},
+			{Kind: funnel.OpRefund, Key: "z", N: 1, Lease: "l9", Limit: conc},
+		} {
+			if err := s.Do(ctx, []funnel.Op{op}, make([]funnel.Result, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conc.Window.Count = 5
+		if err := s.Do(ctx, []funnel.Op{{Kind: funnel.OpTake, Key: "v", N: 1, Lease: "l1", Limit: conc}}, make([]funnel.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
 		// The events so far, as event and key without the prefix.
 		c.Set(ctx, "end", path.Name, 0)
 		for {
@@ -508,7 +527,8 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 		}
 	}
 	if info, _ := master.Info("commandstats"); !strings.HasPrefix(info["cmdstat_funnel.gcra"], "calls=") ||
-		!strings.HasPrefix(info["cmdstat_funnel.takes"], "calls=") || !strings.HasPrefix(info["cmdstat_funnel.window"], "calls=") {
+		!strings.HasPrefix(info["cmdstat_funnel.takes"], "calls=") || !strings.HasPrefix(info["cmdstat_funnel.window"], "calls=") ||
+		!strings.HasPrefix(info["cmdstat_funnel.conc"], "calls=") {
 		t.Fatalf("a module command was not called: %q", info)
 	}
 	if !reflect.DeepEqual(events["script"], events["module"]) || len(events["module"]) < 10 {
@@ -539,6 +559,18 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 	if want["b"].value != "" || want["a"].value == "" || want["w"].value == "" || want["x"].value == "" || want["y"].value == "" {
 		t.Fatalf("the decisions did not leave a empty and a written: %+v", want)
 	}
+	// A concurrency key holds the same leases both ways (their expiries
+	// from each side's now), and the same on the replica.
+	leases := func(c *redis.Client, key string) []redis.Z { return c.ZRangeWithScores(ctx, key, 0, -1).Val() }
+	for _, key := range []string{"v", "z"} {
+		s, m := leases(c, "s:"+key), leases(c, "m:"+key)
+		if len(s) != 2 || len(m) != 2 || s[0] != m[0] || s[1].Member != m[1].Member {
+			t.Fatalf("%q: script %v, module %v", key, s, m)
+		}
+		if r := leases(replica.Client(), "m:"+key); !reflect.DeepEqual(r, m) {
+			t.Fatalf("%q: master %v, replica %v", key, m, r)
+		}
+	}
 	// A value is kept as the script keeps it, in Redis's integer encoding,
 	// unless the module was loaded with "encoding raw"; then but for the
 	// call's first SET ("a", written after its last request), which goes
@@ -561,6 +593,11 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 	for key, w := range want {
 		if got := read(master.Client(), "m:"+key); got != w {
 			t.Fatalf("%q after a restart from the AOF: %+v, want %+v", key, got, w)
+		}
+	}
+	for _, key := range []string{"v", "z"} {
+		if got, w := leases(master.Client(), "m:"+key), leases(replica.Client(), "m:"+key); !reflect.DeepEqual(got, w) {
+			t.Fatalf("%q after a restart from the AOF: %v, want %v", key, got, w)
 		}
 	}
 }
@@ -593,12 +630,17 @@ func TestModuleUnderRedisLimits(t *testing.T) {
 		{takesCall, []string{"fresh"}, append(at, "f", "1", "5", "60000")},
 		{windowCall, []string{"window", "window"}, append(at, "1", "5", "60000", "1", "5", "60000")},
 		{windowCall, []string{"window", "fresh"}, append(at, "1", "5", "60000", "1", "5", "-60000")},
+		{concCall, []string{"conc"}, append(at[:2:2], "160000000000", "1", "1", "60000", "b")},
+		{concCall, []string{"fresh"}, append(at[:2:2], "160000000000", "1", "1", "60000", "b")},
 	}
 	for _, k := range []string{"s:", "m:"} {
 		if err := master.Client().Set(ctx, k+"full", full, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := master.Client().Set(ctx, k+"window", window, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := master.Client().ZAdd(ctx, k+"conc", redis.Z{Score: -1, Member: "\x00conc"}, redis.Z{Score: float64(ms + 3_600_000), Member: "a"}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -630,7 +672,7 @@ func TestModuleUnderRedisLimits(t *testing.T) {
 	mc.ConfigSet(ctx, "min-replicas-to-write", "2")
 	run("too few replicas", mc, "NOREPLICAS")
 	mc.ConfigSet(ctx, "min-replicas-to-write", "0")
-	if err := mc.Do(ctx, "ACL", "SETUSER", "limiter", "on", "nopass", "~*", "+@all", "-set", "-psetex", "-del").Err(); err != nil {
+	if err := mc.Do(ctx, "ACL", "SETUSER", "limiter", "on", "nopass", "~*", "+@all", "-set", "-psetex", "-del", "-zadd").Err(); err != nil {
 		t.Fatal(err)
 	}
 	limited := redis.NewClient(&redis.Options{Addr: master.Addr, Username: "limiter", Password: "x"})
@@ -692,6 +734,9 @@ func FuzzModuleArguments(f *testing.F) {
 		"1|1|k|||0|1|10|60000", "1|2|a|a|1795350508|971038011|60000|1|10|-1000|2|10|-1000",
 		"1|1|k|-|99999999999999999|0|1|1|1", "1|1|k|~1|99999999999999999|0|9007199254740991|0|-9007199254740991",
 		"1|1|k|||0|1|1|0", "1|1|k|||0|1|1",
+		// FUNNEL.CONC's
+		"1|1|k|||160000000000|1|10|60000|a", "1|1|k|1795350508|971038011|160000000000|r|10|60000|a|1000",
+		"1|1|k|~1|99999999999999999|10000000000|1|1|1|a|-1000001", "1|1|k|||0|r|1|1||",
 	} {
 		f.Add(seed)
 	}
@@ -847,6 +892,12 @@ func TestModuleMixedCluster(t *testing.T) {
 // window.lua and FUNNEL.WINDOW.
 func windowCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
 	return bothWays(ctx, c, windowScript, keys, args)
+}
+
+// concCall runs one call both ways on c, as moduleCall does, through
+// conc.lua and FUNNEL.CONC.
+func concCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
+	return bothWays(ctx, c, concScript, keys, args)
 }
 
 // moduleCheck returns l checked, or fails t.
