@@ -193,7 +193,7 @@ func scriptStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval", "cmdstat_funnel.gcra", "cmdstat_funnel.takes", "cmdstat_funnel.window"} {
+	for _, cmd := range append([]string{"cmdstat_evalsha", "cmdstat_eval"}, moduleStats...) {
 		// calls=123,usec=456,usec_per_call=3.70,rejected_calls=0,failed_calls=0
 		for _, kv := range strings.Split(stats[cmd], ",") {
 			k, v, _ := strings.Cut(kv, "=")
@@ -210,6 +210,10 @@ func scriptStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64
 	return calls, usec
 }
 
+// moduleStats are the names of Funnel's module's commands in INFO
+// commandstats.
+var moduleStats = []string{"cmdstat_funnel.gcra", "cmdstat_funnel.takes", "cmdstat_funnel.window", "cmdstat_funnel.conc"}
+
 // moduleCalls returns the number of calls of Funnel's module's commands
 // since the stats were reset.
 func moduleCalls(b *testing.B, srv *redistest.Server) int64 {
@@ -218,7 +222,7 @@ func moduleCalls(b *testing.B, srv *redistest.Server) int64 {
 		b.Fatal(err)
 	}
 	var calls int64
-	for _, cmd := range []string{"cmdstat_funnel.gcra", "cmdstat_funnel.takes", "cmdstat_funnel.window"} {
+	for _, cmd := range moduleStats {
 		if _, v, ok := strings.Cut(stats[cmd], "calls="); ok {
 			n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
 			calls += n
