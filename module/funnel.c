@@ -1,9 +1,10 @@
 /*
  * Funnel's Redis module: the funnel's decision (GCRA), fixed and sliding
- * windows, takes under several limits at once, and a concurrency limit's
- * acquires and releases, in C, for a Redis that may load modules. Funnel's
- * Redis store uses it when Redis has loaded it, and its Lua scripts
- * (redisstore/gcra.lua, window.lua, takes.lua, conc.lua) otherwise; a command and its script take the same arguments, give the
+ * windows, takes under several limits at once, a concurrency limit's
+ * acquires and releases, and takes on a packed sliding log, in C, for a
+ * Redis that may load modules. Funnel's Redis store uses it when Redis has
+ * loaded it, and its Lua scripts (redisstore/gcra.lua, window.lua,
+ * takes.lua, conc.lua, log.lua) otherwise; a command and its script take the same arguments, give the
  * same replies and leave the same keys, so a store can move between them
  * (and to or from redis-cell) without resetting a limit.
  *
@@ -11,6 +12,7 @@
  *   FUNNEL.WINDOW version numkeys key [key ...] arg [arg ...]
  *   FUNNEL.TAKES version numkeys key [key ...] arg [arg ...]
  *   FUNNEL.CONC version 1 key arg [arg ...]
+ *   FUNNEL.LOG version 1 key arg [arg ...]
  *
  * FUNNEL.WINDOW is window.lua, whose header says what its keys, args and
  * reply are: takes of fixed windows of a period and of sliding window
@@ -22,6 +24,11 @@
  * functions and written through Redis (ZADD, ZREM, ZREMRANGEBYSCORE,
  * PEXPIRE, DEL) as the script writes it; a key that holds anything else
  * is answered -1, as the script answers it, and left to family.lua.
+ *
+ * FUNNEL.LOG is log.lua, whose header says what its key, args and reply
+ * are: one take on a sliding log packed in a string (six bytes an entry),
+ * read in place and written by SET as the script's PSETEX; a key that
+ * holds anything else is answered -1 and left to family.lua.
  *
  * FUNNEL.TAKES is takes.lua, whose header says what its keys, args and
  * reply are: takes of funnels and delaying buckets ("g", "l"), fixed
@@ -1352,6 +1359,122 @@ other:
     return ReplyWithLongLong(ctx, -1);
 }
 
+/* --- One take on a packed sliding log: log.lua. --- */
+
+/* get6 reads the 6-byte big-endian entry at p, as struct.unpack('>I6'). */
+static double get6(const char *p) {
+    const unsigned char *u = (const unsigned char *)p;
+    unsigned long long v = 0;
+    for (int i = 0; i < 6; i++) v = v << 8 | u[i];
+    return (double)v;
+}
+
+/* put6 writes x as a 6-byte big-endian entry at p, as struct.pack('>I6')
+ * does (a C cast, its low six bytes). */
+static void put6(char *p, double x) {
+    unsigned long long v = x < 0 ? (unsigned long long)(long long)x : (unsigned long long)x;
+    for (int i = 5; i >= 0; i--, v >>= 8) p[i] = (char)(v & 0xff);
+}
+
+/* FUNNEL.LOG version 1 key arg...: log.lua, on doubles as Lua computes it:
+ * one GET, the entries read where they are, and one write for an
+ * admission. */
+static int LogCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    timed_call call;
+    if (!timed_head(ctx, argv, argc, VERSION_ERROR("FUNNEL.LOG"), &call)) return RM_OK;
+    if (call.nk != 1) return error(ctx, "ERR funnel: a sliding log call takes one key");
+    RedisModuleString **args = call.args, *key = call.keys[0];
+    if (call.nargs != 6) return error(ctx, "ERR funnel: a sliding log call takes six arguments");
+    double q, count, period;
+    if (!arg_exact(args, 4, 0, &q) || q > (double)(1 << 20) || !arg_exact(args, 5, 0, &count) ||
+        !arg_exact(args, 6, 1, &period))
+        return error(ctx, "ERR funnel: a sliding log's quantity must be an integer from 0 to 2^20, its count one "
+                          "from 0 to 2^53-1, its period one from 1 to 2^53-1");
+    i128 now;
+    if (read_now(ctx, args[1], args[2], &now) != RM_OK) return RM_OK;
+    long long nh = (long long)(now / NS), nl = (long long)(now % NS);
+
+    RedisModuleKey *k = OpenKey(ctx, key, RM_READ);
+    int type = KeyType(k);
+    const char *raw = NULL;
+    size_t len = 0, off = 0; /* off: the first entry's offset (from 0) */
+    double per = -1;         /* the log's period, as stored; -1: absent */
+    if (type == RM_KEYTYPE_STRING) {
+        raw = StringDMA(k, &len, RM_READ);
+        /* '^L(%d+):()', and whole entries after it */
+        size_t i = 1;
+        if (raw && len > 0 && raw[0] == 'L') {
+            while (i < len && raw[i] >= '0' && raw[i] <= '9') i++;
+            if (i > 1 && i < len && raw[i] == ':' && (len - i - 1) % 6 == 0) {
+                per = number(raw + 1, i - 1);
+                off = i + 1;
+            }
+        }
+    }
+    if ((type != RM_KEYTYPE_EMPTY && per < 0) || (type == RM_KEYTYPE_STRING && !raw)) {
+        CloseKey(k);
+        ReplyWithArray(ctx, 3);
+        ReplyWithLongLong(ctx, nh);
+        ReplyWithLongLong(ctx, nl);
+        return ReplyWithLongLong(ctx, -1);
+    }
+    double nowms = (double)nh * 1000 + (double)(nl / 1000000);
+    size_t total = 0;
+    double last = -1;
+    if (per >= 0) {
+        total = (len - off) / 6;
+        if (total > 0) last = get6(raw + off + 6 * (total - 1));
+        if (last + per <= nowms) total = 0, last = -1; /* an empty log: as absent */
+    }
+    /* the entries at or before nowms - period (old of them) no longer
+     * count */
+    size_t old = 0;
+    double cut = nowms - period;
+    while (old < total && get6(raw + off + 6 * old) <= cut) old++;
+    double n = (double)(total - old), status = 1, wait = -1, newest = n > 0 ? last : -1;
+    int write = 0;
+    if (n + q > count) {
+        status = 0;
+        if (q <= count) wait = get6(raw + off + 6 * (size_t)((double)old + n + q - count - 1));
+    } else if (q > 0) {
+        write = 1;
+    }
+    writer w = {.ctx = ctx, .base = Milliseconds(), .slack = call.slack};
+    int bad = 0;
+    if (write) {
+        /* recorded at the millisecond at or after now, never below the
+         * newest entry (a clock that went back); the old entries dropped */
+        double at = nowms;
+        if (nl % 1000000 > 0) at = nowms + 1;
+        if (last > at) at = last;
+        size_t pn;
+        const char *pstr = StringPtrLen(args[6], &pn);
+        size_t body = n > 0 ? len - off - 6 * old : 0, vn = 2 + pn + body + 6 * (size_t)q;
+        char stack[4096], *v = vn <= sizeof stack ? stack : malloc(vn);
+        if (!v) {
+            CloseKey(k);
+            return error(ctx, "ERR funnel: out of memory");
+        }
+        v[0] = 'L';
+        memcpy(v + 1, pstr, pn);
+        v[1 + pn] = ':';
+        if (body) memcpy(v + 2 + pn, raw + off + 6 * old, body);
+        for (size_t j = 0; j < (size_t)q; j++) put6(v + 2 + pn + body + 6 * j, at);
+        CloseKey(k); /* (raw is read; the write goes through Redis) */
+        k = NULL;
+        bad = write_window(&w, key, v, vn, at + period - nowms + (double)call.slack);
+        if (v != stack) free(v);
+    }
+    CloseKey(k);
+    if (bad) return error(ctx, w.err);
+    ReplyWithArray(ctx, 5);
+    ReplyWithLongLong(ctx, nh);
+    ReplyWithLongLong(ctx, nl);
+    ReplyWithLongLong(ctx, (long long)(n * 4 + status));
+    ReplyWithLongLong(ctx, (long long)wait);
+    return ReplyWithLongLong(ctx, (long long)newest);
+}
+
 /* arg_is reports whether s is word, in any case. */
 static int arg_is(RedisModuleString *s, const char *word) {
     size_t n;
@@ -1388,9 +1511,10 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     if (CreateCommand(ctx, "funnel.gcra", GcraCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
         CreateCommand(ctx, "funnel.takes", TakesCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
         CreateCommand(ctx, "funnel.window", WindowCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
-        CreateCommand(ctx, "funnel.conc", ConcCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
+        CreateCommand(ctx, "funnel.conc", ConcCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK ||
+        CreateCommand(ctx, "funnel.log", LogCommand, "may-replicate getkeys-api", 3, 3, 1) != RM_OK)
         return RM_ERR;
-    Log(ctx, "notice", "funnel: FUNNEL.GCRA, FUNNEL.TAKES, FUNNEL.WINDOW and FUNNEL.CONC, version " FUNNEL_VERSION " of their arguments; values written %s",
+    Log(ctx, "notice", "funnel: FUNNEL.GCRA, FUNNEL.TAKES, FUNNEL.WINDOW, FUNNEL.CONC and FUNNEL.LOG, version " FUNNEL_VERSION " of their arguments; values written %s",
         raw_values ? "in place, as plain strings (encoding raw)" : "by SET (encoding int)");
     return RM_OK;
 }

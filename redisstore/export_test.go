@@ -37,10 +37,11 @@ var FunnelPaths = []FunnelPath{{"script", false}, {"module", true}}
 // Funnel's module loaded on the module's path, without it on the script's
 // (where a store finds no module and uses the script). When the test ends
 // it checks that the path was taken: on the module's, that FUNNEL.GCRA was
-// called and neither gcra.lua, takes.lua, window.lua nor conc.lua ever
-// loaded (takes under several limits, of windows and of concurrency limits
-// went through FUNNEL.TAKES, FUNNEL.WINDOW and FUNNEL.CONC, if any); on
-// the script's, that gcra.lua was.
+// called and none of gcra.lua, takes.lua, window.lua, conc.lua and log.lua
+// ever loaded (takes under several limits, of windows, of concurrency
+// limits and of packed sliding logs went through FUNNEL.TAKES,
+// FUNNEL.WINDOW, FUNNEL.CONC and FUNNEL.LOG, if any); on the script's,
+// that gcra.lua was.
 func (p FunnelPath) Start(t testing.TB, extra ...string) *redistest.Server {
 	t.Helper()
 	if p.Module {
@@ -60,9 +61,9 @@ func (p FunnelPath) Check(t testing.TB, c redis.UniversalClient) {
 	loaded, takesLoaded, moved := false, false, false
 	var calls int64
 	each := func(ctx context.Context, n *redis.Client) error {
-		if ok, err := n.ScriptExists(ctx, gcraScript.Hash(), takesScript.goRedis.Hash(), windowScript.goRedis.Hash(), concScript.goRedis.Hash()).Result(); err == nil {
+		if ok, err := n.ScriptExists(ctx, gcraScript.Hash(), takesScript.goRedis.Hash(), windowScript.goRedis.Hash(), concScript.goRedis.Hash(), logScript.goRedis.Hash()).Result(); err == nil {
 			loaded = loaded || ok[0]
-			takesLoaded = takesLoaded || ok[1] || ok[2] || ok[3]
+			takesLoaded = takesLoaded || ok[1] || ok[2] || ok[3] || ok[4]
 		}
 		info, err := n.Info(ctx, "commandstats", "errorstats").Result()
 		if err != nil {
@@ -93,7 +94,7 @@ func (p FunnelPath) Check(t testing.TB, c redis.UniversalClient) {
 	case err != nil:
 		t.Errorf("%s path: %v", p.Name, err)
 	case p.Module && (calls == 0 || loaded || takesLoaded || moved):
-		t.Errorf("module path: %d calls of FUNNEL.GCRA, gcra.lua loaded: %v, takes.lua, window.lua or conc.lua loaded: %v, MOVED answered: %v", calls, loaded, takesLoaded, moved)
+		t.Errorf("module path: %d calls of FUNNEL.GCRA, gcra.lua loaded: %v, takes.lua, window.lua, conc.lua or log.lua loaded: %v, MOVED answered: %v", calls, loaded, takesLoaded, moved)
 	case !p.Module && (calls > 0 || !loaded):
 		t.Errorf("script path: %d calls of FUNNEL.GCRA, gcra.lua loaded: %v", calls, loaded)
 	}

@@ -1068,7 +1068,7 @@ var takesSource = include("takes.lua")
 var (
 	familyScript = newTimedScript(familySource, 0)
 	windowScript = newTimedScript(windowSource, 0).withModule(2)
-	logScript    = newTimedScript(logSource, 0)
+	logScript    = newTimedScript(logSource, 0).withModule(4)
 	concScript   = newTimedScript(concSource, 0).withModule(3)
 	takesScript  = newTimedScript(takesSource, 0).withModule(1)
 	keyopsScript = newTimedScript(keyopsSource, 1)

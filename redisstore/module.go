@@ -17,10 +17,11 @@ import (
 // repository; `make module` builds it): its FUNNEL.GCRA decides the
 // funnel's requests as gcra.lua does, its FUNNEL.TAKES takes under
 // several limits at once as takes.lua does, its FUNNEL.WINDOW fixed and
-// sliding windows' takes as window.lua does, and its FUNNEL.CONC a
-// concurrency limit's acquires and releases as conc.lua does, from the same
-// arguments, with the same replies, on the same keys, for a fraction of
-// what the scripts cost Redis (the README's benchmarks say how much). A
+// sliding windows' takes as window.lua does, its FUNNEL.CONC a concurrency
+// limit's acquires and releases as conc.lua does, and its FUNNEL.LOG the
+// takes on a packed sliding log as log.lua does, from the same arguments,
+// with the same replies, on the same keys, for a fraction of what the
+// scripts cost Redis (the README's benchmarks say how much). A
 // store uses a command where its script would go, when the Redis it talks
 // to has it, and the script otherwise, each command on its own (a module
 // of an older release may lack one):
@@ -50,6 +51,7 @@ const (
 	takesCommand  = "FUNNEL.TAKES"
 	windowCommand = "FUNNEL.WINDOW"
 	concCommand   = "FUNNEL.CONC"
+	logCommand    = "FUNNEL.LOG"
 	moduleVersion = "1"
 )
 
@@ -60,6 +62,7 @@ var moduleCommands = [...]struct{ name, decides string }{
 	{takesCommand, "decisions under several limits at once"},
 	{windowCommand, "fixed and sliding window decisions"},
 	{concCommand, "concurrency limits' acquires and releases"},
+	{logCommand, "packed sliding logs' takes"},
 }
 
 // maxModuleKeys is the most keys a call of the module's commands takes
@@ -162,8 +165,8 @@ func moduleMissing(err error) bool {
 // moduleWarning reports whether msg says that Redis has a module that the
 // store cannot use, which a store warns of: one that speaks another version
 // of its commands' arguments, or an ACL that does not let the store's user
-// call one (grant it +funnel.gcra, +funnel.takes, +funnel.window and
-// +funnel.conc).
+// call one (grant it +funnel.gcra, +funnel.takes, +funnel.window,
+// +funnel.conc and +funnel.log).
 func moduleWarning(msg string) bool {
 	msg = strings.TrimPrefix(msg, "ERR ")
 	return strings.HasPrefix(msg, "funnel: version") ||

@@ -339,8 +339,8 @@ func TestModuleMissing(t *testing.T) {
 		return ok
 	}
 	s := newStore(goRedisRunner{}, Options{})
-	if !try(s, gcraLua) || !try(s, takesScript) || !try(s, windowScript) || !try(s, concScript) || try(s, familyScript) || try(s, logScript) {
-		t.Fatal("a new store does not try the module for gcra.lua, takes.lua, window.lua and conc.lua only")
+	if !try(s, gcraLua) || !try(s, takesScript) || !try(s, windowScript) || !try(s, concScript) || !try(s, logScript) || try(s, familyScript) {
+		t.Fatal("a new store does not try the module for gcra.lua, takes.lua, window.lua, conc.lua and log.lua only")
 	}
 	s.moduleAbsent(gcraLua, errNoModule)
 	if try(s, gcraLua) {
@@ -513,6 +513,14 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 		if err := s.Do(ctx, []funnel.Op{{Kind: funnel.OpTake, Key: "v", N: 1, Lease: "l1", Limit: conc}}, make([]funnel.Result, 1)); err != nil {
 			t.Fatal(err)
 		}
+		// a packed sliding log's takes (log.lua, FUNNEL.LOG): admitted
+		// twice, then refused
+		log := moduleCheck(t, funnel.Limit{Algorithm: funnel.SlidingLog, Count: 2, Period: time.Hour})
+		for range 3 {
+			if err := s.Do(ctx, []funnel.Op{{Kind: funnel.OpTake, Key: "g", N: 1, Limit: log}}, make([]funnel.Result, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// The events so far, as event and key without the prefix.
 		c.Set(ctx, "end", path.Name, 0)
 		for {
@@ -528,7 +536,7 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 	}
 	if info, _ := master.Info("commandstats"); !strings.HasPrefix(info["cmdstat_funnel.gcra"], "calls=") ||
 		!strings.HasPrefix(info["cmdstat_funnel.takes"], "calls=") || !strings.HasPrefix(info["cmdstat_funnel.window"], "calls=") ||
-		!strings.HasPrefix(info["cmdstat_funnel.conc"], "calls=") {
+		!strings.HasPrefix(info["cmdstat_funnel.conc"], "calls=") || !strings.HasPrefix(info["cmdstat_funnel.log"], "calls=") {
 		t.Fatalf("a module command was not called: %q", info)
 	}
 	if !reflect.DeepEqual(events["script"], events["module"]) || len(events["module"]) < 10 {
@@ -546,7 +554,7 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 		return state{v, c.PExpireTime(ctx, key).Val().Milliseconds()}
 	}
 	want := map[string]state{}
-	for _, key := range []string{"a", "b", "c", "d", "w", "x", "y"} {
+	for _, key := range []string{"a", "b", "c", "d", "w", "x", "y", "g"} {
 		m := read(c, "m:"+key)
 		if s := read(c, "s:"+key); (s.value == "") != (m.value == "") || m.value != "" && len(s.value) != len(m.value) {
 			t.Fatalf("%q: script %+v, module %+v", key, s, m)
@@ -556,7 +564,7 @@ func testModuleReplicatesAsTheScript(t *testing.T, encoding string) {
 		}
 		want[key] = m
 	}
-	if want["b"].value != "" || want["a"].value == "" || want["w"].value == "" || want["x"].value == "" || want["y"].value == "" {
+	if want["b"].value != "" || want["a"].value == "" || want["w"].value == "" || want["x"].value == "" || want["y"].value == "" || len(want["g"].value) != len("L3600000:")+12 {
 		t.Fatalf("the decisions did not leave a empty and a written: %+v", want)
 	}
 	// A concurrency key holds the same leases both ways (their expiries
@@ -632,12 +640,17 @@ func TestModuleUnderRedisLimits(t *testing.T) {
 		{windowCall, []string{"window", "fresh"}, append(at, "1", "5", "60000", "1", "5", "-60000")},
 		{concCall, []string{"conc"}, append(at[:2:2], "160000000000", "1", "1", "60000", "b")},
 		{concCall, []string{"fresh"}, append(at[:2:2], "160000000000", "1", "1", "60000", "b")},
+		{logCall, []string{"log"}, append(at, "1", "1", "60000")},
+		{logCall, []string{"fresh"}, append(at, "1", "1", "60000")},
 	}
 	for _, k := range []string{"s:", "m:"} {
 		if err := master.Client().Set(ctx, k+"full", full, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := master.Client().Set(ctx, k+"window", window, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := master.Client().Set(ctx, k+"log", packedLog("60000", ms), time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := master.Client().ZAdd(ctx, k+"conc", redis.Z{Score: -1, Member: "\x00conc"}, redis.Z{Score: float64(ms + 3_600_000), Member: "a"}).Err(); err != nil {
@@ -737,6 +750,8 @@ func FuzzModuleArguments(f *testing.F) {
 		// FUNNEL.CONC's
 		"1|1|k|||160000000000|1|10|60000|a", "1|1|k|1795350508|971038011|160000000000|r|10|60000|a|1000",
 		"1|1|k|~1|99999999999999999|10000000000|1|1|1|a|-1000001", "1|1|k|||0|r|1|1||",
+		// FUNNEL.LOG's
+		"1|1|k|||0|1|10|1000", "1|1|k|1795350508|971038011|60000|257|256|60000", "1|1|k|||0|1048577|1|1",
 	} {
 		f.Add(seed)
 	}
@@ -892,6 +907,12 @@ func TestModuleMixedCluster(t *testing.T) {
 // window.lua and FUNNEL.WINDOW.
 func windowCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
 	return bothWays(ctx, c, windowScript, keys, args)
+}
+
+// logCall runs one call both ways on c, as moduleCall does, through
+// log.lua and FUNNEL.LOG.
+func logCall(ctx context.Context, c *redis.Client, keys, args []string) (script, module any, serr, merr error) {
+	return bothWays(ctx, c, logScript, keys, args)
 }
 
 // concCall runs one call both ways on c, as moduleCall does, through
