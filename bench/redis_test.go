@@ -212,7 +212,7 @@ func scriptStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64
 
 // moduleStats are the names of Funnel's module's commands in INFO
 // commandstats.
-var moduleStats = []string{"cmdstat_funnel.gcra", "cmdstat_funnel.takes", "cmdstat_funnel.window", "cmdstat_funnel.conc"}
+var moduleStats = []string{"cmdstat_funnel.gcra", "cmdstat_funnel.takes", "cmdstat_funnel.window", "cmdstat_funnel.conc", "cmdstat_funnel.log"}
 
 // moduleCalls returns the number of calls of Funnel's module's commands
 // since the stats were reset.
