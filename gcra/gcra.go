@@ -185,17 +185,6 @@ func Decide(now, tat int64, p Params, quantity int64) (newTAT int64, r Result, e
 // completed, so a division computed before the compare-and-swap delays it by
 // the division's latency, where one computed after it overlaps it.
 func DecideNoRemaining(now, tat int64, p Params, quantity int64) (int64, Result, error) {
-	if quantity == 1 {
-		if newTAT, resetAfter, ok := AdmitOne(now, tat, p); ok {
-			return newTAT, Result{Allowed: true, ResetAfter: resetAfter}, nil
-		}
-	}
-	return decideNoRemaining(now, tat, p, quantity)
-}
-
-// decideNoRemaining is DecideNoRemaining for every request, AdmitOne's
-// included (the tests hold AdmitOne to it).
-func decideNoRemaining(now, tat int64, p Params, quantity int64) (int64, Result, error) {
 	if quantity < 0 {
 		return refund(now, tat, p, quantity)
 	}
@@ -231,9 +220,10 @@ func decideNoRemaining(now, tat int64, p Params, quantity int64) (int64, Result,
 // AdmitOne is DecideNoRemaining's commonest decision, small enough for the
 // compiler to inline into a store's fast path: a request for one unit at
 // now on a key whose TAT is tat, admitted. It returns the key's new TAT
-// and the result's ResetAfter, as DecideNoRemaining(now, tat, p, 1) would,
+// and the result's ResetAfter, as DecideNoRemaining(now, tat, p, 1) does,
 // and ok; ok is false, with nothing decided, when that request is not
-// admitted or is an error (DecideNoRemaining then says which).
+// admitted or is an error (DecideNoRemaining then says which). The tests
+// hold the two to the same decisions.
 func AdmitOne(now, tat int64, p Params) (newTAT int64, resetAfter time.Duration, ok bool) {
 	inc := p.Interval // the cost of one unit
 	base := max(tat, now)

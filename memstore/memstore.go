@@ -357,11 +357,13 @@ func (s *Store) TakeFunnel(_ context.Context, key string, p gcra.Params, quantit
 				// One unit admitted, inlined (a charge that loses its
 				// compare-and-swap is decided again, below); any other
 				// decision in full.
-				if newTAT, resetAfter, ok := gcra.AdmitOne(now, tat, p); ok && quantity == 1 {
-					if e.tat.CompareAndSwap(tat, newTAT) {
-						return gcra.Result{Allowed: true, Remaining: p.Remaining(resetAfter), ResetAfter: resetAfter}, nil
+				if quantity == 1 {
+					if newTAT, resetAfter, ok := gcra.AdmitOne(now, tat, p); ok {
+						if e.tat.CompareAndSwap(tat, newTAT) {
+							return gcra.Result{Allowed: true, Remaining: p.Remaining(resetAfter), ResetAfter: resetAfter}, nil
+						}
+						return s.takeFunnelSlow(sh, h, key, now, p, quantity)
 					}
-					return s.takeFunnelSlow(sh, h, key, now, p, quantity)
 				}
 				newTAT, r, derr := gcra.DecideNoRemaining(now, tat, p, quantity)
 				// Refusals change nothing; a charge must land on the TAT
