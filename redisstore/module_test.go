@@ -133,6 +133,30 @@ func sameError(serr, merr error) bool {
 	return strings.Fields(s)[0] == strings.Fields(m)[0] && (!strings.HasPrefix(s, "WRONGTYPE") || s == m)
 }
 
+// badCall is a call of one of the module's commands that it must refuse:
+// its arguments after the command's name, and how its error starts.
+type badCall struct {
+	args []any
+	want string
+}
+
+// refusesAll fails t unless each of calls of cmd on c answers an error
+// that starts as it wants and leaves the key k as it was (its DUMP).
+func refusesAll(t *testing.T, c *redis.Client, cmd, k string, calls []badCall) {
+	t.Helper()
+	ctx := context.Background()
+	dump := c.Dump(ctx, k).Val()
+	for _, tc := range calls {
+		err := c.Do(ctx, append([]any{cmd}, tc.args...)...).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
+		}
+		if d := c.Dump(ctx, k).Val(); d != dump {
+			t.Fatalf("%v changed the key", tc.args)
+		}
+	}
+}
+
 // eachEncoding runs test, in parallel, for the module loaded with each
 // encoding of its values.
 func eachEncoding(t *testing.T, test func(t *testing.T, encoding string)) {
@@ -236,12 +260,8 @@ func TestModuleRefusesBadCalls(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	c.Set(ctx, "k", "1795350508971038011", time.Hour)
-	dump := c.Dump(ctx, "k").Val()
 	at := time.Now().UnixMicro()
-	for _, tc := range []struct {
-		args []any
-		want string
-	}{
+	refusesAll(t, c, moduleCommand, "k", []badCall{
 		{[]any{}, "ERR wrong number of arguments"},
 		{[]any{"1"}, "ERR wrong number of arguments"},
 		{[]any{"2", 1, "k", "t", "", "", 0, 1536, 1, 0, 2, 0}, "ERR funnel: version"},
@@ -270,15 +290,7 @@ func TestModuleRefusesBadCalls(t *testing.T) {
 		{[]any{"1", 1, "k", "t", "-", at - 1, 0, 1536, 1, 0, 2, 0}, "DEADLINE funnel:"},
 		{[]any{"1", 1, "k", "t", "~x", at + 6e7, 0, 1536, 1, 0, 2, 0}, "ERR funnel: the earliest"},
 		{[]any{"1", 1, "k", "t", fmt.Sprintf("~%d", at+6e7), at + 12e7, 0, 1536, 1, 0, 2, 0}, "CLOCKSTEP funnel:"},
-	} {
-		err := c.Do(ctx, append([]any{moduleCommand}, tc.args...)...).Err()
-		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
-		}
-		if d := c.Dump(ctx, "k").Val(); d != dump {
-			t.Fatalf("%v changed the key", tc.args)
-		}
-	}
+	})
 	// A module loaded with other arguments does not load.
 	out, code := redistest.RunTool(t, "redis-server", "", 10*time.Second, nil, "--port", "0", "--unixsocket", filepath.Join(t.TempDir(), "redis.sock"), "--save", "", "--loadmodule", redistest.Module(t), "encoding", "utf8")
 	if code == 0 || !strings.Contains(out, "funnel: the module takes no arguments, or: encoding int|raw") {

@@ -245,12 +245,8 @@ func TestModuleConcRefusesBadCalls(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	c.ZAdd(ctx, "k", redis.Z{Score: -1, Member: "\x00conc"}, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "a"})
-	dump := c.Dump(ctx, "k").Val()
 	slack := limb(16e10)
-	for _, tc := range []struct {
-		args []any
-		want string
-	}{
+	refusesAll(t, c, concCommand, "k", []badCall{
 		{[]any{}, "ERR wrong number of arguments"},
 		{[]any{"2", 1, "k", "", "", slack, 1, 10, 1000, "a"}, "ERR funnel: version of FUNNEL.CONC"},
 		{[]any{"1", 0, "", "", slack, 1, 10, 1000, "a"}, "ERR funnel: the number of keys"},
@@ -269,15 +265,7 @@ func TestModuleConcRefusesBadCalls(t *testing.T) {
 		{[]any{"1", 1, "k", "", "", slack, "r", 10, 1000, "a", ""}, "ERR funnel: a release's latency"},
 		{[]any{"1", 1, "k", "x", "", slack, 1, 10, 1000, "a"}, "ERR funnel: now must be"},
 		{[]any{"1", 1, "k", "-", time.Now().UnixMicro() - 1, slack, "r", 10, 1000, "a"}, "DEADLINE funnel:"},
-	} {
-		err := c.Do(ctx, append([]any{concCommand}, tc.args...)...).Err()
-		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
-		}
-		if d := c.Dump(ctx, "k").Val(); d != dump {
-			t.Fatalf("%v changed the key", tc.args)
-		}
-	}
+	})
 	keys, err := c.CommandGetKeys(ctx, concCommand, "1", 1, "a{x}", "", "", slack, 1, 10, 1000, "a").Result()
 	if err != nil || !reflect.DeepEqual(keys, []string{"a{x}"}) {
 		t.Fatalf("COMMAND GETKEYS: %q, %v", keys, err)

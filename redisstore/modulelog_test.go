@@ -169,11 +169,7 @@ func TestModuleLogRefusesBadCalls(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	c.Set(ctx, "k", packedLog("1000", time.Now().UnixMilli()), time.Hour)
-	dump := c.Dump(ctx, "k").Val()
-	for _, tc := range []struct {
-		args []any
-		want string
-	}{
+	refusesAll(t, c, logCommand, "k", []badCall{
 		{[]any{}, "ERR wrong number of arguments"},
 		{[]any{"2", 1, "k", "", "", 0, 1, 10, 1000}, "ERR funnel: version of FUNNEL.LOG"},
 		{[]any{"1", 0, "", "", 0, 1, 10, 1000}, "ERR funnel: the number of keys"},
@@ -186,15 +182,7 @@ func TestModuleLogRefusesBadCalls(t *testing.T) {
 		{[]any{"1", 1, "k", "", "", 0, 1, 10, 0}, "ERR funnel: a sliding log's quantity"},
 		{[]any{"1", 1, "k", "x", "", 0, 1, 10, 1000}, "ERR funnel: now must be"},
 		{[]any{"1", 1, "k", "-", time.Now().UnixMicro() - 1, 0, 1, 10, 1000}, "DEADLINE funnel:"},
-	} {
-		err := c.Do(ctx, append([]any{logCommand}, tc.args...)...).Err()
-		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
-		}
-		if d := c.Dump(ctx, "k").Val(); d != dump {
-			t.Fatalf("%v changed the key", tc.args)
-		}
-	}
+	})
 	keys, err := c.CommandGetKeys(ctx, logCommand, "1", 1, "a{x}", "", "", 0, 1, 10, 1000).Result()
 	if err != nil || !reflect.DeepEqual(keys, []string{"a{x}"}) {
 		t.Fatalf("COMMAND GETKEYS: %q, %v", keys, err)

@@ -257,14 +257,10 @@ func TestModuleTakesRefusesBadCalls(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	c.Set(ctx, "k", "F1:2:3", time.Hour)
-	dump := c.Dump(ctx, "k").Val()
 	at := time.Now().UnixMicro()
 	g := []any{"g", 1, 1e9, 3e9}
 	call := func(head []any, takes ...any) []any { return append(head, takes...) }
-	for _, tc := range []struct {
-		args []any
-		want string
-	}{
+	refusesAll(t, c, takesCommand, "k", []badCall{
 		{[]any{}, "ERR wrong number of arguments"},
 		{[]any{"1"}, "ERR wrong number of arguments"},
 		{call([]any{"2", 1, "k", "", "", 0}, g...), "ERR funnel: version"},
@@ -296,15 +292,7 @@ func TestModuleTakesRefusesBadCalls(t *testing.T) {
 		{call([]any{"1", 1, "k", "-", at - 1, 0}, g...), "DEADLINE funnel:"},
 		{call([]any{"1", 1, "k", "~x", at + 6e7, 0}, g...), "ERR funnel: the earliest"},
 		{call([]any{"1", 1, "k", fmt.Sprintf("~%d", at+6e7), at + 12e7, 0}, g...), "CLOCKSTEP funnel:"},
-	} {
-		err := c.Do(ctx, append([]any{takesCommand}, tc.args...)...).Err()
-		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
-		}
-		if d := c.Dump(ctx, "k").Val(); d != dump {
-			t.Fatalf("%v changed the key", tc.args)
-		}
-	}
+	})
 	// Within the deadline and after the earliest time, the call decides
 	// (the key holds no funnel's state: -1, as the script answers).
 	v, err := c.Do(ctx, call([]any{takesCommand, "1", 1, "k", fmt.Sprintf("~%d", at-6e7), at + 6e7, 0}, g...)...).Slice()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -148,11 +147,7 @@ func TestModuleWindowRefusesBadCalls(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	c.Set(ctx, "k", "F1:2:3", time.Hour)
-	dump := c.Dump(ctx, "k").Val()
-	for _, tc := range []struct {
-		args []any
-		want string
-	}{
+	refusesAll(t, c, windowCommand, "k", []badCall{
 		{[]any{}, "ERR wrong number of arguments"},
 		{[]any{"2", 1, "k", "", "", 0, 1, 10, 1000}, "ERR funnel: version of FUNNEL.WINDOW"},
 		{[]any{"1", 0, "", "", 0, 1, 10, 1000}, "ERR funnel: the number of keys"},
@@ -168,15 +163,7 @@ func TestModuleWindowRefusesBadCalls(t *testing.T) {
 		{[]any{"1", 1, "k", "", "", 0, 1, 10, "1e3"}, "ERR funnel: a window request's"},
 		{[]any{"1", 1, "k", "x", "", 0, 1, 10, 1000}, "ERR funnel: now must be"},
 		{[]any{"1", 1, "k", "-", time.Now().UnixMicro() - 1, 0, 1, 10, 1000}, "DEADLINE funnel:"},
-	} {
-		err := c.Do(ctx, append([]any{windowCommand}, tc.args...)...).Err()
-		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %s…", tc.args, err, tc.want)
-		}
-		if d := c.Dump(ctx, "k").Val(); d != dump {
-			t.Fatalf("%v changed the key", tc.args)
-		}
-	}
+	})
 	keys, err := c.CommandGetKeys(ctx, windowCommand, "1", 2, "a", "b{x}", "", "", 0, 1, 1, 1, 1, 1, -1).Result()
 	if err != nil || !reflect.DeepEqual(keys, []string{"a", "b{x}"}) {
 		t.Fatalf("COMMAND GETKEYS: %q, %v", keys, err)
