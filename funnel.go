@@ -219,6 +219,16 @@ type Result struct {
 	Delay time.Duration
 }
 
+// fillResult sets the fields of *r, a zero Result, to the gcra result g
+// under a limit of limit units (ResultOf's Result), one field at a time: a
+// Result has more fields than the compiler keeps in registers, so a Result
+// built aside and copied would be read back by wide loads of the narrow
+// stores just made, which the processor cannot forward, and which wait
+// for them.
+func fillResult(r *Result, limit int64, g gcra.Result) {
+	r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter = g.Allowed, limit, g.Remaining, g.RetryAfter, g.ResetAfter
+}
+
 // ResultOf converts a gcra result under parameters p to a Result.
 func ResultOf(p gcra.Params, r gcra.Result) Result {
 	return Result{
@@ -349,7 +359,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 //
 // The error wraps ErrInvalidLimit or ErrInvalidQuantity for bad arguments,
 // or is the store's error.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (r Result, err error) {
 	if l.fast != nil && n >= 0 && limit.plainFunnel() {
 		p, err := limit.gcraParams()
 		if err != nil {
@@ -364,7 +374,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 		if err != nil {
 			return Result{}, err
 		}
-		return ResultOf(p, g), nil
+		fillResult(&r, p.Limit, g)
+		return r, nil
 	}
 	if err := checkN(n); err != nil {
 		if err := limit.Validate(); err != nil {
@@ -399,15 +410,17 @@ func (l *Limiter) takeFunnelObserved(ctx context.Context, key string, limit *Lim
 // |n| units are given back and the answer is a decision, never past a full
 // bucket (redis-cell's refund idiom, CL.THROTTLE key b c p -1). Other limits
 // take no negative n.
-func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (Result, error) {
+func (l *Limiter) AllowChecked(ctx context.Context, key string, c *Checked, n int64) (r Result, err error) {
 	if l.fast != nil && l.obs == nil && c.plainFunnel() {
 		// The commonest decision, on its own: nothing to keep across the
-		// store's call but c.
+		// store's call but c. The result is written field by field where
+		// it is returned from (see fillResult).
 		g, err := l.fast.TakeFunnel(ctx, key, c.GCRA, n)
 		if err != nil {
 			return Result{}, err
 		}
-		return ResultOf(c.GCRA, g), nil
+		fillResult(&r, c.GCRA.Limit, g)
+		return r, nil
 	}
 	if l.fast != nil && c.plainFunnel() {
 		return l.takeFunnelObserved(ctx, key, &c.Limit, &c.GCRA, n)
@@ -428,7 +441,8 @@ func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
 		if g, err = l.fast.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N); err != nil {
 			res[0] = Result{}
 		} else {
-			res[0] = ResultOf(op.Limit.GCRA, g)
+			res[0] = Result{}
+			fillResult(&res[0], op.Limit.GCRA.Limit, g)
 			if l.obs != nil && !g.Allowed {
 				l.observeOps(ctx, ops[:1], res)
 			}
