@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/funnelrl/funnel/algo"
@@ -331,6 +332,25 @@ type Limiter struct {
 	given Store       // as given to New: store, or an ObservingStore over it
 	fast  FunnelTaker // store's, when it has one
 	obs   Observer    // told of the decisions that are not plain admissions
+	memo  *funnelMemo // shared by the Limiters that WithObserver makes
+}
+
+// funnelMemo holds the parameters of the first plain funnel limit (a
+// funnel without a ban) that a Limiter's AllowN decided under, so that
+// AllowN, which checks its limit on every call, computes them again only
+// for the others. It is written once, and only read after: a Limiter that
+// applies many limits, from many goroutines, shares no line that is
+// written.
+type funnelMemo struct {
+	p atomic.Pointer[memoParams]
+}
+
+// memoParams are a plain funnel limit's Count, Period and Burst, and the
+// parameters they give.
+type memoParams struct {
+	count, burst int64
+	period       time.Duration
+	p            gcra.Params
 }
 
 // New returns a Limiter over store. Over an ObservingStore it decides on
@@ -343,7 +363,7 @@ func New(store Store) *Limiter {
 		return l
 	}
 	fast, _ := store.(FunnelTaker)
-	return &Limiter{store: store, given: store, fast: fast}
+	return &Limiter{store: store, given: store, fast: fast, memo: new(funnelMemo)}
 }
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
@@ -361,9 +381,13 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // or is the store's error.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (r Result, err error) {
 	if l.fast != nil && n >= 0 && limit.plainFunnel() {
-		p, err := limit.gcraParams()
-		if err != nil {
+		var p gcra.Params
+		if m := l.memo.p.Load(); m != nil && m.count == limit.Count && m.period == limit.Period && m.burst == limit.Burst {
+			p = m.p
+		} else if p, err = limit.gcraParams(); err != nil {
 			return Result{}, err
+		} else if m == nil {
+			l.memo.p.CompareAndSwap(nil, &memoParams{count: limit.Count, burst: limit.Burst, period: limit.Period, p: p})
 		}
 		if l.obs != nil {
 			return l.takeFunnelObserved(ctx, key, &limit, &p, n)

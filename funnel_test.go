@@ -142,3 +142,65 @@ func TestAllowCheckedRefund(t *testing.T) {
 		}
 	}
 }
+
+// A Limiter's AllowN remembers the parameters of the first funnel limit it
+// decides under: every decision, under that limit and under the others
+// (other counts, periods and bursts, in any order, from several
+// goroutines), is the one that AllowChecked makes under the checked limit
+// on a store of its own; an invalid first limit is refused, and remembered
+// by nobody.
+func TestAllowNUnderManyLimits(t *testing.T) {
+	ctx := context.Background()
+	var now int64 = 1_795_350_508_971_038_011
+	clock := func() int64 { return now }
+	got := funnel.New(memstore.New(memstore.Options{Now: clock, SweepInterval: -1}))
+	want := funnel.New(memstore.New(memstore.Options{Now: clock, SweepInterval: -1}))
+	if _, err := got.Allow(ctx, "k", funnel.Limit{Count: 0, Period: time.Second}); !errors.Is(err, funnel.ErrInvalidLimit) {
+		t.Fatalf("a zero count: %v", err)
+	}
+	limits := []funnel.Limit{
+		funnel.PerSecond(10), funnel.PerMinute(10), funnel.Per(10, time.Second), // one limit twice
+		{Count: 10, Period: time.Second, Burst: 0}, {Count: 3, Period: time.Hour, Burst: 7}, funnel.PerSecond(1000),
+	}
+	checked := make([]funnel.Checked, len(limits))
+	for i, l := range limits {
+		var err error
+		if checked[i], err = l.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for step := range 3000 {
+		i := (step * 7) % len(limits)
+		if step%5 == 0 {
+			i = 0
+		}
+		key := string(rune('a' + step%3))
+		n := int64(step % 4)
+		g, gerr := got.AllowN(ctx, key, limits[i], n)
+		w, werr := want.AllowChecked(ctx, key, &checked[i], n)
+		if g != w || (gerr == nil) != (werr == nil) {
+			t.Fatalf("step %d, %+v, n %d: AllowN %+v, %v; AllowChecked %+v, %v", step, limits[i], n, g, gerr, w, werr)
+		}
+		now += int64(time.Millisecond) * int64(step%13)
+	}
+	// From several goroutines at once, each limit on its own keys (the
+	// race detector watches the remembered parameters).
+	done := make(chan error)
+	for i := range limits {
+		go func() {
+			for j := range 200 {
+				key := string(rune('A'+i)) + string(rune('0'+j%5))
+				if _, err := got.Allow(ctx, key, limits[i]); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range limits {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
