@@ -170,10 +170,20 @@ func TestModuleConcIsTheScript(t *testing.T) {
 			counts["read a number at a time"]++
 		}
 	}
-	for _, k := range []string{"acquire admitted", "acquire refused", "release admitted", "release refused", "left to family.lua", "read a number at a time"} {
-		if counts[k] < 50 {
+	enoughOfEach(t, counts, 50, "acquire admitted", "acquire refused", "release admitted", "release refused", "left to family.lua", "read a number at a time")
+}
+
+// enoughOfEach fails t unless a differential test's counts hold at least
+// least of each of kinds, and no "error" (the script's), and logs them.
+func enoughOfEach(t *testing.T, counts map[string]int, least int, kinds ...string) {
+	t.Helper()
+	for _, k := range kinds {
+		if counts[k] < least {
 			t.Fatalf("%v: too few of %q to compare", counts, k)
 		}
+	}
+	if counts["error"] > 0 {
+		t.Fatalf("%v: errors", counts)
 	}
 	t.Logf("%v", counts)
 }

@@ -118,15 +118,7 @@ func TestModuleLogIsTheScript(t *testing.T) {
 			counts["refused"]++
 		}
 	}
-	for _, k := range []string{"admitted", "peek", "refused, with a wait", "refused", "left to family.lua"} {
-		if counts[k] < 30 {
-			t.Fatalf("%v: too few of %q to compare", counts, k)
-		}
-	}
-	if counts["error"] > 0 {
-		t.Fatalf("%v: errors", counts)
-	}
-	t.Logf("%v", counts)
+	enoughOfEach(t, counts, 30, "admitted", "peek", "refused, with a wait", "refused", "left to family.lua")
 }
 
 // FuzzModuleLogReadsAsTheScript puts any value in a key and takes a sliding
