@@ -70,6 +70,21 @@ func bothWays(ctx context.Context, c *redis.Client, sc *script, keys, args []str
 	return
 }
 
+// alike runs one call of sc both ways on c (see bothWays) and fails t,
+// naming the call by what, unless both sides answer the same reply, or the
+// same error. It returns the script's reply and error, and the time the
+// two sides took (see expiresAlike).
+func alike(t testing.TB, ctx context.Context, c *redis.Client, sc *script, keys, args []string, what string) (reply any, took time.Duration, err error) {
+	t.Helper()
+	start := time.Now()
+	sv, mv, serr, merr := bothWays(ctx, c, sc, keys, args)
+	took = time.Since(start)
+	if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
+		t.Fatalf("%s:\nscript %v %v\nmodule %v %v", what, sv, serr, mv, merr)
+	}
+	return sv, took, serr
+}
+
 // setBoth sets key k to v on both sides of bothWays ("s:" and "m:"), to
 // expire at the same instant after ttl, or never when ttl is 0.
 func setBoth(ctx context.Context, c *redis.Client, k, v string, ttl time.Duration) {

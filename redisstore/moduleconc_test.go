@@ -144,13 +144,8 @@ func TestModuleConcIsTheScript(t *testing.T) {
 		concRead := []int{16, 16, 2, 0, 5}[r.IntN(5)]
 		ids := concTestState(ctx, c, r, "k", now/1e6, concRead)
 		args := randomConc(r, now, ids, concRead)
-		start := time.Now()
-		sv, mv, serr, merr := bothWays(ctx, c, concScript, []string{"k"}, args)
-		took := time.Since(start)
 		what := fmt.Sprintf("seed %d: args %q", seed, args)
-		if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
-			t.Fatalf("%s:\nscript %v %v\nmodule %v %v", what, sv, serr, mv, merr)
-		}
+		sv, took, serr := alike(t, ctx, c, concScript, []string{"k"}, args, what)
 		sameZsets(t, ctx, c, "k", took, what)
 		kind := "acquire"
 		if args[3] == "r" {
@@ -235,13 +230,8 @@ func FuzzModuleConcReadsAsTheScript(f *testing.F) {
 			default:
 				args = append(args, limb(lat))
 			}
-			start := time.Now()
-			sv, mv, serr, merr := bothWays(ctx, c, concScript, []string{"k"}, args)
-			took := time.Since(start)
 			what := fmt.Sprintf("%v, args %q", zs, args)
-			if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
-				t.Fatalf("%s: script %v %v, module %v %v", what, sv, serr, mv, merr)
-			}
+			_, took, _ := alike(t, ctx, c, concScript, []string{"k"}, args, what)
 			sameZsets(t, ctx, c, "k", took, what)
 		}
 	})

@@ -175,16 +175,12 @@ func testModuleTakesIsTheScript(t *testing.T, encoding string) {
 				c.RPush(ctx, "m:"+k, "x")
 			}
 		}
-		start := time.Now()
-		sv, mv, serr, merr := takesCall(ctx, c, keys, args)
-		took := time.Since(start)
-		if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
-			t.Fatalf("seed %d: keys %q args %q:\nscript %v %v\nmodule %v %v", seed, keys, args, sv, serr, mv, merr)
-		}
+		what := fmt.Sprintf("seed %d: keys %q args %q", seed, keys, args)
+		sv, took, _ := alike(t, ctx, c, takesScript, keys, args, what)
 		if v, ok := sv.([]any); ok && !(len(v) == 3 && v[2] == int64(-1)) {
 			decided++
 		}
-		written += sameKeys(t, ctx, c, names, before, took, fmt.Sprintf("seed %d: keys %q args %q", seed, keys, args))
+		written += sameKeys(t, ctx, c, names, before, took, what)
 	}
 	// The draw must reach both sides of the decision, and writes.
 	if decided < 300 || written < 100 {
@@ -233,10 +229,7 @@ func FuzzModuleTakesReadsAsTheScript(f *testing.F) {
 				keys = append(keys, "j")
 				args = append(args, "g", "1", "1000000000", "5000000000")
 			}
-			sv, mv, serr, merr := takesCall(ctx, c, keys, args)
-			if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
-				t.Fatalf("%q, args %q: script %v %v, module %v %v", value, args, sv, serr, mv, merr)
-			}
+			alike(t, ctx, c, takesScript, keys, args, fmt.Sprintf("%q, args %q", value, args))
 			for _, k := range keys {
 				s, serr := c.Get(ctx, "s:"+k).Result()
 				m, merr := c.Get(ctx, "m:"+k).Result()

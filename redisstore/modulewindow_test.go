@@ -79,12 +79,8 @@ func testModuleWindowIsTheScript(t *testing.T, encoding string) {
 			setBoth(ctx, c, k, v, ttl)
 			before[k] = v
 		}
-		start := time.Now()
-		sv, mv, serr, merr := bothWays(ctx, c, windowScript, keys, args)
-		took := time.Since(start)
-		if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
-			t.Fatalf("seed %d: keys %q args %q:\nscript %v %v\nmodule %v %v", seed, keys, args, sv, serr, mv, merr)
-		}
+		what := fmt.Sprintf("seed %d: keys %q args %q", seed, keys, args)
+		sv, took, _ := alike(t, ctx, c, windowScript, keys, args, what)
 		if v, ok := sv.([]any); ok {
 			for i := 2; i < len(v); i += 2 {
 				if code, _ := v[i].(int64); code >= 0 && code&3 == 1 {
@@ -92,7 +88,7 @@ func testModuleWindowIsTheScript(t *testing.T, encoding string) {
 				}
 			}
 		}
-		written += sameKeys(t, ctx, c, names, before, took, fmt.Sprintf("seed %d: keys %q args %q", seed, keys, args))
+		written += sameKeys(t, ctx, c, names, before, took, what)
 	}
 	if admitted < 500 || written < 300 {
 		t.Fatalf("%d requests admitted, %d keys written: too few to compare", admitted, written)
@@ -126,10 +122,7 @@ func FuzzModuleWindowReadsAsTheScript(f *testing.F) {
 				keys = append(keys, "k")
 				args = append(args, limb(q), limb(count), limb(period))
 			}
-			sv, mv, serr, merr := bothWays(ctx, c, windowScript, keys, args)
-			if !sameError(serr, merr) || !reflect.DeepEqual(sv, mv) {
-				t.Fatalf("%q, args %q: script %v %v, module %v %v", value, args, sv, serr, mv, merr)
-			}
+			alike(t, ctx, c, windowScript, keys, args, fmt.Sprintf("%q, args %q", value, args))
 			s, serr := c.Get(ctx, "s:k").Result()
 			m, merr := c.Get(ctx, "m:k").Result()
 			if s != m || (serr == nil) != (merr == nil) {
