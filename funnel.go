@@ -462,10 +462,8 @@ func (l *Limiter) Do(ctx context.Context, ops []Op, res []Result) error {
 	if len(ops) == 1 && len(res) > 0 && l.fast != nil && ops[0].Kind == OpTake && ops[0].Limit.plainFunnel() {
 		op := &ops[0]
 		var g gcra.Result
-		if g, err = l.fast.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N); err != nil {
-			res[0] = Result{}
-		} else {
-			res[0] = Result{}
+		res[0] = Result{}
+		if g, err = l.fast.TakeFunnel(ctx, op.Key, op.Limit.GCRA, op.N); err == nil {
 			fillResult(&res[0], op.Limit.GCRA.Limit, g)
 			if l.obs != nil && !g.Allowed {
 				l.observeOps(ctx, ops[:1], res)
