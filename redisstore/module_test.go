@@ -73,7 +73,7 @@ func bothWays(ctx context.Context, c *redis.Client, sc *script, keys, args []str
 // alike runs one call of sc both ways on c (see bothWays) and fails t,
 // naming the call by what, unless both sides answer the same reply, or the
 // same error. It returns the script's reply and error, and the time the
-// two sides took (see expiresAlike).
+// two sides took (see sameKeys).
 func alike(t testing.TB, ctx context.Context, c *redis.Client, sc *script, keys, args []string, what string) (reply any, took time.Duration, err error) {
 	t.Helper()
 	start := time.Now()
@@ -98,51 +98,62 @@ func setBoth(ctx context.Context, c *redis.Client, k, v string, ttl time.Duratio
 	c.Do(ctx, "SET", "m:"+k, v, "PXAT", at)
 }
 
-// expiresAlike returns the absolute expiries (Unix ms, or Redis's negative
-// answers) of key k on both sides of bothWays, and whether they are alike:
-// neither expires, or both do, at most took (the time that the calls of
-// both sides took, each writing from its own start) plus 2 ms apart.
-func expiresAlike(ctx context.Context, c *redis.Client, k string, took time.Duration) (time.Duration, time.Duration, bool) {
-	s, m := c.PExpireTime(ctx, "s:"+k).Val(), c.PExpireTime(ctx, "m:"+k).Val()
-	return s, m, (s < 0) == (m < 0) && (s-m).Abs() <= took+2*time.Millisecond
+// held is what a key holds, as sameKeys reads it: its type, its value
+// (a string's, or a sorted set's members and scores), and its absolute
+// expiry (PEXPIRETIME: Unix ms as a Duration since the epoch, or Redis's
+// negative answers).
+type held struct {
+	typ, value string
+	members    []redis.Z
+	expires    time.Duration
 }
 
-// goneAlike reports whether key k, written both ways (see bothWays) by
-// calls that took took, to expire a moment after them, is gone already on
-// the script's side, the first, and due on the module's no later than the
-// calls' time after that (and the ms of rounding): alike, though they can
-// no longer be compared.
-func goneAlike(ctx context.Context, c *redis.Client, k string, took time.Duration) bool {
-	if c.Exists(ctx, "s:"+k).Val() != 0 {
-		return false
-	}
-	seen := time.Now() // the script's key was gone by then
-	// (PExpireTime answers Unix ms as a Duration since the epoch.)
-	at := c.PExpireTime(ctx, "m:"+k).Val()
-	return at >= 0 && at <= time.Duration(seen.UnixNano())+took+2*time.Millisecond
+// readBoth reads what key k holds on both sides of bothWays ("s:" and
+// "m:") in one transaction, so that Redis expires neither side between
+// the reads, and returns it with the time the transaction had answered
+// by.
+func readBoth(ctx context.Context, c *redis.Client, k string) (s, m held, by time.Time) {
+	var typ [2]*redis.StatusCmd
+	var val [2]*redis.StringCmd
+	var zs [2]*redis.ZSliceCmd
+	var at [2]*redis.DurationCmd
+	// (GET of a sorted set and ZRANGE of a string answer WRONGTYPE, which
+	// leaves their value empty.)
+	c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, side := range []string{"s:", "m:"} {
+			typ[i], val[i] = p.Type(ctx, side+k), p.Get(ctx, side+k)
+			zs[i], at[i] = p.ZRangeWithScores(ctx, side+k, 0, -1), p.PExpireTime(ctx, side+k)
+		}
+		return nil
+	})
+	by = time.Now()
+	h := func(i int) held { return held{typ[i].Val(), val[i].Val(), zs[i].Val(), at[i].Val()} }
+	return h(0), h(1), by
 }
 
 // sameKeys fails t (what names the call) unless each of names holds the
 // same on both sides of bothWays after a call whose two sides took took:
-// its type, its value, and its expiry (see expiresAlike). It returns how
-// many hold a string other than before's (the values set before the call;
-// absent ones are not in it).
+// its type, its value (a string's or a sorted set's), and its expiry,
+// neither side expiring, or both at most took plus 2 ms apart (each side
+// writes from its own start). A key written to expire a moment after the
+// call may be gone on the script's side, the first, when it is read: it
+// is alike if the module's is due no later than took plus 2 ms after the
+// read. sameKeys returns how many hold a string other than before's (the
+// values set before the call; absent ones are not in it).
 func sameKeys(t *testing.T, ctx context.Context, c *redis.Client, names []string, before map[string]string, took time.Duration, what string) (written int) {
 	t.Helper()
 	for _, k := range names {
-		if goneAlike(ctx, c, k, took) {
+		s, m, by := readBoth(ctx, c, k)
+		if s.typ == "none" && m.typ != "none" && m.expires >= 0 && m.expires <= time.Duration(by.UnixNano())+took+2*time.Millisecond {
 			continue
 		}
-		sv, _ := c.Get(ctx, "s:"+k).Result()
-		mv, _ := c.Get(ctx, "m:"+k).Result()
-		st, mt := c.Type(ctx, "s:"+k).Val(), c.Type(ctx, "m:"+k).Val()
-		if sv != mv || st != mt {
-			t.Fatalf("%s: %q holds %s %q by the script, %s %q by the module", what, k, st, sv, mt, mv)
+		if s.typ != m.typ || s.value != m.value || !reflect.DeepEqual(s.members, m.members) {
+			t.Fatalf("%s: %q holds %s %q %v by the script, %s %q %v by the module", what, k, s.typ, s.value, s.members, m.typ, m.value, m.members)
 		}
-		if sp, mp, ok := expiresAlike(ctx, c, k, took); !ok {
-			t.Fatalf("%s: %q expires at %v by the script, %v by the module (the calls took %v)", what, k, sp, mp, took)
+		if (s.expires < 0) != (m.expires < 0) || (s.expires-m.expires).Abs() > took+2*time.Millisecond {
+			t.Fatalf("%s: %q expires at %v by the script, %v by the module (the calls took %v)", what, k, s.expires, m.expires, took)
 		}
-		if was, ok := before[k]; st == "string" && (!ok || was != sv) {
+		if was, ok := before[k]; s.typ == "string" && (!ok || was != s.value) {
 			written++
 		}
 	}

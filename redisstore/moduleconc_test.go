@@ -97,29 +97,6 @@ func randomConc(r *rand.Rand, now int64, ids []string, concRead int) []string {
 	return args
 }
 
-// sameZsets fails t (what names the call) unless k holds the same on both
-// sides of bothWays after a call whose two sides took took: its type, its
-// value (a string's or a sorted set's members and scores), and its expiry.
-// It reports whether the key holds a sorted set.
-func sameZsets(t *testing.T, ctx context.Context, c *redis.Client, k string, took time.Duration, what string) bool {
-	t.Helper()
-	if goneAlike(ctx, c, k, took) {
-		return false
-	}
-	st, mt := c.Type(ctx, "s:"+k).Val(), c.Type(ctx, "m:"+k).Val()
-	sz, _ := c.ZRangeWithScores(ctx, "s:"+k, 0, -1).Result()
-	mz, _ := c.ZRangeWithScores(ctx, "m:"+k, 0, -1).Result()
-	sv, _ := c.Get(ctx, "s:"+k).Result()
-	mv, _ := c.Get(ctx, "m:"+k).Result()
-	if st != mt || !reflect.DeepEqual(sz, mz) || sv != mv {
-		t.Fatalf("%s: %q holds %s %v %q by the script, %s %v %q by the module", what, k, st, sz, sv, mt, mz, mv)
-	}
-	if sp, mp, ok := expiresAlike(ctx, c, k, took); !ok {
-		t.Fatalf("%s: %q expires at %v by the script, %v by the module (the calls took %v)", what, k, sp, mp, took)
-	}
-	return st == "zset"
-}
-
 // FUNNEL.CONC and conc.lua give the same replies and leave the same keys
 // (members, scores and expiries), for random acquires and releases, with
 // and without unit delays and latencies, on keys of up to CONCREAD leases
@@ -144,7 +121,7 @@ func TestModuleConcIsTheScript(t *testing.T) {
 		args := randomConc(r, now, ids, concRead)
 		what := fmt.Sprintf("seed %d: args %q", seed, args)
 		sv, took, serr := alike(t, ctx, c, concScript, []string{"k"}, args, what)
-		sameZsets(t, ctx, c, "k", took, what)
+		sameKeys(t, ctx, c, []string{"k"}, nil, took, what)
 		kind := "acquire"
 		if args[3] == "r" {
 			kind = "release"
@@ -230,7 +207,7 @@ func FuzzModuleConcReadsAsTheScript(f *testing.F) {
 			}
 			what := fmt.Sprintf("%v, args %q", zs, args)
 			_, took, _ := alike(t, ctx, c, concScript, []string{"k"}, args, what)
-			sameZsets(t, ctx, c, "k", took, what)
+			sameKeys(t, ctx, c, []string{"k"}, nil, took, what)
 		}
 	})
 }
